@@ -1,0 +1,150 @@
+"""The ``ortserve`` command: serve, demo."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from ortserve import __version__
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"auto_envvar_prefix": "ORTSERVE", "show_default": True})
+@click.version_option(__version__, prog_name="ortserve")
+def main() -> None:
+    """Serve ONNX models over the Open Inference Protocol (KServe v2)."""
+
+
+@main.command()
+@click.option(
+    "--model-repository",
+    envvar="ORTSERVE_MODEL_REPOSITORY",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder of <model>/<version>/model.onnx (Triton layout).",
+)
+@click.option("--host", envvar="ORTSERVE_HOST", default="127.0.0.1", help="Address every listener binds to.")
+@click.option(
+    "--http-port",
+    envvar="ORTSERVE_HTTP_PORT",
+    type=int,
+    default=8000,
+    help="Open Inference Protocol over HTTP.",
+)
+@click.option(
+    "--grpc-port",
+    envvar="ORTSERVE_GRPC_PORT",
+    type=int,
+    default=8001,
+    help="Open Inference Protocol over gRPC (-1: off).",
+)
+@click.option(
+    "--metrics-port",
+    envvar="ORTSERVE_METRICS_PORT",
+    type=int,
+    default=8002,
+    help="Prometheus metrics (-1: off).",
+)
+@click.option(
+    "--max-body-bytes",
+    envvar="ORTSERVE_MAX_BODY_BYTES",
+    type=int,
+    default=64 * 1024 * 1024,
+    help="Largest request body.",
+)
+@click.option(
+    "--intra-op-threads",
+    envvar="ORTSERVE_INTRA_OP_THREADS",
+    type=int,
+    default=None,
+    help="ONNX Runtime intra-op threads (default: usable CPUs).",
+)
+@click.option(
+    "--inter-op-threads",
+    envvar="ORTSERVE_INTER_OP_THREADS",
+    type=int,
+    default=None,
+    help="ONNX Runtime inter-op threads (default: 1).",
+)
+@click.option(
+    "--shutdown-grace",
+    envvar="ORTSERVE_SHUTDOWN_GRACE",
+    type=float,
+    default=30.0,
+    help="Seconds in-flight requests get on SIGTERM.",
+)
+@click.option(
+    "--log-level",
+    envvar="ORTSERVE_LOG_LEVEL",
+    default="INFO",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.option(
+    "--log-format", envvar="ORTSERVE_LOG_FORMAT", default="text", type=click.Choice(["text", "json"])
+)
+@click.option(
+    "--demo/--no-demo",
+    envvar="ORTSERVE_DEMO",
+    default=False,
+    help="Write the demo models into the repository first if it is empty.",
+)
+def serve(
+    model_repository: Path,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    max_body_bytes: int,
+    intra_op_threads: int | None,
+    inter_op_threads: int | None,
+    shutdown_grace: float,
+    log_level: str,
+    log_format: str,
+    demo: bool,
+) -> None:
+    """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
+    from ortserve.logs import configure_logging
+    from ortserve.server.lifecycle import serve as run_server
+    from ortserve.settings import ServerSettings
+
+    configure_logging(log_level, log_format)
+    if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
+        from ortserve.demo import write_demo_repository
+
+        write_demo_repository(model_repository)
+    settings = ServerSettings(
+        model_repository=model_repository,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        max_body_bytes=max_body_bytes,
+        intra_op_threads=intra_op_threads,
+        inter_op_threads=inter_op_threads,
+        shutdown_grace_s=shutdown_grace,
+        log_level=log_level,
+        log_format=log_format,
+    )
+    _run(run_server(settings))
+
+
+def _run(coro: object) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)  # type: ignore[arg-type]
+    except ImportError:
+        asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def demo(directory: Path) -> None:
+    """Write the demo model repository (seeded MLPs) into DIRECTORY."""
+    from ortserve.demo import write_demo_repository
+
+    names = write_demo_repository(directory)
+    click.echo(f"wrote {', '.join(names)} to {directory}")

@@ -1,0 +1,75 @@
+"""The one API both transports call: health, metadata and inference."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ortserve.core.model import ServedVersion
+from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
+from ortserve.errors import ModelNotReady
+
+__all__ = ["DataPlane", "ModelResolver"]
+
+
+class ModelResolver(Protocol):
+    """Finds the served version a request names (the model registry implements it)."""
+
+    def resolve(self, name: str, version: str | None) -> ServedVersion: ...
+
+    def served_versions(self, name: str) -> tuple[str, ...]: ...
+
+    @property
+    def all_ready(self) -> bool: ...
+
+
+class DataPlane:
+    """Transport-free server behaviour; HTTP and gRPC handlers only decode, call, encode.
+
+    Args:
+        resolver: where models are looked up.
+        metadata: what ``GET /v2`` reports.
+    """
+
+    def __init__(self, resolver: ModelResolver, metadata: ServerMetadata) -> None:
+        self._resolver = resolver
+        self._metadata = metadata
+        self._draining = False
+
+    def live(self) -> bool:
+        """The process is up and serving its transports."""
+        return True
+
+    def ready(self) -> bool:
+        """Every model is loaded and ready, and the server is not draining."""
+        return not self._draining and self._resolver.all_ready
+
+    def start_draining(self) -> None:
+        """Readiness goes false so load balancers stop sending, while in-flight work ends."""
+        self._draining = True
+
+    def server_metadata(self) -> ServerMetadata:
+        return self._metadata
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        """Raises: ModelNotFound, ModelNotReady."""
+        served = self._resolver.resolve(name, version)
+        info = served.info
+        versions = (info.version,) if version else self._resolver.served_versions(name)
+        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs)
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Raises: ModelNotFound for an unknown model or version."""
+        try:
+            return self._resolver.resolve(name, version).ready
+        except ModelNotReady:
+            return False
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run one request through its model's scheduler.
+
+        Raises:
+            ModelNotFound, ModelNotReady, InvalidInput, Overloaded, DeadlineExceeded,
+            InferenceError.
+        """
+        served = self._resolver.resolve(request.model_name, request.model_version)
+        return await served.infer(request)

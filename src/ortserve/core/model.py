@@ -1,0 +1,113 @@
+"""One served model version: its metadata, validation, scheduler and runner, and its state."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ortserve.core.datatypes import datatype_of_numpy
+from ortserve.core.runner import OrtRunner
+from ortserve.core.scheduler import Scheduler
+from ortserve.core.types import InferOutput, InferRequest, InferResponse, TensorSpec
+from ortserve.core.validation import validate_inputs
+from ortserve.errors import InvalidInput, ModelNotReady
+
+__all__ = ["ModelState", "ServedVersion", "VersionInfo"]
+
+Array = npt.NDArray[np.generic]
+
+
+class ModelState(enum.Enum):
+    """Lifecycle of a served version."""
+
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    UNLOADING = "unloading"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    """What a served version is, independent of how it runs."""
+
+    name: str
+    version: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+    providers: tuple[str, ...]
+    platform: str = "onnxruntime_onnx"
+
+
+class ServedVersion:
+    """Validates requests for one version, queues them on its scheduler, shapes the answer.
+
+    Args:
+        info: names, specs and batching of the version.
+        scheduler: the version's queue and batcher.
+        runner: the session runner, closed when the version is unloaded.
+    """
+
+    def __init__(self, info: VersionInfo, scheduler: Scheduler, runner: OrtRunner | None = None) -> None:
+        self.info = info
+        self.scheduler = scheduler
+        self.runner = runner
+        self.state = ModelState.READY
+        self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, queue, and answer one request with only its own rows.
+
+        Raises:
+            InvalidInput, Overloaded, DeadlineExceeded, ModelNotReady, InferenceError.
+        """
+        if self.state is not ModelState.READY:
+            raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
+        selected = self._select_outputs(request)
+        feeds, rows = validate_inputs(request.inputs, self.info.inputs, self.info.max_batch_size > 0)
+        arrays = await self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
+        outputs = []
+        for index, parameters in selected:
+            data = arrays[index]
+            outputs.append(
+                InferOutput(
+                    self.info.outputs[index].name,
+                    datatype_of_numpy(data.dtype),
+                    data.shape,
+                    data,
+                    parameters,
+                )
+            )
+        return InferResponse(self.info.name, self.info.version, outputs, request.id)
+
+    async def unload(self, grace_s: float) -> None:
+        """Stop admitting, let queued and running requests finish (up to ``grace_s``), close."""
+        self.state = ModelState.UNLOADING
+        if not await self.scheduler.drain(grace_s):
+            self.scheduler.abort(f"model {self.info.name!r} was unloaded")
+        if self.runner is not None:
+            self.runner.close()
+
+    def _select_outputs(self, request: InferRequest) -> list[tuple[int, dict[str, bool | int | float | str]]]:
+        if request.outputs is None:
+            return [(i, {}) for i in range(len(self.info.outputs))]
+        selected = []
+        seen = set()
+        for wanted in request.outputs:
+            index = self._output_index.get(wanted.name)
+            if index is None:
+                raise InvalidInput(
+                    f"unknown output {wanted.name!r}; the model's outputs are {sorted(self._output_index)}"
+                )
+            if wanted.name in seen:
+                raise InvalidInput(f"output {wanted.name!r} is requested more than once")
+            seen.add(wanted.name)
+            selected.append((index, wanted.parameters))
+        return selected

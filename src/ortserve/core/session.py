@@ -1,0 +1,109 @@
+"""Building ONNX Runtime sessions: execution-provider chain, thread pools, optimization."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from ortserve.core.cpus import usable_cpus
+from ortserve.repository.config import ModelConfig, ProviderConfig
+
+__all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROVIDER_ORDER = (
+    "TensorrtExecutionProvider",
+    "CUDAExecutionProvider",
+    "CPUExecutionProvider",
+)
+
+_OPT_LEVELS = {
+    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """What a session will be built with, decided before any model is read."""
+
+    providers: tuple[tuple[str, dict[str, str]], ...]
+    missing: tuple[str, ...]
+    intra_op_threads: int
+    inter_op_threads: int
+    cpu_affinity: str | None
+    optimization_level: str
+
+
+def _chosen_providers(
+    requested: list[ProviderConfig] | None, available: list[str]
+) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+    if requested is None:
+        auto = [(name, {}) for name in DEFAULT_PROVIDER_ORDER if name in available]
+        return auto, []
+    chosen: list[tuple[str, dict[str, str]]] = []
+    missing: list[str] = []
+    for provider in requested:
+        if provider.name in available:
+            chosen.append((provider.name, {k: str(v) for k, v in provider.options.items()}))
+        else:
+            missing.append(provider.name)
+    if not any(name == "CPUExecutionProvider" for name, _ in chosen):
+        chosen.append(("CPUExecutionProvider", {}))
+    return chosen, missing
+
+
+def plan_session(
+    config: ModelConfig, intra_op_default: int | None, inter_op_default: int | None
+) -> SessionPlan:
+    """Decide providers and thread counts for a model from its config and the server's."""
+    providers, missing = _chosen_providers(config.provider_list(), ort.get_available_providers())
+    intra = config.intra_op_threads or intra_op_default or usable_cpus()
+    inter = config.inter_op_threads or inter_op_default or 1
+    return SessionPlan(
+        providers=tuple(providers),
+        missing=tuple(missing),
+        intra_op_threads=intra,
+        inter_op_threads=inter,
+        cpu_affinity=config.cpu_affinity,
+        optimization_level=config.graph_optimization_level,
+    )
+
+
+def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
+    """Create the session; warns about every requested provider that is not available."""
+    for name in plan.missing:
+        logger.warning(
+            "%s: execution provider %s is not available in this ONNX Runtime build (%s)",
+            model_path,
+            name,
+            ", ".join(ort.get_available_providers()),
+        )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = plan.intra_op_threads
+    options.inter_op_num_threads = plan.inter_op_threads
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if plan.inter_op_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    options.graph_optimization_level = _OPT_LEVELS[plan.optimization_level]
+    # Spinning threads burn the core that the event loop needs between batches.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if plan.cpu_affinity:
+        options.add_session_config_entry("session.intra_op_thread_affinities", plan.cpu_affinity)
+    names = [name for name, _ in plan.providers]
+    provider_options = [opts for _, opts in plan.providers]
+    session = ort.InferenceSession(
+        str(model_path), sess_options=options, providers=names, provider_options=provider_options
+    )
+    active = session.get_providers()
+    dropped = [n for n in names if n not in active]
+    if dropped:
+        logger.warning("%s: providers %s failed to initialise; active: %s", model_path, dropped, active)
+    return session

@@ -1,0 +1,121 @@
+"""The one error tree: every failure a client can see, with its HTTP status and gRPC code.
+
+The two transports read ``http_status`` and ``grpc_code`` here and nowhere else, so HTTP and
+gRPC can never disagree about what a failure means. ``grpc_code`` is the name of a member of
+``grpc.StatusCode`` (kept as a string so this module imports no gRPC).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DeadlineExceeded",
+    "InferenceError",
+    "InternalError",
+    "InvalidInput",
+    "ModelNotFound",
+    "ModelNotReady",
+    "NotImplementedByServer",
+    "OrtServeError",
+    "Overloaded",
+    "PayloadTooLarge",
+    "RepositoryError",
+]
+
+
+class OrtServeError(Exception):
+    """Base of every error ortserve reports to a client or an operator.
+
+    Args:
+        message: a sentence for the client; it must never contain a traceback.
+    """
+
+    http_status: int = 500
+    grpc_code: str = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(OrtServeError):
+    """The request is malformed or does not fit the model (names, types, shapes, limits)."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class PayloadTooLarge(InvalidInput):
+    """The body or message exceeds the configured size limit."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class ModelNotFound(OrtServeError):
+    """No model, or no such version of it, is served."""
+
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+
+
+class ModelNotReady(OrtServeError):
+    """The model exists but cannot take requests now (loading, failed, or draining)."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+class Overloaded(OrtServeError):
+    """Admission refused: the queue is full or the request could not meet its deadline.
+
+    Args:
+        message: what was refused and why.
+        retry_after_s: how long the client should wait before retrying, in seconds.
+    """
+
+    http_status = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(OrtServeError):
+    """The request's deadline passed before it could be answered."""
+
+    http_status = 504
+    grpc_code = "DEADLINE_EXCEEDED"
+
+
+class NotImplementedByServer(OrtServeError):
+    """The protocol defines the call but this server does not offer it."""
+
+    http_status = 501
+    grpc_code = "UNIMPLEMENTED"
+
+
+class InternalError(OrtServeError):
+    """Something went wrong inside the server; details go to the log, not the client."""
+
+    http_status = 500
+    grpc_code = "INTERNAL"
+
+
+class InferenceError(InternalError):
+    """ONNX Runtime failed to run a batch (the server logs the cause)."""
+
+
+class RepositoryError(OrtServeError):
+    """The model repository could not be read or a model could not be loaded."""
+
+    http_status = 500
+    grpc_code = "INTERNAL"
+
+
+class ConfigError(RepositoryError):
+    """A ``config.yaml`` is invalid; the message names the file and the field."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"

@@ -1,0 +1,266 @@
+"""Open Inference Protocol HTTP bodies: JSON and Triton's binary tensor data extension."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ortserve.core.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    Parameters,
+    RequestedOutput,
+    ServerMetadata,
+)
+from ortserve.errors import InvalidInput
+from ortserve.protocol.tensors import (
+    TensorLimits,
+    array_from_binary,
+    array_from_json,
+    array_to_binary,
+    array_to_json_data,
+    checked_shape,
+)
+
+__all__ = [
+    "EncodedBody",
+    "decode_infer_request",
+    "encode_error",
+    "encode_infer_response",
+    "encode_model_metadata",
+    "encode_server_metadata",
+    "parse_json_body",
+]
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_MAX_ID_LENGTH = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body as buffers to write in order; ``header_length`` is set for binary."""
+
+    chunks: list[bytes | memoryview]
+    header_length: int | None
+
+
+def parse_json_body(raw: bytes | memoryview) -> Any:
+    """Parse JSON; NaN and Infinity (which orjson refuses) are accepted as data.
+
+    Raises:
+        InvalidInput: not JSON.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as fast_error:
+        try:
+            return json.loads(bytes(raw))  # the stdlib reads NaN/Infinity tokens
+        except (ValueError, RecursionError):
+            raise InvalidInput(f"request body is not valid JSON: {fast_error}") from None
+
+
+def _parameters(value: object, where: str) -> Parameters:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{where}: 'parameters' must be an object")
+    for key, item in value.items():
+        if not isinstance(item, (bool, int, float, str)):
+            raise InvalidInput(f"{where}: parameter {key!r} must be a boolean, number or string")
+    return value
+
+
+def _schedule_fields(parameters: Parameters) -> tuple[int, float | None]:
+    priority = parameters.get("priority", 0)
+    if type(priority) is not int or priority < 0:
+        raise InvalidInput("parameter 'priority' must be a non-negative integer")
+    timeout = parameters.get("timeout", 0)
+    if type(timeout) is not int or timeout < 0:
+        raise InvalidInput("parameter 'timeout' must be a non-negative integer (microseconds)")
+    return priority, (timeout / 1e6 if timeout else None)
+
+
+def _decode_input(
+    raw: object, binary: memoryview, offset: int, limits: TensorLimits
+) -> tuple[InferInput, int]:
+    if not isinstance(raw, dict):
+        raise InvalidInput("each entry of 'inputs' must be an object")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("an input has no 'name'")
+    datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidInput(f"input {name!r}: 'datatype' must be a string")
+    shape = checked_shape(name, raw.get("shape"), limits)
+    parameters = _parameters(raw.get("parameters"), f"input {name!r}")
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if type(size) is not int or size < 0:
+            raise InvalidInput(f"input {name!r}: 'binary_data_size' must be a non-negative integer")
+        if "data" in raw:
+            raise InvalidInput(f"input {name!r}: has both 'data' and 'binary_data_size'")
+        if offset + size > len(binary):
+            raise InvalidInput(f"input {name!r}: binary_data_size {size} runs past the end of the body")
+        data = array_from_binary(name, datatype, shape, binary[offset : offset + size], limits)
+        offset += size
+    else:
+        if "data" not in raw:
+            raise InvalidInput(f"input {name!r}: has neither 'data' nor 'binary_data_size'")
+        data = array_from_json(name, datatype, shape, raw["data"], limits)
+    return InferInput(name, datatype, shape, data, parameters), offset
+
+
+def _decode_outputs(raw: object, binary_default: bool) -> list[RequestedOutput] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise InvalidInput("'outputs' must be a list")
+    outputs = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InvalidInput("each entry of 'outputs' must be an object with a 'name'")
+        parameters = dict(_parameters(entry.get("parameters"), f"output {entry['name']!r}"))
+        if "classification" in parameters:
+            raise InvalidInput("the classification extension is not supported")
+        binary = parameters.get("binary_data", binary_default)
+        if not isinstance(binary, bool):
+            raise InvalidInput(f"output {entry['name']!r}: 'binary_data' must be a boolean")
+        parameters["binary_data"] = binary
+        outputs.append(RequestedOutput(entry["name"], parameters))
+    return outputs
+
+
+def decode_infer_request(
+    body: bytes,
+    header_length: int | None,
+    model_name: str,
+    model_version: str | None,
+    limits: TensorLimits,
+) -> InferRequest:
+    """Decode an infer request body; tensors sent as binary become views of ``body``.
+
+    Args:
+        body: the whole HTTP body.
+        header_length: ``Inference-Header-Content-Length``; None for a JSON-only body.
+
+    Raises:
+        InvalidInput: anything malformed, inconsistent or over a limit, named.
+    """
+    if header_length is None:
+        header_length = len(body)
+    elif not 0 <= header_length <= len(body):
+        raise InvalidInput("Inference-Header-Content-Length is larger than the body")
+    view = memoryview(body)
+    document = parse_json_body(view[:header_length])
+    if not isinstance(document, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    request_id = document.get("id")
+    if request_id is not None and (not isinstance(request_id, str) or len(request_id) > _MAX_ID_LENGTH):
+        raise InvalidInput("'id' must be a string of at most 1024 characters")
+    parameters = _parameters(document.get("parameters"), "request")
+    priority, timeout_s = _schedule_fields(parameters)
+    raw_inputs = document.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise InvalidInput("'inputs' must be a non-empty list")
+    binary = view[header_length:]
+    offset = 0
+    inputs = []
+    for raw in raw_inputs:
+        tensor, offset = _decode_input(raw, binary, offset, limits)
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise InvalidInput(f"{len(binary) - offset} bytes of binary data are not claimed by any input")
+    binary_default = parameters.get("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise InvalidInput("parameter 'binary_data_output' must be a boolean")
+    outputs = _decode_outputs(document.get("outputs"), binary_default)
+    return InferRequest(
+        model_name, inputs, model_version, request_id, outputs, parameters, priority, timeout_s
+    )
+
+
+def _wants_binary(parameters: Parameters, default: bool) -> bool:
+    return bool(parameters.get("binary_data", default))
+
+
+def encode_infer_response(response: InferResponse, binary_default: bool) -> EncodedBody:
+    """The response as JSON, with binary outputs appended after the JSON header."""
+    outputs: list[dict[str, Any]] = []
+    binary_chunks: list[bytes | memoryview] = []
+    finite = True
+    for output in response.outputs:
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.shape),
+        }
+        if _wants_binary(output.parameters, binary_default):
+            chunks = array_to_binary(output.data)
+            entry["parameters"] = {"binary_data_size": sum(len(c) for c in chunks)}
+            binary_chunks.extend(chunks)
+        else:
+            data = array_to_json_data(output.data)
+            if output.data.dtype.kind == "f" and not _all_finite(output.data):
+                finite = False
+            entry["data"] = data
+        outputs.append(entry)
+    document: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+        "outputs": outputs,
+    }
+    if response.id is not None:
+        document["id"] = response.id
+    if response.parameters:
+        document["parameters"] = response.parameters
+    header = orjson.dumps(document, option=_NUMPY) if finite else _dumps_non_finite(document)
+    if not binary_chunks:
+        return EncodedBody([header], None)
+    return EncodedBody([header, *binary_chunks], len(header))
+
+
+def _all_finite(array: Any) -> bool:
+    """Whether every float is finite (orjson would write NaN and Infinity as null)."""
+    return bool(np.isfinite(array).all())
+
+
+def _dumps_non_finite(document: dict[str, Any]) -> bytes:
+    def default(value: object) -> object:
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        raise TypeError(type(value).__name__)
+
+    # The stdlib writes NaN / Infinity / -Infinity, which JSON parsers of clients accept.
+    return json.dumps(document, default=default, separators=(",", ":")).encode()
+
+
+def encode_error(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def _tensor_meta(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+def encode_model_metadata(metadata: ModelMetadata) -> bytes:
+    return orjson.dumps(
+        {
+            "name": metadata.name,
+            "versions": list(metadata.versions),
+            "platform": metadata.platform,
+            "inputs": [_tensor_meta(s) for s in metadata.inputs],
+            "outputs": [_tensor_meta(s) for s in metadata.outputs],
+        }
+    )
+
+
+def encode_server_metadata(metadata: ServerMetadata) -> bytes:
+    return orjson.dumps(
+        {"name": metadata.name, "version": metadata.version, "extensions": list(metadata.extensions)}
+    )

@@ -1,0 +1,151 @@
+"""Turning one version folder into a running ServedVersion: session, warm-up, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from ortserve.core.clock import LoopClock
+from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
+from ortserve.core.model import ServedVersion, VersionInfo
+from ortserve.core.runner import OrtRunner
+from ortserve.core.scheduler import Scheduler, SchedulingPolicy
+from ortserve.core.session import build_session, plan_session
+from ortserve.core.types import TensorSpec
+from ortserve.errors import ConfigError
+from ortserve.repository.config import ModelConfig
+from ortserve.settings import ServerSettings
+
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "load_version"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH_SIZE = 32
+_WARMUP_ROUNDS = 5
+
+Array = npt.NDArray[np.generic]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    info: VersionInfo
+    runner: OrtRunner
+    cost_model: BatchCostModel
+    policy: SchedulingPolicy
+
+
+def _dim(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else -1
+
+
+def _specs(args: list[ort.NodeArg]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(a.name, datatype_of_ort(a.type), tuple(_dim(d) for d in a.shape)) for a in args)
+
+
+def _max_batch_size(config: ModelConfig, specs: tuple[TensorSpec, ...], where: Path) -> int:
+    dynamic = all(spec.shape and spec.shape[0] == -1 for spec in specs)
+    wanted = config.batching.max_batch_size
+    if wanted is None:
+        return DEFAULT_MAX_BATCH_SIZE if dynamic else 0
+    if wanted > 0 and not dynamic:
+        raise ConfigError(
+            f"{where}: field batching.max_batch_size: {wanted} needs a dynamic first dimension "
+            "on every input and output of the graph"
+        )
+    return wanted
+
+
+def _warmup_feeds(specs: tuple[TensorSpec, ...], rows: int, rng: np.random.Generator) -> dict[str, Array]:
+    feeds: dict[str, Array] = {}
+    for spec in specs:
+        shape = tuple(rows if axis == 0 and dim == -1 else max(dim, 1) for axis, dim in enumerate(spec.shape))
+        dtype = numpy_dtype(spec.datatype)
+        if spec.datatype == "BYTES":
+            feeds[spec.name] = np.full(shape, "", dtype=object)
+        elif dtype.kind == "f":
+            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+        else:
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def _policy(config: ModelConfig, max_batch_size: int) -> SchedulingPolicy:
+    b = config.batching
+    return SchedulingPolicy(
+        max_batch_size=max_batch_size,
+        max_queue_delay_s=b.max_queue_delay_ms / 1e3,
+        preferred_batch_sizes=tuple(sorted(set(b.preferred_batch_sizes))),
+        max_queue_size=b.max_queue_size,
+        default_timeout_s=None if b.default_timeout_ms is None else b.default_timeout_ms / 1e3,
+        latency_budget_s=None if b.latency_budget_ms is None else b.latency_budget_ms / 1e3,
+        priority_levels=b.priority_levels,
+        default_priority=b.default_priority,
+    )
+
+
+def _prepare(
+    name: str,
+    version: int,
+    path: Path,
+    config: ModelConfig,
+    settings: ServerSettings,
+    loop: asyncio.AbstractEventLoop,
+) -> _Prepared:
+    plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
+    session = build_session(path, plan)
+    inputs = _specs(session.get_inputs())
+    outputs = _specs(session.get_outputs())
+    max_batch = _max_batch_size(config, inputs + outputs, path.parent.parent / "config.yaml")
+    runner = OrtRunner(session, config.instances, loop, f"{name}-{version}")
+    cost = BatchCostModel()
+    sizes = config.warmup_batch_sizes or ([1, max_batch] if max_batch else [1])
+    rng = np.random.default_rng(0)
+    for rows in sizes:
+        if max_batch and rows > max_batch:
+            raise ConfigError(
+                f"{path.parent.parent / 'config.yaml'}: field warmup_batch_sizes: {rows} exceeds "
+                f"max_batch_size {max_batch}"
+            )
+        feeds = _warmup_feeds(inputs, rows if max_batch else 1, rng)
+        for _ in range(_WARMUP_ROUNDS):
+            _, seconds = runner.run_blocking(feeds)
+            cost.observe(rows if max_batch else 1, seconds)
+    info = VersionInfo(name, str(version), inputs, outputs, max_batch, tuple(runner.providers))
+    logger.info(
+        "loaded %s version %d: providers %s, intra-op threads %d, inter-op threads %d, "
+        "max_batch_size %d, instances %d, batch cost %.3f ms + %.4f ms/row",
+        name,
+        version,
+        info.providers,
+        plan.intra_op_threads,
+        plan.inter_op_threads,
+        max_batch,
+        config.instances,
+        cost.coefficients[0] * 1e3,
+        cost.coefficients[1] * 1e3,
+    )
+    return _Prepared(info, runner, cost, _policy(config, max_batch))
+
+
+async def load_version(
+    name: str, version: int, path: Path, config: ModelConfig, settings: ServerSettings
+) -> ServedVersion:
+    """Build the session and warm it up in a worker thread, then start its scheduler.
+
+    Raises:
+        ConfigError: the config contradicts the graph.
+        Exception: whatever ONNX Runtime raises for an unloadable model (logged by the caller).
+    """
+    loop = asyncio.get_running_loop()
+    prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings, loop)
+    scheduler = Scheduler(prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model)
+    return ServedVersion(prepared.info, scheduler, prepared.runner)

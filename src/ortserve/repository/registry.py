@@ -1,0 +1,126 @@
+"""The set of served models and versions: loading, lookup by name and version, unloading."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from ortserve.core.model import ModelState, ServedVersion
+from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
+from ortserve.repository.config import load_model_config
+from ortserve.repository.layout import ModelDir, scan_repository, select_versions
+from ortserve.repository.loader import load_version
+from ortserve.settings import ServerSettings
+
+__all__ = ["ModelEntry", "ModelRegistry"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    """A model and its served versions; ``error`` says why it failed to load."""
+
+    name: str
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    state: ModelState = ModelState.LOADING
+    error: str | None = None
+
+    def latest_ready(self) -> ServedVersion | None:
+        for number in sorted(self.versions, reverse=True):
+            if self.versions[number].ready:
+                return self.versions[number]
+        return None
+
+
+class ModelRegistry:
+    """Holds every model entry; the DataPlane resolves requests through it."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, ModelEntry] = {}
+        self.loading_done = False
+
+    def names(self) -> list[str]:
+        return sorted(self._models)
+
+    def entries(self) -> list[ModelEntry]:
+        return [self._models[name] for name in sorted(self._models)]
+
+    def entry(self, name: str) -> ModelEntry:
+        """Raises: ModelNotFound."""
+        found = self._models.get(name)
+        if found is None:
+            raise ModelNotFound(f"unknown model {name!r}")
+        return found
+
+    def add(self, entry: ModelEntry) -> None:
+        """Register an entry built outside the repository (pipelines, tests)."""
+        self._models[entry.name] = entry
+
+    def resolve(self, name: str, version: str | None) -> ServedVersion:
+        """The served version a request names (latest ready when it names none).
+
+        Raises:
+            ModelNotFound: no such model or version.
+            ModelNotReady: the model exists but no version can take requests.
+        """
+        entry = self.entry(name)
+        if version is None or version == "":
+            served = entry.latest_ready()
+            if served is None:
+                reason = f": {entry.error}" if entry.error else ""
+                raise ModelNotReady(f"model {name!r} is {entry.state.value}{reason}")
+            return served
+        if not version.isdigit() or int(version) not in entry.versions:
+            raise ModelNotFound(f"model {name!r} has no served version {version!r}")
+        return entry.versions[int(version)]
+
+    def served_versions(self, name: str) -> tuple[str, ...]:
+        """Version numbers of a model, highest first (ModelNotFound if unknown)."""
+        return tuple(str(v) for v in sorted(self.entry(name).versions, reverse=True))
+
+    @property
+    def all_ready(self) -> bool:
+        """Every model loaded and ready (Triton's strict readiness)."""
+        return self.loading_done and all(e.state is ModelState.READY for e in self._models.values())
+
+    async def load_repository(self, settings: ServerSettings) -> None:
+        """Load every model in the repository; one model's failure never stops the others."""
+        dirs = scan_repository(settings.model_repository)
+        for model_dir in dirs:
+            self._models.setdefault(model_dir.name, ModelEntry(model_dir.name))
+        await asyncio.gather(*(self._load_model(d, settings) for d in dirs))
+        self.loading_done = True
+
+    async def _load_model(self, model_dir: ModelDir, settings: ServerSettings) -> None:
+        entry = self._models[model_dir.name]
+        try:
+            config = load_model_config(model_dir.path)
+            wanted = select_versions(model_dir.versions, config.version_policy)
+            if not wanted:
+                raise ModelNotFound("no version folder with a model.onnx matches the version policy")
+            for number in wanted:
+                entry.versions[number] = await load_version(
+                    model_dir.name, number, model_dir.versions[number], config, settings
+                )
+        except OrtServeError as exc:
+            self._fail(entry, exc.message)
+        except Exception as exc:  # ONNX Runtime's own load errors: logged, the model fails alone
+            logger.debug("load of %s failed", model_dir.name, exc_info=exc)
+            self._fail(entry, f"{type(exc).__name__}: {exc}")
+        else:
+            entry.state = ModelState.READY
+
+    @staticmethod
+    def _fail(entry: ModelEntry, reason: str) -> None:
+        entry.state = ModelState.FAILED
+        entry.error = reason
+        logger.error("model %s failed to load: %s", entry.name, reason)
+
+    async def unload_all(self, grace_s: float) -> None:
+        """Drain and close every served version."""
+        versions = [v for e in self._models.values() for v in e.versions.values()]
+        await asyncio.gather(*(v.unload(grace_s) for v in versions))
+        for entry in self._models.values():
+            entry.state = ModelState.UNLOADING

@@ -1,0 +1,155 @@
+"""Open Inference Protocol routes over HTTP: decode, call the DataPlane, encode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ortserve.core.dataplane import DataPlane
+from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
+from ortserve.protocol.http_codec import (
+    decode_infer_request,
+    encode_error,
+    encode_infer_response,
+    encode_model_metadata,
+    encode_server_metadata,
+)
+from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.http.errors import error_response, internal_error_response
+from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+
+__all__ = ["HttpApp", "RouteHandler"]
+
+RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
+
+_EMPTY_OK = json_response(200, b"")
+_READY_FALSE = json_response(503, b"")
+_HEADER_LENGTH = b"inference-header-content-length"
+_OCTET_STREAM = b"application/octet-stream"
+
+
+class HttpApp:
+    """Routes requests; infer and domain routes return coroutines, the rest answer at once.
+
+    Args:
+        dataplane: the server's one DataPlane.
+        limits: tensor limits applied while decoding.
+    """
+
+    def __init__(self, dataplane: DataPlane, limits: TensorLimits) -> None:
+        self._dataplane = dataplane
+        self._limits = limits
+        self._extra: dict[tuple[str, str], RouteHandler] = {}
+
+    def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
+        """Add a fixed-path route (pipelines' REST routes, metrics)."""
+        self._extra[(method, path)] = handler
+
+    def __call__(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+        try:
+            return self._route(request)
+        except OrtServeError as error:
+            return error_response(error)
+        except Exception as exc:
+            return internal_error_response(exc)
+
+    def _route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+        path = request.path
+        extra = self._extra.get((request.method, path))
+        if extra is not None:
+            return _guarded(extra(request))
+        parts = path.strip("/").split("/")
+        if not parts or parts[0] != "v2":
+            return _not_found(path)
+        rest = parts[1:]
+        if not rest:
+            return self._get(request, lambda: encode_server_metadata(self._dataplane.server_metadata()))
+        if rest[0] == "health" and len(rest) == 2:
+            return self._health(request, rest[1])
+        if rest[0] == "models" and len(rest) >= 2:
+            return self._model_route(request, rest[1:])
+        return _not_found(path)
+
+    def _health(self, request: HttpRequest, which: str) -> HttpResponse:
+        if request.method != "GET":
+            return _method_not_allowed()
+        if which == "live":
+            return _EMPTY_OK if self._dataplane.live() else _READY_FALSE
+        if which == "ready":
+            return _EMPTY_OK if self._dataplane.ready() else _READY_FALSE
+        return _not_found(request.path)
+
+    def _model_route(
+        self, request: HttpRequest, parts: list[str]
+    ) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+        name, rest = parts[0], parts[1:]
+        version: str | None = None
+        if len(rest) >= 2 and rest[0] == "versions":
+            version, rest = rest[1], rest[2:]
+        if not name or version == "":
+            return _not_found(request.path)
+        if not rest:
+            return self._get(
+                request, lambda: encode_model_metadata(self._dataplane.model_metadata(name, version))
+            )
+        if rest == ["ready"]:
+            if request.method != "GET":
+                return _method_not_allowed()
+            return _EMPTY_OK if self._dataplane.model_ready(name, version) else _READY_FALSE
+        if rest == ["infer"]:
+            if request.method != "POST":
+                return _method_not_allowed()
+            return self._infer(request, name, version)
+        return _not_found(request.path)
+
+    @staticmethod
+    def _get(request: HttpRequest, body: Callable[[], bytes]) -> HttpResponse:
+        if request.method != "GET":
+            return _method_not_allowed()
+        return json_response(200, body())
+
+    async def _infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
+        try:
+            header_length = _header_length(request)
+            infer_request = decode_infer_request(request.body, header_length, name, version, self._limits)
+            response = await self._dataplane.infer(infer_request)
+            binary_default = infer_request.parameters.get("binary_data_output", False) is True
+            encoded = encode_infer_response(response, binary_default)
+        except OrtServeError as error:
+            return error_response(error)
+        except Exception as exc:
+            return internal_error_response(exc)
+        if encoded.header_length is None:
+            return HttpResponse(200, encoded.chunks)
+        return HttpResponse(
+            200,
+            encoded.chunks,
+            _OCTET_STREAM,
+            [(b"inference-header-content-length", str(encoded.header_length).encode())],
+        )
+
+
+def _header_length(request: HttpRequest) -> int | None:
+    raw = request.headers.get(_HEADER_LENGTH)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit():
+        raise InvalidInput("Inference-Header-Content-Length must be a non-negative integer")
+    return int(raw)
+
+
+async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
+    try:
+        return await handler
+    except OrtServeError as error:
+        return error_response(error)
+    except Exception as exc:
+        return internal_error_response(exc)
+
+
+def _not_found(path: str) -> HttpResponse:
+    return error_response(ModelNotFound(f"no route for {path}"))
+
+
+def _method_not_allowed() -> HttpResponse:
+    return json_response(405, encode_error("method not allowed"))

@@ -1,0 +1,29 @@
+"""Turning the error tree into HTTP responses: the only place HTTP reads ``http_status``."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from ortserve.errors import OrtServeError, Overloaded
+from ortserve.protocol.http_codec import encode_error
+from ortserve.server.http.messages import HttpResponse, json_response
+
+__all__ = ["error_response", "internal_error_response"]
+
+logger = logging.getLogger(__name__)
+
+
+def error_response(error: OrtServeError) -> HttpResponse:
+    """The status the error class owns, ``{"error": message}``, and Retry-After on 429."""
+    headers: list[tuple[bytes, bytes]] = []
+    if isinstance(error, Overloaded):
+        seconds = max(1, math.ceil(error.retry_after_s))
+        headers.append((b"retry-after", str(seconds).encode()))
+    return json_response(error.http_status, encode_error(error.message), headers)
+
+
+def internal_error_response(exc: BaseException) -> HttpResponse:
+    """A 500 that tells the client nothing of the internals; the traceback goes to the log."""
+    logger.error("internal error while handling a request", exc_info=exc)
+    return json_response(500, encode_error("internal server error"))

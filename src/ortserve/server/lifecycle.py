@@ -1,0 +1,106 @@
+"""Server lifecycle: load models, open listeners, serve until a signal, drain, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import onnxruntime as ort
+
+from ortserve import __version__
+from ortserve.core.cpus import usable_cpus
+from ortserve.core.dataplane import DataPlane
+from ortserve.core.types import ServerMetadata
+from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.registry import ModelRegistry
+from ortserve.server.http.app import HttpApp
+from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.listener import HttpListener
+from ortserve.settings import ServerSettings
+
+__all__ = ["EXTENSIONS", "Server", "serve"]
+
+logger = logging.getLogger(__name__)
+
+EXTENSIONS = ("binary_tensor_data", "schedule_policy")
+
+
+@dataclass(slots=True)
+class _Bound:
+    http_port: int
+
+
+class Server:
+    """Everything one ``ortserve serve`` runs, as an object tests can start and stop.
+
+    Args:
+        settings: the frozen server settings.
+    """
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.registry = ModelRegistry()
+        self.dataplane = DataPlane(self.registry, ServerMetadata("ortserve", __version__, EXTENSIONS))
+        limits = TensorLimits(
+            settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element
+        )
+        self.http_app = HttpApp(self.dataplane, limits)
+        self._http = HttpListener(
+            self.http_app,
+            ConnectionLimits(
+                max_body_bytes=settings.max_body_bytes,
+                keepalive_timeout_s=settings.keepalive_timeout_s,
+            ),
+        )
+        self.bound: _Bound | None = None
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        """Listen first (liveness answers while models load), then load the repository."""
+        s = self.settings
+        http_port = await self._http.start(s.host, s.http_port)
+        self.bound = _Bound(http_port)
+        logger.info(
+            "ortserve %s, ONNX Runtime %s (available providers: %s), %d usable CPUs",
+            __version__,
+            ort.__version__,
+            ", ".join(ort.get_available_providers()),
+            usable_cpus(),
+        )
+        logger.info("HTTP (Open Inference Protocol) listening on http://%s:%d", s.host, http_port)
+        await self.registry.load_repository(s)
+        for entry in self.registry.entries():
+            versions = ", ".join(
+                f"{n} [{'/'.join(v.info.providers)}]" for n, v in sorted(entry.versions.items())
+            )
+            logger.info("model %s: %s; versions %s", entry.name, entry.state.value, versions or "none")
+        logger.info("server %s", "ready" if self.dataplane.ready() else "NOT ready (a model failed)")
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def wait_for_stop(self) -> None:
+        await self._stop.wait()
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish within the grace period, close."""
+        grace = self.settings.shutdown_grace_s
+        logger.info("shutting down: draining in-flight requests (grace %.1f s)", grace)
+        self.dataplane.start_draining()
+        self._http.stop_accepting()
+        await self.registry.unload_all(grace)
+        await self._http.wait_closed(grace)
+        logger.info("stopped")
+
+
+async def serve(settings: ServerSettings) -> None:
+    """Run until SIGTERM or SIGINT, then drain and return (the process exits 0)."""
+    server = Server(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    await server.start()
+    await server.wait_for_stop()
+    await server.stop()

@@ -1,0 +1,46 @@
+"""Server-wide settings: built once at the CLI edge, frozen, and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ServerSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Every knob the server reads; per-model knobs live in each model's ``config.yaml``."""
+
+    model_repository: Path
+    """Folder in Triton's layout: ``<model>/<version>/model.onnx`` (+ optional config.yaml)."""
+    host: str = "127.0.0.1"
+    """Address every listener binds to."""
+    http_port: int = 8000
+    """Open Inference Protocol over HTTP/1.1 (0 picks a free port)."""
+    grpc_port: int = 8001
+    """Open Inference Protocol over gRPC (-1 disables it)."""
+    metrics_port: int = 8002
+    """Prometheus exposition (-1 disables the separate listener; /metrics stays on HTTP)."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    """Largest request body (HTTP) or message (gRPC) accepted; larger is 413."""
+    max_json_depth: int = 32
+    """Deepest nesting of a JSON tensor's ``data``."""
+    max_tensor_elements: int = 64 * 1024 * 1024
+    """Most elements one tensor may declare."""
+    max_bytes_element: int = 16 * 1024 * 1024
+    """Longest single BYTES element."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM/SIGINT, how long in-flight requests get to finish."""
+    intra_op_threads: int | None = None
+    """ONNX Runtime intra-op threads per session; None sizes them to the usable CPUs."""
+    inter_op_threads: int | None = None
+    """ONNX Runtime inter-op threads; None means 1 (sequential execution)."""
+    log_level: str = "INFO"
+    """Root log level."""
+    log_format: str = "text"
+    """``text`` or ``json``."""
+    access_log: bool = False
+    """Log one line per request (costs nothing when off)."""
+    keepalive_timeout_s: float = 75.0
+    """Idle HTTP keep-alive connections are closed after this long."""
