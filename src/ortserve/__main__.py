@@ -1,0 +1,5 @@
+"""``python -m ortserve``: the same as the ``ortserve`` command."""
+
+from ortserve.cli.main import main
+
+main()

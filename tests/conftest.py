@@ -1,0 +1,26 @@
+"""Shared fixtures: the demo repository and one real server process for end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ortserve.demo import write_demo_repository
+from ortserve.testing import ServerProcess, run_server
+
+
+@pytest.fixture(scope="session")
+def demo_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    write_demo_repository(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One ``ortserve serve`` on the demo models, shared by the end-to-end tests."""
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    with run_server(demo_repository, log) as process:
+        yield process
