@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ def build_mlp(layer_sizes: list[int], seed: int, name: str) -> onnx.ModelProto:
     initializers = []
     current = "input"
     last = len(layer_sizes) - 2
-    for index, (fan_in, fan_out) in enumerate(zip(layer_sizes, layer_sizes[1:])):
+    for index, (fan_in, fan_out) in enumerate(itertools.pairwise(layer_sizes)):
         weight = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(np.float32)
         bias = (rng.standard_normal(fan_out) * 0.01).astype(np.float32)
         initializers += [

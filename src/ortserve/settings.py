@@ -42,5 +42,7 @@ class ServerSettings:
     """``text`` or ``json``."""
     access_log: bool = False
     """Log one line per request (costs nothing when off)."""
+    strict_readiness: bool = True
+    """Server ready only when every model is ready (Triton's default); off: once loading ends."""
     keepalive_timeout_s: float = 75.0
     """Idle HTTP keep-alive connections are closed after this long."""

@@ -129,16 +129,22 @@ def run_server(
     """Start ``ortserve serve`` on free ports, wait until ready, stop it on exit."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     args = [
-        sys.executable, "-m", "ortserve", "serve",
-        "--model-repository", str(model_repository),
-        "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-        "--metrics-port", str(metrics_port),
+        sys.executable,
+        "-m",
+        "ortserve",
+        "serve",
+        "--model-repository",
+        str(model_repository),
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--metrics-port",
+        str(metrics_port),
         *(extra_args or []),
     ]
     log = log_path.open("wb")
-    process = subprocess.Popen(
-        args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-    )
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, metrics_port, log_path)
     try:
         if wait:

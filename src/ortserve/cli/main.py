@@ -86,6 +86,12 @@ def main() -> None:
     "--log-format", envvar="ORTSERVE_LOG_FORMAT", default="text", type=click.Choice(["text", "json"])
 )
 @click.option(
+    "--strict-readiness/--no-strict-readiness",
+    envvar="ORTSERVE_STRICT_READINESS",
+    default=True,
+    help="Ready only when every model is ready; off: ready once loading ends.",
+)
+@click.option(
     "--demo/--no-demo",
     envvar="ORTSERVE_DEMO",
     default=False,
@@ -103,6 +109,7 @@ def serve(
     shutdown_grace: float,
     log_level: str,
     log_format: str,
+    strict_readiness: bool,
     demo: bool,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
@@ -127,6 +134,7 @@ def serve(
         shutdown_grace_s=shutdown_grace,
         log_level=log_level,
         log_format=log_format,
+        strict_readiness=strict_readiness,
     )
     _run(run_server(settings))
 

@@ -45,7 +45,9 @@ def _chosen_providers(
     requested: list[ProviderConfig] | None, available: list[str]
 ) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
     if requested is None:
-        auto = [(name, {}) for name in DEFAULT_PROVIDER_ORDER if name in available]
+        auto: list[tuple[str, dict[str, str]]] = [
+            (name, {}) for name in DEFAULT_PROVIDER_ORDER if name in available
+        ]
         return auto, []
     chosen: list[tuple[str, dict[str, str]]] = []
     missing: list[str] = []

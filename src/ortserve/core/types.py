@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +20,7 @@ __all__ = [
     "TensorSpec",
 ]
 
-ParameterValue = Union[bool, int, float, str]
+ParameterValue = bool | int | float | str
 Parameters = dict[str, ParameterValue]
 
 

@@ -36,7 +36,25 @@ def _check_one(tensor: InferInput, spec: TensorSpec) -> Array:
         raise InvalidInput(f"input {tensor.name!r}: data does not match its declared shape or datatype")
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
+    if spec.datatype == "BYTES":
+        data = _as_text(tensor.name, data)
     return data
+
+
+def _as_text(name: str, data: Array) -> Array:
+    """ONNX string tensors hold text: binary BYTES elements must be UTF-8 and become str."""
+    out = np.empty(data.shape, dtype=object)
+    flat_in = data.reshape(-1)
+    flat_out = out.reshape(-1)
+    for index, item in enumerate(flat_in.tolist()):
+        if isinstance(item, bytes):
+            try:
+                flat_out[index] = item.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInput(f"input {name!r}: BYTES element {index} is not UTF-8 text") from None
+        else:
+            flat_out[index] = item
+    return out
 
 
 def validate_inputs(

@@ -144,10 +144,7 @@ def array_from_json(
         raise InvalidInput(
             f"input {name!r}: 'data' has {len(flat)} elements, shape {list(shape)} needs {expected}"
         )
-    if datatype == BYTES:
-        array = _bytes_array(name, flat)
-    else:
-        array = _numeric_array(name, flat, datatype)
+    array = _bytes_array(name, flat) if datatype == BYTES else _numeric_array(name, flat, datatype)
     return array.reshape(shape)
 
 
@@ -216,4 +213,4 @@ def array_to_binary(array: Array) -> list[bytes | memoryview]:
     contiguous = np.ascontiguousarray(array)
     if contiguous.dtype.byteorder == ">":
         contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
-    return [memoryview(contiguous).cast("B")]
+    return [memoryview(contiguous).cast("B")]  # type: ignore[arg-type]

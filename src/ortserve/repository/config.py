@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -37,7 +37,7 @@ class SpecificPolicy(_Strict):
     specific: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)]
 
 
-VersionPolicy = Union[Literal["latest", "all"], LatestPolicy, SpecificPolicy]
+VersionPolicy = Literal["latest", "all"] | LatestPolicy | SpecificPolicy
 
 
 class ProviderConfig(_Strict):

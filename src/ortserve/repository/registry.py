@@ -37,9 +37,10 @@ class ModelEntry:
 class ModelRegistry:
     """Holds every model entry; the DataPlane resolves requests through it."""
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
         self._models: dict[str, ModelEntry] = {}
         self.loading_done = False
+        self.strict = strict
 
     def names(self) -> list[str]:
         return sorted(self._models)
@@ -82,8 +83,10 @@ class ModelRegistry:
 
     @property
     def all_ready(self) -> bool:
-        """Every model loaded and ready (Triton's strict readiness)."""
-        return self.loading_done and all(e.state is ModelState.READY for e in self._models.values())
+        """Loading finished and, with strict readiness, every model is ready."""
+        if not self.loading_done:
+            return False
+        return not self.strict or all(e.state is ModelState.READY for e in self._models.values())
 
     async def load_repository(self, settings: ServerSettings) -> None:
         """Load every model in the repository; one model's failure never stops the others."""

@@ -41,7 +41,7 @@ class Server:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.registry = ModelRegistry()
+        self.registry = ModelRegistry(strict=settings.strict_readiness)
         self.dataplane = DataPlane(self.registry, ServerMetadata("ortserve", __version__, EXTENSIONS))
         limits = TensorLimits(
             settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element

@@ -11,6 +11,7 @@ the connection on anything it cannot parse.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -34,6 +35,8 @@ _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _MAX_PIPELINED = 32
+_DISCARD_TIMEOUT_S = 5.0
+_MAX_DISCARD = 256 * 1024 * 1024
 
 
 def _status_line(status: int) -> bytes:
@@ -99,6 +102,7 @@ class HttpConnection(asyncio.Protocol):
         self._closed = False
         self._reading = True
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._discard_left: int | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,6 +121,9 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        if self._discard_left is not None:
+            self._discard(len(data))
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -124,7 +131,7 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             cause = exc.__context__
             if isinstance(cause, _TooLarge):
-                self._reject(413, "request body exceeds the size limit")
+                self._reject_and_discard(413, "request body exceeds the size limit")
             elif isinstance(cause, _BadRequest):
                 self._reject(400, str(cause))
             elif cause is not None and not isinstance(cause, httptools.HttpParserError):
@@ -202,7 +209,7 @@ class HttpConnection(asyncio.Protocol):
                 continue
             task = self._loop.create_task(result)
             self._task = task
-            task.add_done_callback(lambda t, ka=keep_alive: self._on_done(t, ka))
+            task.add_done_callback(functools.partial(self._on_done, keep_alive=keep_alive))
             return
         self._busy = False
         if not self._reading and self._transport is not None and not self._closed:
@@ -211,7 +218,7 @@ class HttpConnection(asyncio.Protocol):
         if not self._queue:
             self._arm_idle()
 
-    def _on_done(self, task: asyncio.Task[HttpResponse], keep_alive: bool) -> None:
+    def _on_done(self, task: asyncio.Task[HttpResponse], *, keep_alive: bool) -> None:
         self._task = None
         if task.cancelled():
             return
@@ -252,6 +259,29 @@ class HttpConnection(asyncio.Protocol):
             return
         self._write(HttpResponse(status, [encode_error(message)]), keep_alive=False)
         self._close()
+
+    def _reject_and_discard(self, status: int, message: str) -> None:
+        """Answer, then read and drop the rest of the body before closing.
+
+        Closing at once would reset the connection while the client is still sending, and a
+        client that writes its whole body before reading would never see the 413.
+        """
+        if self._busy or self._transport is None:
+            self._close()
+            return
+        self._queue.clear()
+        closing = [(b"connection", b"close")]
+        self._write(HttpResponse(status, [encode_error(message)], headers=closing), keep_alive=True)
+        declared = self._headers.get(b"content-length", b"0")
+        self._discard_left = int(declared) if declared.isdigit() else 0
+        self._loop.call_later(_DISCARD_TIMEOUT_S, self._close)
+        self._discard(0)
+
+    def _discard(self, received: int) -> None:
+        assert self._discard_left is not None
+        self._discard_left -= received
+        if self._discard_left <= 0 or self._discard_left > _MAX_DISCARD:
+            self._close()
 
     def _close(self) -> None:
         if self._transport is not None and not self._closed:

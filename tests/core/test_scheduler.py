@@ -1,0 +1,294 @@
+"""Scheduler behaviour with a fake executor and a fake clock: no sleeps, no real model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.scheduler import BatchRecord, Scheduler, SchedulingPolicy
+from ortserve.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, Overloaded
+from ortserve.testing import FakeClock
+
+Feeds = dict[str, np.ndarray]
+
+
+class FakeExecutor:
+    """Records each batch; the test decides when it finishes (outputs = inputs * 2)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, instances: int = 1) -> None:
+        self._loop = loop
+        self._instances = instances
+        self.batches: list[Feeds] = []
+        self.running: list[tuple[Feeds, asyncio.Future[tuple[list[np.ndarray], float]]]] = []
+
+    @property
+    def instances(self) -> int:
+        return self._instances
+
+    def execute(self, feeds: Feeds) -> asyncio.Future[tuple[list[np.ndarray], float]]:
+        future: asyncio.Future[tuple[list[np.ndarray], float]] = self._loop.create_future()
+        self.batches.append(feeds)
+        self.running.append((feeds, future))
+        return future
+
+    def finish(self, index: int = 0, seconds: float = 0.001) -> None:
+        feeds, future = self.running.pop(index)
+        future.set_result(([feeds["x"] * 2], seconds))
+
+    def fail(self, index: int = 0) -> None:
+        _, future = self.running.pop(index)
+        future.set_exception(RuntimeError("device fault"))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.records: list[BatchRecord] = []
+        self.rejected: list[Exception] = []
+
+    def on_batch(self, record: BatchRecord) -> None:
+        self.records.append(record)
+
+    def on_rejected(self, error: Exception) -> None:
+        self.rejected.append(error)
+
+
+def rows(n: int, start: float = 0.0, width: int = 4) -> Feeds:
+    return {"x": (np.arange(n * width, dtype=np.float32).reshape(n, width) + start)}
+
+
+def make(
+    loop: asyncio.AbstractEventLoop, instances: int = 1, cost: BatchCostModel | None = None, **policy: object
+) -> tuple[Scheduler, FakeExecutor, FakeClock, Recorder]:
+    executor = FakeExecutor(loop, instances)
+    clock = FakeClock()
+    recorder = Recorder()
+    settings = {"max_batch_size": 8, **policy}
+    scheduler = Scheduler(
+        executor,
+        SchedulingPolicy(**settings),
+        clock,
+        loop,
+        cost,
+        recorder,  # type: ignore[arg-type]
+    )
+    return scheduler, executor, clock, recorder
+
+
+async def settle() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_idle_runner_runs_a_request_at_once() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    future = scheduler.submit(rows(1), 1)
+    assert len(executor.batches) == 1
+    executor.finish()
+    result = await future
+    np.testing.assert_array_equal(result[0], rows(1)["x"] * 2)
+
+
+async def test_requests_gather_while_busy_and_each_gets_only_its_rows() -> None:
+    scheduler, executor, _, recorder = make(asyncio.get_running_loop())
+    first = scheduler.submit(rows(1, 0), 1)
+    waiting = [scheduler.submit(rows(n, 100 * n), n) for n in (1, 2, 3)]
+    assert len(executor.batches) == 1 and scheduler.queue_depth == 3
+    executor.finish()
+    await first
+    assert len(executor.batches) == 2
+    assert executor.batches[1]["x"].shape == (6, 4)
+    executor.finish()
+    for n, future in zip((1, 2, 3), waiting):
+        result = await future
+        np.testing.assert_array_equal(result[0], rows(n, 100 * n)["x"] * 2)
+    assert [r.requests for r in recorder.records] == [1, 3]
+    assert [r.rows for r in recorder.records] == [1, 6]
+
+
+async def test_batches_never_exceed_max_batch_size() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=4)
+    scheduler.submit(rows(1), 1)
+    futures = [scheduler.submit(rows(3, i), 3) for i in range(3)]
+    executor.finish()
+    await settle()
+    assert executor.batches[1]["x"].shape[0] == 3  # 3 + 3 would exceed 4
+    executor.finish()
+    await settle()
+    executor.finish()
+    await settle()
+    executor.finish()
+    await asyncio.gather(*futures)
+    assert all(b["x"].shape[0] <= 4 for b in executor.batches)
+
+
+async def test_more_rows_than_max_batch_size_is_invalid() -> None:
+    scheduler, _, _, _ = make(asyncio.get_running_loop(), max_batch_size=4)
+    with pytest.raises(InvalidInput, match="max_batch_size"):
+        scheduler.submit(rows(5), 5)
+
+
+async def test_full_queue_is_refused_at_once_with_retry_after() -> None:
+    scheduler, executor, _, recorder = make(asyncio.get_running_loop(), max_queue_size=2)
+    scheduler.submit(rows(1), 1)  # running
+    scheduler.submit(rows(1), 1)
+    scheduler.submit(rows(1), 1)
+    with pytest.raises(Overloaded) as caught:
+        scheduler.submit(rows(1), 1)
+    assert caught.value.retry_after_s >= 0
+    assert isinstance(recorder.rejected[0], Overloaded)
+    assert len(executor.batches) == 1
+
+
+async def test_deadline_passing_in_queue_answers_504_without_running() -> None:
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop())
+    scheduler.submit(rows(1), 1)
+    late = scheduler.submit(rows(1), 1, timeout_s=0.005)
+    clock.advance(0.006)
+    with pytest.raises(DeadlineExceeded):
+        await late
+    assert scheduler.queue_depth == 0
+    executor.finish()
+    await settle()
+    assert len(executor.batches) == 1
+
+
+async def test_default_timeout_applies_when_request_names_none() -> None:
+    scheduler, _, clock, _ = make(asyncio.get_running_loop(), default_timeout_s=0.01)
+    scheduler.submit(rows(1), 1)
+    queued = scheduler.submit(rows(1), 1)
+    clock.advance(0.011)
+    with pytest.raises(DeadlineExceeded):
+        await queued
+
+
+async def test_urgent_lane_is_served_first() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=1)
+    scheduler.submit(rows(1, 0), 1)
+    scheduler.submit(rows(1, 10), 1, priority=2)
+    scheduler.submit(rows(1, 20), 1, priority=1)
+    executor.finish()
+    await settle()
+    assert executor.batches[1]["x"][0, 0] == 20
+
+
+async def test_priority_outside_levels_is_invalid() -> None:
+    scheduler, _, _, _ = make(asyncio.get_running_loop(), priority_levels=2)
+    with pytest.raises(InvalidInput, match="priority"):
+        scheduler.submit(rows(1), 1, priority=3)
+
+
+async def test_free_instance_waits_for_company_up_to_max_queue_delay() -> None:
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), instances=2, max_queue_delay_s=0.002)
+    scheduler.submit(rows(1), 1)  # instance A, runner was idle
+    scheduler.submit(rows(1), 1)  # runner busy: wait for company on instance B
+    assert len(executor.batches) == 1
+    clock.advance(0.001)
+    scheduler.submit(rows(1), 1)
+    assert len(executor.batches) == 1
+    clock.advance(0.0011)
+    assert len(executor.batches) == 2
+    assert executor.batches[1]["x"].shape[0] == 2
+
+
+async def test_latency_budget_stops_waiting_before_max_queue_delay() -> None:
+    cost = BatchCostModel()
+    for n in (1, 8):
+        cost.observe(n, 0.001 + 0.0005 * n)  # a = 1 ms, b = 0.5 ms/row
+    scheduler, executor, clock, _ = make(
+        asyncio.get_running_loop(), instances=2, cost=cost, max_queue_delay_s=0.050, latency_budget_s=0.010
+    )
+    scheduler.submit(rows(1), 1)
+    scheduler.submit(rows(1), 1)
+    clock.advance(0.007)
+    assert len(executor.batches) == 1
+    clock.advance(0.002)  # 10 ms budget - cost(2 rows) = 8 ms
+    assert len(executor.batches) == 2
+
+
+async def test_admission_refuses_what_cannot_meet_its_deadline() -> None:
+    cost = BatchCostModel()
+    for n in (1, 8):
+        cost.observe(n, 0.010 * n)  # 10 ms per row
+    scheduler, _, _, recorder = make(asyncio.get_running_loop(), cost=cost)
+    scheduler.submit(rows(8), 8)  # running: about 80 ms
+    scheduler.submit(rows(8), 8)
+    with pytest.raises(Overloaded, match="deadline"):
+        scheduler.submit(rows(1), 1, timeout_s=0.050)
+    assert scheduler.queue_depth == 1
+    assert recorder.rejected
+
+
+async def test_requests_with_different_shapes_are_not_batched_together() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    scheduler.submit(rows(1), 1)
+    a = scheduler.submit(rows(1, width=4), 1)
+    b = scheduler.submit(rows(1, width=5), 1)
+    executor.finish()
+    await settle()
+    assert executor.batches[1]["x"].shape == (1, 4)
+    executor.finish()
+    await a
+    await settle()
+    assert executor.batches[2]["x"].shape == (1, 5)
+    executor.finish()
+    await b
+
+
+async def test_failed_batch_fails_its_requests_and_the_next_batch_runs() -> None:
+    scheduler, executor, _, recorder = make(asyncio.get_running_loop())
+    doomed = scheduler.submit(rows(1), 1)
+    after = scheduler.submit(rows(1), 1)
+    executor.fail()
+    with pytest.raises(InferenceError):
+        await doomed
+    executor.finish()
+    await after
+    assert recorder.records[0].failed and not recorder.records[1].failed
+
+
+async def test_cancelled_request_is_skipped() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    scheduler.submit(rows(1), 1)
+    gone = scheduler.submit(rows(1, 50), 1)
+    kept = scheduler.submit(rows(1, 60), 1)
+    gone.cancel()
+    executor.finish()
+    await settle()
+    assert executor.batches[1]["x"].shape[0] == 1 and executor.batches[1]["x"][0, 0] == 60
+    executor.finish()
+    await kept
+
+
+async def test_unbatched_model_runs_requests_one_by_one() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=0)
+    scheduler.submit(rows(2), 1)
+    scheduler.submit(rows(3), 1)
+    executor.finish()
+    await settle()
+    assert executor.batches[1]["x"].shape[0] == 3
+
+
+async def test_drain_refuses_new_work_and_waits_for_running() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    running = scheduler.submit(rows(1), 1)
+    drained = asyncio.ensure_future(scheduler.drain(5.0))
+    await settle()
+    with pytest.raises(ModelNotReady):
+        scheduler.submit(rows(1), 1)
+    assert not drained.done()
+    executor.finish()
+    await running
+    assert await drained
+
+
+async def test_abort_fails_what_is_still_queued() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    scheduler.submit(rows(1), 1)
+    queued = scheduler.submit(rows(1), 1)
+    scheduler.abort("unloaded")
+    with pytest.raises(ModelNotReady):
+        await queued
+    assert len(executor.batches) == 1

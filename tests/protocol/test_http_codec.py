@@ -1,0 +1,186 @@
+"""The HTTP codec: JSON and binary tensors in, JSON and binary tensors out, every refusal named."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import orjson
+import pytest
+
+from ortserve.core.types import InferOutput, InferResponse
+from ortserve.errors import InvalidInput
+from ortserve.protocol.http_codec import decode_infer_request, encode_infer_response
+from ortserve.protocol.tensors import TensorLimits
+
+LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
+
+
+def decode(document: object, binary: bytes = b"") -> object:
+    header = json.dumps(document).encode()
+    return decode_infer_request(header + binary, len(header) if binary else None, "m", None, LIMITS)
+
+
+def one_input(**fields: object) -> dict[str, object]:
+    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}
+    tensor.update(fields)
+    return {"inputs": [tensor]}
+
+
+def test_flat_json_data_becomes_an_array_of_the_declared_shape() -> None:
+    request = decode(one_input())
+    array = request.inputs[0].data
+    assert array.dtype == np.float32 and array.shape == (2, 2)
+    np.testing.assert_array_equal(array, [[1, 2], [3, 4]])
+
+
+def test_nested_json_data_following_the_shape_is_accepted() -> None:
+    request = decode(one_input(data=[[1, 2], [3, 4]]))
+    np.testing.assert_array_equal(request.inputs[0].data, [[1, 2], [3, 4]])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"data": [1, 2, 3]}, "has 3 elements"),
+        ({"data": [[1, 2, 3], [4]]}, "nested 'data'"),
+        ({"data": [1, "a", 3, 4]}, "must be numbers"),
+        ({"data": [1, None, 3, 4]}, "must be numbers"),
+        ({"data": [1, [2], 3, 4]}, "not a list of numbers|mixes"),
+        ({"shape": [2, -2]}, "non-negative"),
+        ({"shape": "2x2"}, "list of integers"),
+        ({"shape": [2.0, 2]}, "non-negative integers"),
+        ({"datatype": "FP31"}, "unsupported datatype"),
+        ({"data": {"a": 1}}, "must be a list"),
+        ({"name": ""}, "no 'name'"),
+    ],
+)
+def test_malformed_tensors_are_refused_with_a_named_reason(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        decode(one_input(**fields))
+
+
+def test_huge_declared_shape_is_refused_before_any_allocation() -> None:
+    with pytest.raises(InvalidInput, match="declares 64000000000 elements"):
+        decode(one_input(shape=[1_000_000_000, 64], data=[1.0] * 64))
+
+
+def test_integer_types_are_range_checked() -> None:
+    with pytest.raises(InvalidInput, match="out of range"):
+        decode(one_input(datatype="UINT8", shape=[1], data=[300]))
+    with pytest.raises(InvalidInput, match="must be integers"):
+        decode(one_input(datatype="INT32", shape=[1], data=[1.5]))
+
+
+def test_bool_and_bytes_json_inputs() -> None:
+    request = decode(
+        {
+            "inputs": [
+                {"name": "b", "datatype": "BOOL", "shape": [2], "data": [True, False]},
+                {"name": "s", "datatype": "BYTES", "shape": [2], "data": ["héllo", ""]},
+            ]
+        }
+    )
+    assert request.inputs[0].data.dtype == np.bool_
+    assert list(request.inputs[1].data) == ["héllo", ""]
+
+
+def test_nan_and_infinity_are_data() -> None:
+    body = b'{"inputs":[{"name":"x","datatype":"FP64","shape":[3],"data":[NaN, Infinity, -Infinity]}]}'
+    request = decode_infer_request(body, None, "m", None, LIMITS)
+    data = request.inputs[0].data
+    assert np.isnan(data[0]) and np.isposinf(data[1]) and np.isneginf(data[2])
+
+
+def test_binary_input_is_a_view_of_the_body() -> None:
+    payload = np.arange(4, dtype=np.float32).tobytes()
+    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 2], "parameters": {"binary_data_size": 16}}
+    request = decode({"inputs": [tensor]}, payload)
+    array = request.inputs[0].data
+    np.testing.assert_array_equal(array, [[0, 1], [2, 3]])
+    assert not array.flags.owndata
+
+
+def test_binary_size_must_match_the_shape() -> None:
+    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 2], "parameters": {"binary_data_size": 12}}
+    with pytest.raises(InvalidInput, match="12 bytes"):
+        decode({"inputs": [tensor]}, b"\0" * 12)
+
+
+def test_binary_data_past_the_end_is_refused() -> None:
+    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 2], "parameters": {"binary_data_size": 16}}
+    with pytest.raises(InvalidInput, match="past the end"):
+        decode({"inputs": [tensor]}, b"\0" * 8)
+
+
+def test_unclaimed_binary_bytes_are_refused() -> None:
+    tensor = {"name": "x", "datatype": "FP32", "shape": [1], "parameters": {"binary_data_size": 4}}
+    with pytest.raises(InvalidInput, match="not claimed"):
+        decode({"inputs": [tensor]}, b"\0" * 8)
+
+
+def test_binary_bytes_elements_are_bounds_checked() -> None:
+    good = struct.pack("<I", 2) + b"hi" + struct.pack("<I", 0)
+    tensor = {"name": "s", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": len(good)}}
+    request = decode({"inputs": [tensor]}, good)
+    assert list(request.inputs[0].data) == [b"hi", b""]
+    lying = struct.pack("<I", 1_000_000) + b"hi"
+    tensor["parameters"] = {"binary_data_size": len(lying)}
+    with pytest.raises(InvalidInput, match="longer than the limit|past the end"):
+        decode({"inputs": [tensor]}, lying)
+
+
+def test_header_length_larger_than_body_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="Inference-Header-Content-Length"):
+        decode_infer_request(b"{}", 10, "m", None, LIMITS)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b"[1,2]",
+        b'{"inputs": []}',
+        b'{"inputs": [1]}',
+        b'{"id": 5, "inputs": []}',
+        b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"a":[1]}}',
+        b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"priority":-1}}',
+        b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"outputs":[{"nam":"y"}]}',
+        b"[" * 100000 + b"]" * 100000,
+    ],
+)
+def test_malformed_documents_are_invalid_input(body: bytes) -> None:
+    with pytest.raises(InvalidInput):
+        decode_infer_request(body, None, "m", None, LIMITS)
+
+
+def test_schedule_policy_parameters_are_read() -> None:
+    request = decode(one_input() | {"parameters": {"priority": 2, "timeout": 1500}})
+    assert request.priority == 2 and request.timeout_s == pytest.approx(0.0015)
+
+
+def test_response_json_and_binary_outputs() -> None:
+    out = np.arange(4, dtype=np.float32).reshape(2, 2)
+    response = InferResponse(
+        "m",
+        "1",
+        [InferOutput("a", "FP32", (2, 2), out), InferOutput("b", "FP32", (2, 2), out, {"binary_data": True})],
+        id="req-1",
+    )
+    encoded = encode_infer_response(response, binary_default=False)
+    assert encoded.header_length is not None
+    header = orjson.loads(bytes(encoded.chunks[0]))
+    assert header["id"] == "req-1"
+    assert header["outputs"][0]["data"] == [0, 1, 2, 3]
+    assert header["outputs"][1]["parameters"]["binary_data_size"] == 16
+    tail = b"".join(bytes(c) for c in encoded.chunks[1:])
+    np.testing.assert_array_equal(np.frombuffer(tail, np.float32), [0, 1, 2, 3])
+
+
+def test_non_finite_outputs_are_written_as_json_tokens_not_null() -> None:
+    out = np.array([np.nan, np.inf, 1.0], dtype=np.float32)
+    encoded = encode_infer_response(InferResponse("m", "1", [InferOutput("a", "FP32", (3,), out)]), False)
+    data = json.loads(bytes(encoded.chunks[0]))["outputs"][0]["data"]
+    assert np.isnan(data[0]) and data[1] == float("inf") and data[2] == 1.0

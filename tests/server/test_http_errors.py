@@ -1,0 +1,232 @@
+"""Every error path over HTTP gets its status code, and a good request succeeds right after."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from model_builders import write_error_repository
+from ortserve.testing import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+MAX_BODY = 2_000_000
+
+
+@pytest.fixture(scope="module")
+def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("error-models")
+    write_error_repository(root)
+    log = tmp_path_factory.mktemp("error-logs") / "server.log"
+    args = ["--no-strict-readiness", "--max-body-bytes", str(MAX_BODY), "--intra-op-threads", "1"]
+    with run_server(root, log, args) as server:
+        yield server
+
+
+def post(
+    server: ServerProcess, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
+    try:
+        connection.request("POST", path, body, headers or {})
+        reply = connection.getresponse()
+        return reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read()
+    finally:
+        connection.close()
+
+
+def good_request(server: ServerProcess) -> None:
+    """A request that must succeed: the server kept serving."""
+    body = {"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "data": list(range(12))}]}
+    status, _, raw = post(server, "/v2/models/failing/infer", json.dumps(body).encode())
+    assert status == 200, raw
+    assert json.loads(raw)["outputs"][0]["shape"] == [4, 3]
+
+
+def failing_body(**tensor: object) -> bytes:
+    base = {"name": "x", "shape": [3, 4], "datatype": "FP32", "data": list(range(12))}
+    base.update(tensor)
+    return json.dumps({"inputs": [base]}).encode()
+
+
+BAD_REQUESTS = [
+    ("/v2/models/failing/infer", b"{not json", "not valid JSON"),
+    ("/v2/models/failing/infer", failing_body(name="nope"), "unexpected input 'nope'"),
+    ("/v2/models/failing/infer", failing_body(datatype="INT32"), "datatype INT32"),
+    ("/v2/models/failing/infer", failing_body(shape=[3, 5], data=list(range(15))), "dimension 1"),
+    ("/v2/models/failing/infer", failing_body(shape=[12], data=list(range(12))), "rank 1"),
+    ("/v2/models/failing/infer", failing_body(shape=[9, 4]), "has 12 elements"),
+    ("/v2/models/failing/infer", failing_body(shape=[1_000_000_000, 64], data=[1.0] * 64), "declares"),
+    ("/v2/models/failing/infer", failing_body(shape=[9, 4], data=list(range(36))), "max_batch_size 8"),
+    ("/v2/models/failing/infer", json.dumps({"inputs": []}).encode(), "non-empty"),
+    (
+        "/v2/models/failing/infer",
+        json.dumps(
+            {
+                "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "data": list(range(12))}],
+                "outputs": [{"name": "zzz"}],
+            }
+        ).encode(),
+        "unknown output",
+    ),
+    (
+        "/v2/models/typed/infer",
+        json.dumps(
+            {"inputs": [{"name": "i64", "shape": [2, 3], "datatype": "INT64", "data": [1, 2, 3, 4, 5, 6]}]}
+        ).encode(),
+        "missing inputs",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "message"), BAD_REQUESTS)
+def test_invalid_requests_are_400_and_named(
+    error_server: ServerProcess, path: str, body: bytes, message: str
+) -> None:
+    status, _, raw = post(error_server, path, body)
+    assert status == 400
+    assert message in json.loads(raw)["error"]
+    good_request(error_server)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/nope/infer",
+        "/v2/models/failing/versions/7/infer",
+        "/v2/models/failing/versions/x/infer",
+        "/v2/nothing",
+        "/v3",
+    ],
+)
+def test_unknown_models_versions_and_routes_are_404(error_server: ServerProcess, path: str) -> None:
+    status, _, raw = post(error_server, path, failing_body())
+    assert status == 404
+    assert json.loads(raw)["error"]
+    good_request(error_server)
+
+
+def test_wrong_method_is_405(error_server: ServerProcess) -> None:
+    status, _, _ = post(error_server, "/v2/health/ready", b"")
+    assert status == 405
+    good_request(error_server)
+
+
+def test_body_over_the_limit_is_413(error_server: ServerProcess) -> None:
+    status, _, raw = post(error_server, "/v2/models/failing/infer", b" " * (MAX_BODY + 1))
+    assert status == 413
+    assert "size limit" in json.loads(raw)["error"]
+    good_request(error_server)
+
+
+def test_model_that_failed_to_load_is_503_with_its_reason(error_server: ServerProcess) -> None:
+    status, _, raw = post(error_server, "/v2/models/broken/infer", failing_body())
+    assert status == 503
+    status, _, raw = post(error_server, "/v2/models/bad_config/infer", failing_body())
+    assert status == 503
+    assert "batching.max_batch_size" in json.loads(raw)["error"]
+    good_request(error_server)
+
+
+def test_strict_readiness_off_still_reports_failed_models_not_ready(error_server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(error_server.http_address)
+    assert client.is_server_ready()
+    assert not client.is_model_ready("broken")
+    assert client.is_model_ready("failing")
+
+
+def test_runtime_failure_is_500_without_internals(error_server: ServerProcess) -> None:
+    body = failing_body(shape=[1, 4], data=[1, 2, 3, 4])
+    status, _, raw = post(error_server, "/v2/models/failing/infer", body)
+    assert status == 500
+    message = json.loads(raw)["error"]
+    assert "Traceback" not in message and "onnxruntime" not in message.lower()
+    good_request(error_server)
+
+
+def slow_body(timeout_us: int | None = None) -> tuple[bytes, dict[str, str]]:
+    header: dict[str, object] = {
+        "inputs": [
+            {
+                "name": "x",
+                "shape": [1, 256, 256],
+                "datatype": "FP32",
+                "parameters": {"binary_data_size": 256 * 256 * 4},
+            }
+        ]
+    }
+    if timeout_us is not None:
+        header["parameters"] = {"timeout": timeout_us}
+    raw_header = json.dumps(header).encode()
+    data = np.full((1, 256, 256), 0.001, dtype=np.float32).tobytes()
+    return raw_header + data, {"Inference-Header-Content-Length": str(len(raw_header))}
+
+
+def test_overload_is_429_with_retry_after(error_server: ServerProcess) -> None:
+    body, headers = slow_body()
+    with ThreadPoolExecutor(12) as pool:
+        replies = list(
+            pool.map(lambda _: post(error_server, "/v2/models/slow/infer", body, headers), range(12))
+        )
+    statuses = [status for status, _, _ in replies]
+    assert 429 in statuses and 200 in statuses
+    refused = next(r for r in replies if r[0] == 429)
+    assert int(refused[1]["retry-after"]) >= 1
+    good_request(error_server)
+
+
+def test_deadline_passing_in_queue_is_504(error_server: ServerProcess) -> None:
+    slow, headers = slow_body()
+    hurried, hurried_headers = slow_body(timeout_us=2000)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, error_server, "/v2/models/slow/infer", slow, headers)
+        second = pool.submit(post, error_server, "/v2/models/slow/infer", hurried, hurried_headers)
+        statuses = {first.result()[0], second.result()[0]}
+    assert 504 in statuses or 429 in statuses  # refused at admission when the cost model knows better
+    good_request(error_server)
+
+
+def test_malformed_http_gets_400_and_the_server_keeps_serving(error_server: ServerProcess) -> None:
+    with socket.create_connection((error_server.host, error_server.http_port), timeout=10) as sock:
+        sock.sendall(b"GARBAGE \x00\x01 HTTP/9.9\r\n\r\n")
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 400")
+    good_request(error_server)
+
+
+def test_truncated_body_then_disconnect_does_not_hurt(error_server: ServerProcess) -> None:
+    with socket.create_connection((error_server.host, error_server.http_port), timeout=10) as sock:
+        sock.sendall(b'POST /v2/models/failing/infer HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{"inputs":')
+    good_request(error_server)
+
+
+def test_typed_inputs_round_trip_in_json_and_binary(error_server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(error_server.http_address)
+    values = {
+        "i64": np.array([[1, -2, 3], [2**40, 5, 6]], dtype=np.int64),
+        "flag": np.array([True, False]),
+        "half": np.array([0.5, -1.0, 65504.0, 0.0], dtype=np.float16),
+        "text": np.array(["héllo".encode(), b"world"], dtype=np.object_),
+    }
+    datatypes = {"i64": "INT64", "flag": "BOOL", "half": "FP16", "text": "BYTES"}
+    for binary in (False, True):
+        inputs = []
+        for name, array in values.items():
+            tensor = httpclient.InferInput(name, list(array.shape), datatypes[name])
+            tensor.set_data_from_numpy(array, binary_data=binary)
+            inputs.append(tensor)
+        outputs = [httpclient.InferRequestedOutput(f"{n}_out", binary_data=binary) for n in values]
+        result = client.infer("typed", inputs, outputs=outputs)
+        for name, array in values.items():
+            got = result.as_numpy(f"{name}_out")
+            if name == "text":
+                assert [bytes(x) if isinstance(x, bytes) else str(x).encode() for x in got] == list(array)
+            else:
+                np.testing.assert_array_equal(got, array)
