@@ -46,3 +46,11 @@ class ServerSettings:
     """Server ready only when every model is ready (Triton's default); off: once loading ends."""
     keepalive_timeout_s: float = 75.0
     """Idle HTTP keep-alive connections are closed after this long."""
+    grpc_max_message_bytes: int | None = None
+    """Largest gRPC message received or sent; None means ``max_body_bytes``."""
+    grpc_keepalive_time_s: float = 7200.0
+    """The gRPC server pings a connection idle for this long to check that its client lives."""
+    grpc_keepalive_timeout_s: float = 20.0
+    """A connection whose keepalive ping is not answered within this long is closed."""
+    grpc_max_concurrent_streams: int = 1024
+    """Most calls in flight on one gRPC connection (HTTP/2 streams)."""

@@ -56,6 +56,34 @@ def main() -> None:
     help="Largest request body.",
 )
 @click.option(
+    "--grpc-max-message-bytes",
+    envvar="ORTSERVE_GRPC_MAX_MESSAGE_BYTES",
+    type=int,
+    default=None,
+    help="Largest gRPC message (default: --max-body-bytes).",
+)
+@click.option(
+    "--grpc-keepalive-time",
+    envvar="ORTSERVE_GRPC_KEEPALIVE_TIME",
+    type=float,
+    default=7200.0,
+    help="Seconds of idleness before the gRPC server pings a connection.",
+)
+@click.option(
+    "--grpc-keepalive-timeout",
+    envvar="ORTSERVE_GRPC_KEEPALIVE_TIMEOUT",
+    type=float,
+    default=20.0,
+    help="Seconds a gRPC keepalive ping may go unanswered before the connection closes.",
+)
+@click.option(
+    "--grpc-max-concurrent-streams",
+    envvar="ORTSERVE_GRPC_MAX_CONCURRENT_STREAMS",
+    type=int,
+    default=1024,
+    help="Most gRPC calls in flight on one connection.",
+)
+@click.option(
     "--intra-op-threads",
     envvar="ORTSERVE_INTRA_OP_THREADS",
     type=int,
@@ -104,6 +132,10 @@ def serve(
     grpc_port: int,
     metrics_port: int,
     max_body_bytes: int,
+    grpc_max_message_bytes: int | None,
+    grpc_keepalive_time: float,
+    grpc_keepalive_timeout: float,
+    grpc_max_concurrent_streams: int,
     intra_op_threads: int | None,
     inter_op_threads: int | None,
     shutdown_grace: float,
@@ -129,6 +161,10 @@ def serve(
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         max_body_bytes=max_body_bytes,
+        grpc_max_message_bytes=grpc_max_message_bytes,
+        grpc_keepalive_time_s=grpc_keepalive_time,
+        grpc_keepalive_timeout_s=grpc_keepalive_timeout,
+        grpc_max_concurrent_streams=grpc_max_concurrent_streams,
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
         shutdown_grace_s=shutdown_grace,

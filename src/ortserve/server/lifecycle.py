@@ -15,6 +15,7 @@ from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
@@ -30,6 +31,7 @@ EXTENSIONS = ("binary_tensor_data", "schedule_policy")
 @dataclass(slots=True)
 class _Bound:
     http_port: int
+    grpc_port: int | None = None
 
 
 class Server:
@@ -54,6 +56,11 @@ class Server:
                 keepalive_timeout_s=settings.keepalive_timeout_s,
             ),
         )
+        self._grpc = (
+            GrpcListener(self.dataplane, limits, GrpcOptions.from_settings(settings))
+            if settings.grpc_port >= 0
+            else None
+        )
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
 
@@ -70,6 +77,9 @@ class Server:
             usable_cpus(),
         )
         logger.info("HTTP (Open Inference Protocol) listening on http://%s:%d", s.host, http_port)
+        if self._grpc is not None:
+            self.bound.grpc_port = await self._grpc.start(s.host, s.grpc_port)
+            logger.info("gRPC (Open Inference Protocol) listening on %s:%d", s.host, self.bound.grpc_port)
         await self.registry.load_repository(s)
         for entry in self.registry.entries():
             versions = ", ".join(
@@ -77,6 +87,8 @@ class Server:
             )
             logger.info("model %s: %s; versions %s", entry.name, entry.state.value, versions or "none")
         logger.info("server %s", "ready" if self.dataplane.ready() else "NOT ready (a model failed)")
+        if self._grpc is not None:
+            self._grpc.readiness_changed()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -90,8 +102,12 @@ class Server:
         logger.info("shutting down: draining in-flight requests (grace %.1f s)", grace)
         self.dataplane.start_draining()
         self._http.stop_accepting()
+        if self._grpc is not None:
+            self._grpc.stop_accepting(grace)
         await self.registry.unload_all(grace)
         await self._http.wait_closed(grace)
+        if self._grpc is not None:
+            await self._grpc.wait_closed()
         logger.info("stopped")
 
 

@@ -1,0 +1,77 @@
+"""Regenerate the gRPC Python modules from src/ortserve/protocol/grpc/grpc_service.proto.
+
+Usage: ``python scripts/gen_proto.py`` (rewrite them) or ``--check`` (exit 1 if they are stale).
+
+The generated message module registers its file in a private descriptor pool instead of
+protobuf's default one: the package must be ``inference`` for wire compatibility, and
+tritonclient's own stubs define the same symbols, so both in one process (tests, tools) would
+otherwise collide with "duplicate symbol".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from grpc_tools import protoc
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = ROOT / "src"
+PROTO = Path("ortserve/protocol/grpc/grpc_service.proto")
+OUTPUTS = ("grpc_service_pb2.py", "grpc_service_pb2.pyi", "grpc_service_pb2_grpc.py")
+_DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
+_PRIVATE_POOL = (
+    "# A private pool: tritonclient defines the same 'inference' symbols in the default one.\n"
+    "POOL = _descriptor_pool.DescriptorPool()\n"
+    "DESCRIPTOR = POOL.AddSerializedFile("
+)
+
+
+def generate(out_dir: Path) -> dict[str, str]:
+    """Run protoc into ``out_dir``; returns each output file's final text."""
+    status = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{SOURCE_ROOT}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            str(PROTO),
+        ]
+    )
+    if status != 0:
+        raise SystemExit(f"protoc failed with status {status}")
+    texts = {name: (out_dir / PROTO.parent / name).read_text() for name in OUTPUTS}
+    message_module = texts["grpc_service_pb2.py"]
+    if _DEFAULT_POOL not in message_module:
+        raise SystemExit("generated grpc_service_pb2.py no longer has the expected pool line")
+    texts["grpc_service_pb2.py"] = message_module.replace(_DEFAULT_POOL, _PRIVATE_POOL)
+    return texts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the committed files are stale")
+    args = parser.parse_args()
+    target = SOURCE_ROOT / PROTO.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = generate(Path(tmp))
+    stale = [name for name, text in texts.items() if _read(target / name) != text]
+    if args.check:
+        for name in stale:
+            print(f"stale: {target / name}", file=sys.stderr)
+        return 1 if stale else 0
+    for name in stale:
+        (target / name).write_text(texts[name])
+        print(f"wrote {target / name}")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

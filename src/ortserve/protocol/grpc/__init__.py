@@ -1,0 +1,1 @@
+"""The Open Inference Protocol over gRPC: the .proto, its generated stubs, and the codec."""

@@ -1,0 +1,254 @@
+"""Open Inference Protocol gRPC messages <-> core types (pure functions, no gRPC runtime)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from ortserve.core.datatypes import BYTES, numpy_dtype
+from ortserve.core.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    Parameters,
+    ParameterValue,
+    RequestedOutput,
+    ServerMetadata,
+    TensorSpec,
+)
+from ortserve.errors import DeadlineExceeded, InvalidInput
+from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.protocol.tensors import (
+    TensorLimits,
+    array_from_binary,
+    array_to_binary,
+    checked_shape,
+    element_count,
+)
+
+__all__ = [
+    "decode_infer_request",
+    "encode_infer_response",
+    "encode_model_metadata",
+    "encode_parameters",
+    "encode_server_metadata",
+    "request_timeout",
+]
+
+Array = npt.NDArray[np.generic]
+_MAX_ID_LENGTH = 1024
+
+# Which InferTensorContents field carries each datatype (FP16/BF16 have none: raw only).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+_ALL_CONTENTS_FIELDS = frozenset(_CONTENTS_FIELD.values())
+
+
+def decode_parameters(parameters: Mapping[str, pb.InferParameter], where: str) -> Parameters:
+    """A protobuf parameter map as plain values (an unset oneof is refused)."""
+    decoded: Parameters = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        if choice is None:
+            raise InvalidInput(f"{where}: parameter {key!r} has no value")
+        value: ParameterValue = getattr(parameter, choice)
+        decoded[key] = value
+    return decoded
+
+
+def encode_parameters(parameters: Parameters) -> dict[str, pb.InferParameter]:
+    """Plain values as protobuf parameters (bool before int: ``bool`` is an ``int``)."""
+    encoded = {}
+    for key, value in parameters.items():
+        if isinstance(value, bool):
+            encoded[key] = pb.InferParameter(bool_param=value)
+        elif isinstance(value, int):
+            encoded[key] = pb.InferParameter(int64_param=value)
+        elif isinstance(value, float):
+            encoded[key] = pb.InferParameter(double_param=value)
+        else:
+            encoded[key] = pb.InferParameter(string_param=value)
+    return encoded
+
+
+def _schedule_fields(parameters: Parameters) -> tuple[int, float | None]:
+    priority = parameters.get("priority", 0)
+    if type(priority) is not int or priority < 0:
+        raise InvalidInput("parameter 'priority' must be a non-negative integer")
+    timeout = parameters.get("timeout", 0)
+    if type(timeout) is not int or timeout < 0:
+        raise InvalidInput("parameter 'timeout' must be a non-negative integer (microseconds)")
+    return priority, (timeout / 1e6 if timeout else None)
+
+
+def request_timeout(parameter_timeout_s: float | None, call_remaining_s: float | None) -> float | None:
+    """The stricter of the request's ``timeout`` parameter and the gRPC call's deadline.
+
+    Raises:
+        DeadlineExceeded: the call's deadline has already passed.
+    """
+    if call_remaining_s is None:
+        return parameter_timeout_s
+    if call_remaining_s <= 0:
+        raise DeadlineExceeded("the call's deadline passed before the request was admitted")
+    if parameter_timeout_s is None:
+        return call_remaining_s
+    return min(parameter_timeout_s, call_remaining_s)
+
+
+def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> Array:
+    name, datatype = tensor.name, tensor.datatype
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        numpy_dtype(datatype)  # an unknown datatype is named as such
+        raise InvalidInput(f"input {name!r}: {datatype} data must be sent in raw_input_contents")
+    contents = tensor.contents
+    for other in _ALL_CONTENTS_FIELDS - {field}:
+        if len(getattr(contents, other)):
+            raise InvalidInput(f"input {name!r}: {datatype} data belongs in {field}, not {other}")
+    values: Sequence[object] = getattr(contents, field)
+    expected = element_count(shape)
+    if len(values) != expected:
+        raise InvalidInput(
+            f"input {name!r}: {field} has {len(values)} elements, shape {list(shape)} needs {expected}"
+        )
+    if datatype == BYTES:
+        array = np.empty(expected, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    dtype = numpy_dtype(datatype)
+    wide = np.array(values, dtype=np.float64 if dtype.kind == "f" else None)
+    if dtype.kind in "iu" and wide.size:
+        info = np.iinfo(dtype)  # type: ignore[type-var]
+        if int(wide.min()) < info.min or int(wide.max()) > info.max:
+            raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}")
+    return wide.astype(dtype, copy=False).reshape(shape)
+
+
+def _decode_input(
+    tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None, limits: TensorLimits
+) -> InferInput:
+    name = tensor.name
+    if not name:
+        raise InvalidInput("an input has no 'name'")
+    shape = checked_shape(name, list(tensor.shape), limits)
+    parameters = decode_parameters(tensor.parameters, f"input {name!r}")
+    if raw is None:
+        data = _typed_contents(tensor, shape)
+    elif tensor.HasField("contents"):
+        raise InvalidInput(f"input {name!r}: has both contents and raw_input_contents")
+    else:
+        data = array_from_binary(name, tensor.datatype, shape, memoryview(raw), limits)
+    return InferInput(name, tensor.datatype, shape, data, parameters)
+
+
+def _decode_outputs(
+    outputs: Sequence[pb.ModelInferRequest.InferRequestedOutputTensor],
+) -> list[RequestedOutput] | None:
+    if not outputs:
+        return None
+    decoded = []
+    for output in outputs:
+        parameters = decode_parameters(output.parameters, f"output {output.name!r}")
+        if "classification" in parameters:
+            raise InvalidInput("the classification extension is not supported")
+        decoded.append(RequestedOutput(output.name, parameters))
+    return decoded
+
+
+def decode_infer_request(message: pb.ModelInferRequest, limits: TensorLimits) -> InferRequest:
+    """A ModelInferRequest as an InferRequest; raw contents become ``np.frombuffer`` views.
+
+    ``timeout_s`` comes from the ``timeout`` parameter only; the transport tightens it with
+    the call's deadline (:func:`request_timeout`).
+
+    Raises:
+        InvalidInput: anything malformed, inconsistent or over a limit, named.
+    """
+    if len(message.id) > _MAX_ID_LENGTH:
+        raise InvalidInput("'id' must be at most 1024 characters")
+    if not message.inputs:
+        raise InvalidInput("'inputs' must not be empty")
+    raws = message.raw_input_contents
+    if raws and len(raws) != len(message.inputs):
+        raise InvalidInput(
+            f"raw_input_contents has {len(raws)} entries for {len(message.inputs)} inputs; "
+            "when used it must carry every input"
+        )
+    parameters = decode_parameters(message.parameters, "request")
+    priority, timeout_s = _schedule_fields(parameters)
+    inputs = [
+        _decode_input(tensor, raws[index] if raws else None, limits)
+        for index, tensor in enumerate(message.inputs)
+    ]
+    return InferRequest(
+        message.model_name,
+        inputs,
+        message.model_version or None,
+        message.id or None,
+        _decode_outputs(message.outputs),
+        parameters,
+        priority,
+        timeout_s,
+    )
+
+
+def _raw_bytes(array: Array) -> bytes:
+    chunks = array_to_binary(array)
+    return bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
+
+
+def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
+    """An InferResponse with every output in ``raw_output_contents`` (as Triton answers)."""
+    outputs = [
+        pb.ModelInferResponse.InferOutputTensor(
+            name=output.name,
+            datatype=output.datatype,
+            shape=output.shape,
+            parameters=encode_parameters(output.parameters) if output.parameters else None,
+        )
+        for output in response.outputs
+    ]
+    return pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id or "",
+        parameters=encode_parameters(response.parameters) if response.parameters else None,
+        outputs=outputs,
+        raw_output_contents=[_raw_bytes(output.data) for output in response.outputs],
+    )
+
+
+def _tensor_metadata(spec: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata:
+    return pb.ModelMetadataResponse.TensorMetadata(name=spec.name, datatype=spec.datatype, shape=spec.shape)
+
+
+def encode_model_metadata(metadata: ModelMetadata) -> pb.ModelMetadataResponse:
+    return pb.ModelMetadataResponse(
+        name=metadata.name,
+        versions=metadata.versions,
+        platform=metadata.platform,
+        inputs=[_tensor_metadata(spec) for spec in metadata.inputs],
+        outputs=[_tensor_metadata(spec) for spec in metadata.outputs],
+    )
+
+
+def encode_server_metadata(metadata: ServerMetadata) -> pb.ServerMetadataResponse:
+    return pb.ServerMetadataResponse(
+        name=metadata.name, version=metadata.version, extensions=metadata.extensions
+    )
