@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ortserve.apps.seeds import write_seed_apps
+
 __all__ = ["build_mlp", "write_demo_repository"]
 
 # ONNX Runtime 1.16+ reads IR 9 / opset 17; pinning keeps the files loadable by older builds.
@@ -75,4 +77,4 @@ def write_demo_repository(root: Path) -> list[str]:
         version_dir.mkdir(parents=True, exist_ok=True)
         onnx.save(build_mlp(sizes, seed, name), str(version_dir / "model.onnx"))
         (root / name / "config.yaml").write_text(_CONFIG, encoding="utf-8")
-    return list(DEMO_MODELS)
+    return list(DEMO_MODELS) + write_seed_apps(root)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from ortserve.core.model import ModelState, ServedVersion
 from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
+from ortserve.pipeline.contract import PipelineContext
+from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
 from ortserve.repository.config import load_model_config
 from ortserve.repository.layout import ModelDir, scan_repository, select_versions
 from ortserve.repository.loader import load_version
@@ -111,6 +113,23 @@ class ModelRegistry:
             self._fail(entry, exc.message)
         except Exception as exc:  # ONNX Runtime's own load errors: logged, the model fails alone
             logger.debug("load of %s failed", model_dir.name, exc_info=exc)
+            self._fail(entry, f"{type(exc).__name__}: {exc}")
+        else:
+            entry.state = ModelState.READY
+            if config.pipeline is not None:
+                await self._load_pipeline(model_dir, max(entry.versions), config.pipeline)
+
+    async def _load_pipeline(self, model_dir: ModelDir, number: int, spec: str) -> None:
+        """Serve the pipeline that wraps a loaded model as its own entry; it fails alone."""
+        entry = ModelEntry(pipeline_model_name(model_dir.name))
+        self.add(entry)
+        context = PipelineContext(model_dir.name, str(number), model_dir.versions[number].parent)
+        try:
+            entry.versions[number] = await load_pipeline(spec, context, self)
+        except OrtServeError as exc:
+            self._fail(entry, exc.message)
+        except Exception as exc:  # a plug-in's own errors: logged, the pipeline fails alone
+            logger.debug("load of pipeline %s failed", entry.name, exc_info=exc)
             self._fail(entry, f"{type(exc).__name__}: {exc}")
         else:
             entry.state = ModelState.READY

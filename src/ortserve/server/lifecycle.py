@@ -19,6 +19,7 @@ from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.settings import ServerSettings
 
 __all__ = ["EXTENSIONS", "Server", "serve"]
@@ -81,6 +82,7 @@ class Server:
             self.bound.grpc_port = await self._grpc.start(s.host, s.grpc_port)
             logger.info("gRPC (Open Inference Protocol) listening on %s:%d", s.host, self.bound.grpc_port)
         await self.registry.load_repository(s)
+        register_pipeline_routes(self.registry, self.http_app)
         for entry in self.registry.entries():
             versions = ", ".join(
                 f"{n} [{'/'.join(v.info.providers)}]" for n, v in sorted(entry.versions.items())

@@ -1,0 +1,1 @@
+"""The seed applications served as pipelines: search hotwords and logistics dispatch."""

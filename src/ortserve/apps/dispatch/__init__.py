@@ -1,0 +1,1 @@
+"""Logistics dispatch: pair features, a batched multi-objective scorer, capacity-aware decoding."""
