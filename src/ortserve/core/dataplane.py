@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from ortserve.core.model import ServedVersion
@@ -64,12 +65,21 @@ class DataPlane:
         except ModelNotReady:
             return False
 
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
+        """Queue one request; errors found before queueing are raised at once.
+
+        Raises:
+            ModelNotFound, ModelNotReady, InvalidInput, Overloaded; the future may fail with
+            DeadlineExceeded, ModelNotReady or InferenceError.
+        """
+        served = self._resolver.resolve(request.model_name, request.model_version)
+        return served.submit(request)
+
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Run one request through its model's scheduler.
+        """Run one request through its model's scheduler and wait for the answer.
 
         Raises:
             ModelNotFound, ModelNotReady, InvalidInput, Overloaded, DeadlineExceeded,
             InferenceError.
         """
-        served = self._resolver.resolve(request.model_name, request.model_version)
-        return await served.infer(request)
+        return await self.submit(request)

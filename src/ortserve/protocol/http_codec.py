@@ -193,7 +193,6 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
     """The response as JSON, with binary outputs appended after the JSON header."""
     outputs: list[dict[str, Any]] = []
     binary_chunks: list[bytes | memoryview] = []
-    finite = True
     for output in response.outputs:
         entry: dict[str, Any] = {
             "name": output.name,
@@ -205,10 +204,7 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
             entry["parameters"] = {"binary_data_size": sum(len(c) for c in chunks)}
             binary_chunks.extend(chunks)
         else:
-            data = array_to_json_data(output.data)
-            if output.data.dtype.kind == "f" and not _all_finite(output.data):
-                finite = False
-            entry["data"] = data
+            entry["data"] = array_to_json_data(output.data)
         outputs.append(entry)
     document: dict[str, Any] = {
         "model_name": response.model_name,
@@ -219,15 +215,15 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
         document["id"] = response.id
     if response.parameters:
         document["parameters"] = response.parameters
-    header = orjson.dumps(document, option=_NUMPY) if finite else _dumps_non_finite(document)
+    header = orjson.dumps(document, option=_NUMPY)
+    if b"null" in header:
+        # orjson writes NaN and Infinity as null; nothing else in this document is ever null,
+        # so one byte scan finds non-finite floats (text that merely contains "null" only
+        # takes the slower, equally correct path).
+        header = _dumps_non_finite(document)
     if not binary_chunks:
         return EncodedBody([header], None)
     return EncodedBody([header, *binary_chunks], len(header))
-
-
-def _all_finite(array: Any) -> bool:
-    """Whether every float is finite (orjson would write NaN and Infinity as null)."""
-    return bool(np.isfinite(array).all())
 
 
 def _dumps_non_finite(document: dict[str, Any]) -> bytes:

@@ -23,13 +23,13 @@ from urllib.parse import unquote
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
-from ortserve.server.http.messages import HttpRequest, HttpResponse
+from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
 
 __all__ = ["ConnectionLimits", "Handler", "HttpConnection", "ServerState"]
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[HttpRequest], "HttpResponse | Coroutine[Any, Any, HttpResponse]"]
+Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]"]
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
@@ -97,11 +97,13 @@ class HttpConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_size = 0
         self._queue: deque[tuple[HttpRequest, bool]] = deque()
-        self._task: asyncio.Task[HttpResponse] | None = None
+        self._task: asyncio.Future[Any] | None = None
         self._busy = False
         self._closed = False
         self._reading = True
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
+        self._idle_armed = False
         self._discard_left: int | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -113,7 +115,9 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._state.discard(self)
-        self._cancel_idle()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client is gone; a queued request is skipped
         self._queue.clear()
@@ -207,6 +211,12 @@ class HttpConnection(asyncio.Protocol):
             if isinstance(result, HttpResponse):
                 self._write(result, keep_alive)
                 continue
+            if isinstance(result, DeferredResponse):
+                self._task = result.future
+                result.future.add_done_callback(
+                    functools.partial(self._on_deferred, result.finish, keep_alive=keep_alive)
+                )
+                return
             task = self._loop.create_task(result)
             self._task = task
             task.add_done_callback(functools.partial(self._on_done, keep_alive=keep_alive))
@@ -217,6 +227,24 @@ class HttpConnection(asyncio.Protocol):
             self._reading = True
         if not self._queue:
             self._arm_idle()
+
+    def _on_deferred(
+        self,
+        finish: Callable[[asyncio.Future[Any]], HttpResponse],
+        future: asyncio.Future[Any],
+        *,
+        keep_alive: bool,
+    ) -> None:
+        self._task = None
+        if future.cancelled():
+            return
+        try:
+            response = finish(future)
+        except Exception:
+            logger.exception("unhandled error while building an HTTP response")
+            response = HttpResponse(500, [encode_error("internal server error")])
+        self._write(response, keep_alive)
+        self._next()
 
     def _on_done(self, task: asyncio.Task[HttpResponse], *, keep_alive: bool) -> None:
         self._task = None
@@ -290,13 +318,28 @@ class HttpConnection(asyncio.Protocol):
 
     # -- idle connections -------------------------------------------------------------
     def _arm_idle(self) -> None:
-        self._cancel_idle()
-        self._idle_timer = self._loop.call_later(self._limits.keepalive_timeout_s, self._close)
+        # One timer per keep-alive period, not one per request: each request only stamps the
+        # time, and the timer re-arms itself for the remainder when it finds activity.
+        self._idle_since = self._loop.time()
+        self._idle_armed = True
+        if self._idle_timer is None:
+            self._idle_timer = self._loop.call_later(self._limits.keepalive_timeout_s, self._on_idle_timer)
 
     def _cancel_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._idle_armed = False
+
+    def _on_idle_timer(self) -> None:
+        self._idle_timer = None
+        if self._closed:
+            return
+        if not self._idle_armed:
+            self._idle_timer = self._loop.call_later(self._limits.keepalive_timeout_s, self._on_idle_timer)
+            return
+        remaining = self._idle_since + self._limits.keepalive_timeout_s - self._loop.time()
+        if remaining > 0:
+            self._idle_timer = self._loop.call_later(remaining, self._on_idle_timer)
+        else:
+            self._close()
 
     @property
     def idle(self) -> bool:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["HttpRequest", "HttpResponse", "json_response"]
+__all__ = ["DeferredResponse", "HttpRequest", "HttpResponse", "json_response"]
 
 
 @dataclass(slots=True)
@@ -34,3 +37,14 @@ class HttpResponse:
 
 def json_response(status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:
     return HttpResponse(status, [body], b"application/json", headers or [])
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredResponse:
+    """A response that ``finish`` builds once ``future`` is done (no task per request).
+
+    The connection cancels ``future`` if the client goes away first.
+    """
+
+    future: asyncio.Future[Any]
+    finish: Callable[[asyncio.Future[Any]], HttpResponse]
