@@ -1,0 +1,166 @@
+"""Every gRPC error path gets its status code from the error tree, and a good call succeeds after."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import onnx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from model_builders import slow_model, write_error_repository
+from ortserve.testing import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+MAX_MESSAGE = 1_500_000
+
+
+@pytest.fixture(scope="module")
+def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("grpc-error-models")
+    write_error_repository(root)
+    slower = root / "slower" / "1"
+    slower.mkdir(parents=True)
+    onnx.save(slow_model(matmuls=48, size=512), str(slower / "model.onnx"))
+    (root / "slower" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n")
+    log = tmp_path_factory.mktemp("grpc-error-logs") / "server.log"
+    args = ["--no-strict-readiness", "--grpc-max-message-bytes", str(MAX_MESSAGE), "--intra-op-threads", "1"]
+    with run_server(root, log, args) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stub(error_server: ServerProcess) -> service_pb2_grpc.GRPCInferenceServiceStub:
+    return service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(error_server.grpc_address))
+
+
+def request(
+    model: str, array: np.ndarray, name: str = "x", **parameters: int
+) -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name=model)
+    message.inputs.add(name=name, datatype="FP32", shape=list(array.shape))
+    message.raw_input_contents.append(array.astype(np.float32).tobytes())
+    for key, value in parameters.items():
+        message.parameters[key].int64_param = value
+    return message
+
+
+def slow_request(**parameters: int) -> service_pb2.ModelInferRequest:
+    return request("slow", np.full((1, 256, 256), 0.001, np.float32), **parameters)
+
+
+def good_call(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+    """A call that must succeed: the server kept serving."""
+    response = stub.ModelInfer(request("failing", np.arange(12).reshape(3, 4)), timeout=30)
+    assert list(response.outputs[0].shape) == [4, 3]
+
+
+def call_error(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, message: object, **options: object
+) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(message, **options)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "text"),
+    [
+        (
+            request("failing", np.zeros((3, 4)), name="nope"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unexpected input",
+        ),
+        (request("failing", np.zeros((3, 5))), grpc.StatusCode.INVALID_ARGUMENT, "dimension 1"),
+        (service_pb2.ModelInferRequest(model_name="failing"), grpc.StatusCode.INVALID_ARGUMENT, "inputs"),
+        (request("nope", np.zeros((3, 4))), grpc.StatusCode.NOT_FOUND, "unknown model"),
+        (request("broken", np.zeros((3, 4))), grpc.StatusCode.UNAVAILABLE, "broken"),
+        (request("bad_config", np.zeros((3, 4))), grpc.StatusCode.UNAVAILABLE, "batching.max_batch_size"),
+        (request("failing", np.zeros((1, 4))), grpc.StatusCode.INTERNAL, "failed to run this batch"),
+        (request("failing", np.zeros((100_000, 4))), grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
+    ],
+)
+def test_each_error_has_its_status_and_the_next_call_succeeds(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, message: object, code: grpc.StatusCode, text: str
+) -> None:
+    error = call_error(stub, message, timeout=30)
+    assert error.code() == code
+    assert text in error.details()
+    good_call(stub)
+
+
+def test_runtime_failures_tell_the_client_nothing_of_the_internals(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    error = call_error(stub, request("failing", np.zeros((2, 4))), timeout=30)
+    assert error.code() == grpc.StatusCode.INTERNAL
+    assert "Traceback" not in error.details() and "onnxruntime" not in error.details().lower()
+
+
+def test_overload_is_resource_exhausted_with_retry_after(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    with ThreadPoolExecutor(12) as pool:
+        calls = [pool.submit(stub.ModelInfer.with_call, slow_request(), timeout=60) for _ in range(12)]
+        outcomes = [call.exception() for call in calls]
+    refused = [e for e in outcomes if isinstance(e, grpc.RpcError)]
+    assert refused and len(refused) < len(outcomes)
+    assert {e.code() for e in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+    assert int(dict(refused[0].trailing_metadata())["retry-after"]) >= 1
+    good_call(stub)
+
+
+def test_the_calls_deadline_becomes_the_requests_deadline(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    # "slower" takes well over 100 ms; with a 60 ms deadline the server refuses at admission
+    # (it knows the deadline) instead of running work whose answer nobody would wait for.
+    error = call_error(stub, request("slower", np.full((1, 512, 512), 1e-3)), timeout=0.06)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert "deadline" in error.details()
+    good_call(stub)
+
+
+def test_a_deadline_passing_in_the_queue_is_deadline_exceeded(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(stub.ModelInfer, slow_request(), timeout=60)
+        second = pool.submit(stub.ModelInfer, slow_request(timeout=2000), timeout=60)
+        assert first.result() is not None
+        error = second.exception()
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    good_call(stub)
+
+
+def test_shutdown_answers_streamed_requests_in_flight_and_health_goes_not_serving(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    write_error_repository(root)
+    with run_server(root, tmp_path / "server.log", ["--no-strict-readiness"]) as server:
+        channel = grpc.insecure_channel(server.grpc_address)
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        fast = request("failing", np.arange(12).reshape(3, 4))
+        fast.id = "fast"
+        messages = [slow_request(), slow_request(), fast]
+        for index, message in enumerate(messages[:2]):
+            message.id = f"slow-{index}"
+        stream = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(
+            iter(messages), timeout=60
+        )
+        first = next(stream)  # the fast answer: both slow requests were read before it
+        assert first.infer_response.id == "fast"
+        server.process.send_signal(signal.SIGTERM)
+        rest = list(stream)
+        assert sorted(a.infer_response.id for a in rest) == ["slow-0", "slow-1"]
+        assert all(a.error_message == "" for a in rest)
+        assert [r.status for r in watch] == [health_pb2.HealthCheckResponse.NOT_SERVING]
+        assert server.process.wait(30) == 0

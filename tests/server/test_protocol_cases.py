@@ -1,0 +1,261 @@
+"""One table of protocol cases run over both transports: same answers, same errors, same messages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from model_builders import write_error_repository
+from ortserve.testing import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+MAX_BODY = 2_000_000
+TRANSPORTS = ("http", "grpc")
+
+
+@pytest.fixture(scope="module")
+def case_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("case-models")
+    write_error_repository(root)
+    log = tmp_path_factory.mktemp("case-logs") / "server.log"
+    args = ["--no-strict-readiness", "--max-body-bytes", str(MAX_BODY), "--intra-op-threads", "1"]
+    with run_server(root, log, args) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def clients(case_server: ServerProcess) -> dict[str, Any]:
+    return {
+        "http": httpclient.InferenceServerClient(case_server.http_address),
+        "grpc": grpcclient.InferenceServerClient(case_server.grpc_address),
+    }
+
+
+class Transport:
+    """The same call through either tritonclient module, with answers normalized to plain data."""
+
+    def __init__(self, name: str, client: Any) -> None:
+        self.name = name
+        self.client = client
+        self.module: Any = httpclient if name == "http" else grpcclient
+
+    def metadata(self, call: Callable[..., Any], *args: str) -> dict[str, Any]:
+        if self.name == "http":
+            return dict(call(*args))
+        return dict(call(*args, as_json=True))
+
+    def server_metadata(self) -> dict[str, Any]:
+        found = self.metadata(self.client.get_server_metadata)
+        return {"name": found["name"], "extensions": sorted(found["extensions"])}
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        found = self.metadata(self.client.get_model_metadata, name, version)
+
+        def tensors(key: str) -> list[tuple[str, str, list[int]]]:
+            return [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in found[key]]
+
+        return {"name": found["name"], "inputs": tensors("inputs"), "outputs": tensors("outputs")}
+
+    def infer(
+        self,
+        model: str,
+        tensors: dict[str, tuple[str, np.ndarray]],
+        outputs: list[str] | None = None,
+        version: str = "",
+        **options: Any,
+    ) -> dict[str, list[Any]]:
+        inputs = []
+        for name, (datatype, array) in tensors.items():
+            tensor = self.module.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        wanted = [self.module.InferRequestedOutput(n) for n in outputs] if outputs else None
+        result = self.client.infer(model, inputs, model_version=version, outputs=wanted, **options)
+        names = outputs or [o["name"] for o in self.outputs_of(result)]
+        return {n: result.as_numpy(n).tolist() for n in names}
+
+    def outputs_of(self, result: Any) -> list[dict[str, Any]]:
+        if self.name == "http":
+            return list(result.get_response()["outputs"])
+        return [{"name": o.name} for o in result.get_response().outputs]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call; either its normalized answer, or the status and code it fails with."""
+
+    id: str
+    call: Callable[[Transport], object]
+    expected: object = None
+    http_status: int | None = None
+    grpc_code: str | None = None
+    same_message: bool = True
+
+
+def rows(count: int, width: int = 4) -> tuple[str, np.ndarray]:
+    return "FP32", np.arange(count * width, dtype=np.float32).reshape(count, width)
+
+
+TYPED = {
+    "i64": ("INT64", np.array([[1, -2, 3], [2**40, 5, 6]], dtype=np.int64)),
+    "flag": ("BOOL", np.array([True, False])),
+    "half": ("FP16", np.array([0.5, -1.0, 65504.0, 0.0], dtype=np.float16)),
+    "text": ("BYTES", np.array([b"h\xc3\xa9llo", b"world"], dtype=np.object_)),
+}
+
+CASES = [
+    Case("server live", lambda t: t.client.is_server_live(), True),
+    Case("server ready", lambda t: t.client.is_server_ready(), True),
+    Case(
+        "server metadata",
+        lambda t: t.server_metadata(),
+        {"name": "ortserve", "extensions": ["binary_tensor_data", "schedule_policy"]},
+    ),
+    Case(
+        "model metadata",
+        lambda t: t.model_metadata("failing"),
+        {"name": "failing", "inputs": [("x", "FP32", [-1, 4])], "outputs": [("y", "FP32", [-1, 3])]},
+    ),
+    Case("model ready", lambda t: t.client.is_model_ready("failing"), True),
+    Case("model that failed to load is not ready", lambda t: t.client.is_model_ready("broken"), False),
+    Case("metadata of an unknown model", lambda t: t.model_metadata("nope"), None, 404, "NOT_FOUND"),
+    Case(
+        "metadata of an unknown version", lambda t: t.model_metadata("failing", "7"), None, 404, "NOT_FOUND"
+    ),
+    Case(
+        "infer",
+        lambda t: t.infer("failing", {"x": rows(3)}),
+        {"y": np.arange(12, dtype=np.float32).reshape(4, 3).tolist()},
+    ),
+    Case(
+        "infer every datatype",
+        lambda t: t.infer("typed", TYPED, [f"{n}_out" for n in TYPED]),
+        {f"{n}_out": array.tolist() for n, (_, array) in TYPED.items()},
+    ),
+    Case(
+        "infer with priority and timeout parameters",
+        lambda t: t.infer("failing", {"x": rows(3)}, priority=1, timeout=10_000_000),
+        {"y": np.arange(12, dtype=np.float32).reshape(4, 3).tolist()},
+    ),
+    Case("infer on an unknown model", lambda t: t.infer("nope", {"x": rows(3)}), None, 404, "NOT_FOUND"),
+    Case(
+        "infer on an unknown version",
+        lambda t: t.infer("failing", {"x": rows(3)}, version="7"),
+        None,
+        404,
+        "NOT_FOUND",
+    ),
+    Case(
+        "infer with a wrong datatype",
+        lambda t: t.infer("failing", {"x": ("INT32", np.zeros((3, 4), np.int32))}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with a wrong dimension",
+        lambda t: t.infer("failing", {"x": rows(3, 5)}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with more rows than max_batch_size",
+        lambda t: t.infer("failing", {"x": rows(9)}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with an unknown input",
+        lambda t: t.infer("failing", {"nope": rows(3)}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer asking for an unknown output",
+        lambda t: t.infer("failing", {"x": rows(3)}, ["zzz"]),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with an input missing",
+        lambda t: t.infer("typed", {"i64": TYPED["i64"]}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with a priority outside the lanes",
+        lambda t: t.infer("failing", {"x": rows(3)}, priority=9),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer on a model that failed to load",
+        lambda t: t.infer("broken", {"x": rows(3)}),
+        None,
+        503,
+        "UNAVAILABLE",
+    ),
+    Case(
+        "infer that fails inside ONNX Runtime",
+        lambda t: t.infer("failing", {"x": rows(1)}),
+        None,
+        500,
+        "INTERNAL",
+    ),
+    Case(
+        "infer whose deadline cannot be met",
+        lambda t: t.infer("slow", {"x": ("FP32", np.zeros((1, 256, 256), np.float32))}, timeout=1),
+        None,
+        429,
+        "RESOURCE_EXHAUSTED",
+    ),
+    Case(
+        "infer larger than the size limit",
+        lambda t: t.infer("failing", {"x": rows(MAX_BODY // 16 + 1)}),
+        None,
+        413,
+        "RESOURCE_EXHAUSTED",
+        same_message=False,  # gRPC core refuses the message before ortserve sees it
+    ),
+]
+
+
+def outcome(transport: Transport, case: Case) -> tuple[object, str | None, str | None]:
+    """(answer, status, message) of one case over one transport."""
+    try:
+        return case.call(transport), None, None
+    except InferenceServerException as error:
+        return None, error.status(), error.message()
+
+
+def expected_status(case: Case, transport: str) -> str | None:
+    if transport == "http":
+        return None if case.http_status is None else str(case.http_status)
+    return None if case.grpc_code is None else f"StatusCode.{case.grpc_code}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_both_transports_agree(clients: dict[str, Any], case: Case) -> None:
+    results = {name: outcome(Transport(name, clients[name]), case) for name in TRANSPORTS}
+    for name, (answer, status, message) in results.items():
+        assert status == expected_status(case, name), (name, message)
+        assert answer == case.expected, name
+    if case.http_status is not None and case.same_message:
+        assert results["http"][2] == results["grpc"][2]
+    # Every failure leaves the server serving on both transports.
+    for name in TRANSPORTS:
+        assert Transport(name, clients[name]).infer("failing", {"x": rows(3)})["y"][0] == [0.0, 1.0, 2.0]
