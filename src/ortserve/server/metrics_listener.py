@@ -1,0 +1,80 @@
+"""Prometheus exposition: the ``--metrics-port`` listener and the ``/metrics`` route handler."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from ortserve.metrics import ServerMetrics, VersionState
+from ortserve.repository.registry import ModelRegistry
+from ortserve.server.http.app import RouteHandler
+from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+
+__all__ = ["MetricsListener", "metrics_route", "version_states"]
+
+_CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
+_METRICS_LIMITS = ConnectionLimits(max_body_bytes=64 * 1024, keepalive_timeout_s=75.0)
+
+
+def _exposition(metrics: ServerMetrics) -> HttpResponse:
+    return HttpResponse(200, [metrics.exposition()], _CONTENT_TYPE)
+
+
+def metrics_route(metrics: ServerMetrics) -> RouteHandler:
+    """``GET /metrics`` for the HTTP app (the same families as the metrics port)."""
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return _exposition(metrics)
+
+    return handler
+
+
+class MetricsListener:
+    """A listener of its own that answers ``GET /metrics`` and nothing else.
+
+    Args:
+        metrics: the server's metrics.
+    """
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._metrics = metrics
+        self._listener = HttpListener(self._handle, _METRICS_LIMITS)
+
+    def _handle(self, request: HttpRequest) -> HttpResponse:
+        if request.path != "/metrics":
+            return json_response(404, b'{"error":"only /metrics is served on this port"}')
+        if request.method != "GET":
+            return json_response(405, b'{"error":"method not allowed"}')
+        return _exposition(self._metrics)
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port."""
+        return await self._listener.start(host, port)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Close the socket and idle connections; wait for a scrape in progress."""
+        self._listener.stop_accepting()
+        await self._listener.wait_closed(timeout_s)
+
+
+def version_states(registry: ModelRegistry) -> list[VersionState]:
+    """Every served version's state; a model with no loaded version reports version ""."""
+    states: list[VersionState] = []
+    for entry in registry.entries():
+        if not entry.versions:
+            states.append(VersionState(entry.name, "", entry.state.value, "", 0, 0, None))
+        for number, served in sorted(entry.versions.items()):
+            scheduler = getattr(served, "scheduler", None)  # pipelines run on their models' queues
+            states.append(
+                VersionState(
+                    entry.name,
+                    str(number),
+                    served.state.value,
+                    served.info.providers[0] if served.info.providers else "",
+                    0 if scheduler is None else scheduler.queue_depth,
+                    0 if scheduler is None else scheduler.busy_instances,
+                    entry.load_seconds.get(number),
+                )
+            )
+    return states

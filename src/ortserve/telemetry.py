@@ -1,0 +1,217 @@
+"""Per-request accounting both transports share: request ids, outcomes, latency, access log, spans."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from ortserve.core.scheduler import SchedulerObserver, make_observer_chain
+from ortserve.core.types import InferRequest
+from ortserve.errors import OrtServeError
+from ortserve.logs import MODEL, REQUEST_ID, VERSION
+from ortserve.metrics import ServerMetrics, VersionMetrics, outcome_of
+from ortserve.statistics import ServerStatistics, VersionStatistics
+from ortserve.tracing import RequestTrace, Tracing
+
+__all__ = ["RequestScope", "Telemetry"]
+
+access_logger = logging.getLogger("ortserve.access")
+
+_MAX_ECHOED_ID = 256
+
+
+class _Cancellable(Protocol):
+    def cancelled(self) -> bool: ...
+
+
+class _VersionRecorder:
+    __slots__ = ("metrics", "statistics")
+
+    def __init__(self, metrics: VersionMetrics | None, statistics: VersionStatistics | None) -> None:
+        self.metrics = metrics
+        self.statistics = statistics
+
+    def record(self, transport: str, outcome: str, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.record_request(transport, outcome, seconds)
+        if self.statistics is not None:
+            self.statistics.record_request(outcome == "success", seconds)
+
+
+class Telemetry:
+    """Where transports report requests and where the registry gets each version's observer.
+
+    Args:
+        statistics: the statistics extension's totals (always kept; they are cheap).
+        metrics: Prometheus series, or None when metrics are off.
+        tracing: OpenTelemetry spans, or None when tracing is off.
+        access_log: log one line per request to the ``ortserve.access`` logger.
+    """
+
+    def __init__(
+        self,
+        statistics: ServerStatistics,
+        metrics: ServerMetrics | None = None,
+        tracing: Tracing | None = None,
+        access_log: bool = False,
+    ) -> None:
+        self.statistics = statistics
+        self.metrics = metrics
+        self.tracing = tracing
+        self.access_log = access_log
+        self.live: set[RequestScope] = set()
+        self._versions: dict[tuple[str, str], _VersionRecorder] = {}
+        self._latest: dict[str, str] = {}
+        self._unattributed = _VersionRecorder(None, None)
+
+    def observer_for(self, model: str, version: str) -> SchedulerObserver:
+        """The scheduler observer of a version being loaded; also prepares its request series."""
+        metrics = None if self.metrics is None else self.metrics.version(model, version)
+        statistics = self.statistics.version(model, version)
+        self._versions[(model, version)] = _VersionRecorder(metrics, statistics)
+        latest = self._latest.get(model)
+        if latest is None or _number(version) > _number(latest):
+            self._latest[model] = version
+        observers: list[SchedulerObserver] = [statistics]
+        if metrics is not None:
+            observers.append(metrics)
+        if self.tracing is not None:
+            observers.append(self.tracing.observer(model, version))
+        return observers[0] if len(observers) == 1 else make_observer_chain(*observers)
+
+    def begin(
+        self, transport: str, model: str, version: str | None, request_id: str | None, traceparent: str | None
+    ) -> RequestScope:
+        """Start accounting for one inference request; end it with ``finish`` or ``abandon``."""
+        trace = None
+        if self.tracing is not None:
+            trace = self.tracing.begin(transport, f"{transport} infer {model}", traceparent)
+        scope = RequestScope(self, transport, model, version, request_id, trace)
+        self.live.add(scope)
+        return scope
+
+    def inflight(self) -> dict[str, int]:
+        """Requests being handled now, per transport (read at scrape time).
+
+        A request whose client went away has its pending future cancelled and is never
+        finished; it is dropped here instead of costing a callback per request.
+        """
+        counts = dict.fromkeys(("http", "grpc"), 0)
+        for scope in list(self.live):
+            if scope.pending is not None and scope.pending.cancelled():
+                self.live.discard(scope)
+            else:
+                counts[scope.transport] = counts.get(scope.transport, 0) + 1
+        return counts
+
+    def recorder(self, model: str, version: str | None) -> _VersionRecorder:
+        """A request's version: the one it named, or the model's highest when it named none."""
+        if version is None:
+            version = self._latest.get(model)
+            if version is None:
+                return self._unattributed_recorder()
+        found = self._versions.get((model, version))
+        return found if found is not None else self._unattributed_recorder()
+
+    def _unattributed_recorder(self) -> _VersionRecorder:
+        """Requests for unknown models count under model "" (never a label per unknown name)."""
+        if self._unattributed.metrics is None and self.metrics is not None:
+            self._unattributed.metrics = self.metrics.version("", "")
+        return self._unattributed
+
+
+class RequestScope:
+    """One request's accounting, from routing to the encoded answer."""
+
+    __slots__ = ("_started", "_telemetry", "model", "pending", "request_id", "trace", "transport", "version")
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        transport: str,
+        model: str,
+        version: str | None,
+        request_id: str | None,
+        trace: RequestTrace | None,
+    ) -> None:
+        self._telemetry = telemetry
+        self._started = time.perf_counter()
+        self.transport = transport
+        self.model = model
+        self.version = version
+        self.request_id = request_id
+        self.trace = trace
+        self.pending: _Cancellable | None = None
+        """The queued request's future, set by transports that hold no task per request."""
+
+    def identify(self, request: InferRequest) -> None:
+        """The request is decoded: its OIP ``id`` wins over the header and the answer carries it."""
+        if request.id:
+            self.request_id = request.id
+        elif self.request_id is not None:
+            request.id = self.request_id
+        if self.trace is not None:
+            self.trace.decoded = time.monotonic()
+
+    def inferred(self, version: str) -> None:
+        """The model answered (from ``version``); encoding starts."""
+        self.version = version
+        if self.trace is not None:
+            self.trace.inferred = time.monotonic()
+
+    def echoed_id(self) -> bytes | None:
+        """The request id as a response header value, if it is safe to echo."""
+        rid = self.request_id
+        if rid is None or len(rid) > _MAX_ECHOED_ID or not (rid.isascii() and rid.isprintable()):
+            return None
+        return rid.encode("ascii")
+
+    def finish(self, error: OrtServeError | None, status: int | str) -> None:
+        """Record the outcome and latency, write the access log line, end the trace."""
+        seconds = time.perf_counter() - self._started
+        telemetry = self._telemetry
+        telemetry.live.discard(self)
+        outcome = "success" if error is None else outcome_of(error)
+        telemetry.recorder(self.model, self.version).record(self.transport, outcome, seconds)
+        if telemetry.access_log:
+            self._log_access(outcome, status, seconds)
+        if self.trace is not None and telemetry.tracing is not None:
+            telemetry.tracing.end(self.trace, self.model, self.version, outcome, self.request_id)
+
+    def abandon(self) -> None:
+        """The client went away before an answer: only the in-flight count changes."""
+        self._telemetry.live.discard(self)
+
+    @contextlib.contextmanager
+    def bound(self) -> Iterator[None]:
+        """Tag every log line written inside with this request's id, model and version.
+
+        Transports without a task per request share one context across requests, so the
+        variables are set only around the code that may log, and restored after.
+        """
+        tokens = (REQUEST_ID.set(self.request_id), MODEL.set(self.model), VERSION.set(self.version))
+        try:
+            yield
+        finally:
+            VERSION.reset(tokens[2])
+            MODEL.reset(tokens[1])
+            REQUEST_ID.reset(tokens[0])
+
+    def _log_access(self, outcome: str, status: int | str, seconds: float) -> None:
+        access_logger.info(
+            "%s infer %s/%s %s %s %.3f ms",
+            self.transport,
+            self.model,
+            self.version or "-",
+            status,
+            outcome,
+            seconds * 1e3,
+            extra={"request_id": self.request_id, "model": self.model, "version": self.version},
+        )
+
+
+def _number(version: str) -> int:
+    return int(version) if version.isdigit() else -1
