@@ -9,7 +9,7 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["MlpWeights", "export_mlp", "predict", "train_mlp"]
+__all__ = ["MlpWeights", "export_mlp", "finish_model", "mlp_graph_parts", "predict", "train_mlp"]
 
 Matrix = npt.NDArray[np.float32]
 _IR_VERSION = 9
@@ -77,28 +77,48 @@ def train_mlp(
     return MlpWeights(*params)
 
 
-def export_mlp(weights: MlpWeights, name: str, input_name: str, output_name: str) -> onnx.ModelProto:
-    """Gemm -> Relu -> Gemm -> Sigmoid with a dynamic batch dimension."""
+def mlp_graph_parts(
+    weights: MlpWeights, input_name: str, output_name: str, prefix: str = ""
+) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Nodes and initializers of Gemm -> Relu -> Gemm -> Sigmoid, to embed in a larger graph."""
+    names = {key: prefix + key for key in ("w1", "b1", "w2", "b2", "g1", "h1", "logits")}
     initializers = [
-        numpy_helper.from_array(np.asarray(value, np.float32), key)
-        for key, value in (("w1", weights.w1), ("b1", weights.b1), ("w2", weights.w2), ("b2", weights.b2))
+        numpy_helper.from_array(np.asarray(getattr(weights, key), np.float32), names[key])
+        for key in ("w1", "b1", "w2", "b2")
     ]
     nodes = [
-        helper.make_node("Gemm", [input_name, "w1", "b1"], ["g1"]),
-        helper.make_node("Relu", ["g1"], ["h1"]),
-        helper.make_node("Gemm", ["h1", "w2", "b2"], ["logits"]),
-        helper.make_node("Sigmoid", ["logits"], [output_name]),
+        helper.make_node("Gemm", [input_name, names["w1"], names["b1"]], [names["g1"]]),
+        helper.make_node("Relu", [names["g1"]], [names["h1"]]),
+        helper.make_node("Gemm", [names["h1"], names["w2"], names["b2"]], [names["logits"]]),
+        helper.make_node("Sigmoid", [names["logits"]], [output_name]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        name,
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", weights.w1.shape[0]])],
-        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", weights.w2.shape[1]])],
-        initializers,
-    )
+    return nodes, initializers
+
+
+def finish_model(
+    nodes: list[onnx.NodeProto],
+    initializers: list[onnx.TensorProto],
+    name: str,
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+) -> onnx.ModelProto:
+    """A checked model pinned to IR 9 / opset 17 (loadable by ONNX Runtime 1.16 and later)."""
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializers)
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="ortserve"
     )
     model.ir_version = _IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+def export_mlp(weights: MlpWeights, name: str, input_name: str, output_name: str) -> onnx.ModelProto:
+    """The MLP alone, with a dynamic batch dimension."""
+    nodes, initializers = mlp_graph_parts(weights, input_name, output_name)
+    return finish_model(
+        nodes,
+        initializers,
+        name,
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", weights.w1.shape[0]])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", weights.w2.shape[1]])],
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ortserve.apps.dispatch.training import train_dispatch
 from ortserve.apps.hotword.training import train_hotword
 
 __all__ = ["SEED_APPS", "write_seed_apps"]
@@ -16,7 +17,16 @@ batching:
   max_queue_delay_ms: 1.0
 """
 
-SEED_APPS = {"hotword": (train_hotword, _HOTWORD_CONFIG)}
+_DISPATCH_CONFIG = """\
+# Logistics dispatch: POST /v1/route, or OIP model "dispatch.pipeline" (BYTES JSON in and out).
+# One request scores all its order x courier pairs; calls beyond max_batch_size are chunked.
+pipeline: dispatch
+batching:
+  max_batch_size: 4096
+  max_queue_delay_ms: 1.0
+"""
+
+SEED_APPS = {"hotword": (train_hotword, _HOTWORD_CONFIG), "dispatch": (train_dispatch, _DISPATCH_CONFIG)}
 
 
 def write_seed_apps(root: Path) -> list[str]:

@@ -1,0 +1,171 @@
+"""The ``POST /v1/route`` body, validated strictly: every error names its field."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortserve.apps.dispatch.gazetteer import place_address
+from ortserve.errors import InvalidInput, PayloadTooLarge
+
+__all__ = [
+    "MAX_COURIERS",
+    "MAX_ORDERS",
+    "MAX_PAIRS",
+    "Courier",
+    "DispatchRequest",
+    "Order",
+    "parse_dispatch_request",
+]
+
+MAX_ORDERS = 500
+MAX_COURIERS = 200
+MAX_PAIRS = 20_000
+"""Orders x couriers scored per request at most; beyond it, 413."""
+MAX_TOP_K = 10
+_TOP = frozenset({"orders", "couriers", "now", "top_k"})
+_ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
+_COURIER = frozenset({"id", "lat", "lon", "capacity", "load"})
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A parcel to deliver: where, its time window (Unix ms) and weight."""
+
+    id: str
+    lat: float
+    lon: float
+    created_at: int
+    deadline: int
+    weight: float
+    placed_by: str | None
+    """The district or city the address parser placed it in, when coordinates were missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Courier:
+    """A courier: position, capacity and current load (same unit as order weights)."""
+
+    id: str
+    lat: float
+    lon: float
+    capacity: float
+    load: float
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRequest:
+    orders: tuple[Order, ...]
+    couriers: tuple[Courier, ...]
+    now: int
+    top_k: int
+
+
+def _name(field: str, key: str) -> str:
+    return f"{field}.{key}" if field else key
+
+
+def _object(value: object, field: str, allowed: frozenset[str]) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"field {field or '(body)'!r} must be an object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise InvalidInput(f"field '{_name(field, unknown[0])}' is unknown; allowed: {sorted(allowed)}")
+    return value
+
+
+def _number(item: dict[str, object], key: str, field: str, default: float | None = None) -> float:
+    if key not in item:
+        if default is None:
+            raise InvalidInput(f"field '{_name(field, key)}' is required")
+        return default
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(f"field '{_name(field, key)}' must be a finite number")
+    return float(value)
+
+
+def _integer(item: dict[str, object], key: str, field: str) -> int:
+    if key not in item:
+        raise InvalidInput(f"field '{_name(field, key)}' is required")
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"field '{_name(field, key)}' must be an integer (Unix milliseconds)")
+    return value
+
+
+def _identifier(item: dict[str, object], field: str, seen: set[str]) -> str:
+    value = item.get("id")
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        raise InvalidInput(f"field '{field}.id' must be a string of 1 to 64 characters")
+    if value in seen:
+        raise InvalidInput(f"field '{field}.id': {value!r} appears twice")
+    seen.add(value)
+    return value
+
+
+def _position(item: dict[str, object], field: str) -> tuple[float, float, str | None]:
+    if "lat" in item or "lon" in item:
+        lat, lon = _number(item, "lat", field), _number(item, "lon", field)
+        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+            raise InvalidInput(f"field '{field}.lat'/'{field}.lon' is not a position on Earth")
+        return lat, lon, None
+    address = item.get("address")
+    if not isinstance(address, str) or not address.strip():
+        raise InvalidInput(f"field '{field}' needs 'lat' and 'lon' or a non-empty 'address'")
+    place = place_address(address, f"{field}.address")
+    return place.lat, place.lon, place.district or place.city
+
+
+def _order(value: object, field: str, seen: set[str]) -> Order:
+    item = _object(value, field, _ORDER)
+    identifier = _identifier(item, field, seen)
+    lat, lon, placed = _position(item, field)
+    created, deadline = _integer(item, "created_at", field), _integer(item, "deadline", field)
+    if deadline <= created:
+        raise InvalidInput(f"field '{field}.deadline' must be after '{field}.created_at'")
+    weight = _number(item, "weight", field, 1.0)
+    if weight <= 0:
+        raise InvalidInput(f"field '{field}.weight' must be positive")
+    return Order(identifier, lat, lon, created, deadline, weight, placed)
+
+
+def _courier(value: object, field: str, seen: set[str]) -> Courier:
+    item = _object(value, field, _COURIER)
+    identifier = _identifier(item, field, seen)
+    if "lat" not in item or "lon" not in item:
+        raise InvalidInput(f"field '{field}.lat' and '{field}.lon' are required")
+    lat, lon, _ = _position(item, field)
+    capacity = _number(item, "capacity", field)
+    load = _number(item, "load", field, 0.0)
+    if capacity <= 0 or load < 0:
+        raise InvalidInput(f"field '{field}.capacity' must be positive and '{field}.load' non-negative")
+    return Courier(identifier, lat, lon, capacity, load)
+
+
+def _list(document: dict[str, object], key: str, limit: int) -> list[object]:
+    value = document.get(key)
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(f"field {key!r} must be a non-empty list")
+    if len(value) > limit:
+        raise InvalidInput(f"field {key!r} has {len(value)} entries; at most {limit} are allowed")
+    return value
+
+
+def parse_dispatch_request(document: object) -> DispatchRequest:
+    """Raises: InvalidInput naming the field; PayloadTooLarge beyond ``MAX_PAIRS`` pairs."""
+    top = _object(document, "", _TOP)
+    raw_orders, raw_couriers = _list(top, "orders", MAX_ORDERS), _list(top, "couriers", MAX_COURIERS)
+    if len(raw_orders) * len(raw_couriers) > MAX_PAIRS:
+        raise PayloadTooLarge(
+            f"{len(raw_orders)} orders x {len(raw_couriers)} couriers exceeds {MAX_PAIRS} pairs per request"
+        )
+    seen_orders: set[str] = set()
+    seen_couriers: set[str] = set()
+    orders = tuple(_order(o, f"orders[{i}]", seen_orders) for i, o in enumerate(raw_orders))
+    couriers = tuple(_courier(c, f"couriers[{i}]", seen_couriers) for i, c in enumerate(raw_couriers))
+    now = _integer(top, "now", "") if "now" in top else max(o.created_at for o in orders)
+    top_k = int(_number(top, "top_k", "", 3.0))
+    if top.get("top_k", 3) != top_k or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"field 'top_k' must be an integer from 1 to {MAX_TOP_K}")
+    return DispatchRequest(orders, couriers, now, top_k)
