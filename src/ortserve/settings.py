@@ -42,6 +42,14 @@ class ServerSettings:
     """``text`` or ``json``."""
     access_log: bool = False
     """Log one line per request (costs nothing when off)."""
+    metrics: bool = True
+    """Prometheus metrics on ``--metrics-port`` and ``/metrics``; off costs nothing per request."""
+    metrics_buckets: tuple[float, ...] | None = None
+    """Latency histogram bounds in seconds; None uses ortserve.metrics.DEFAULT_LATENCY_BUCKETS."""
+    trace_sampling_ratio: float = 0.0
+    """Fraction of new traces recorded with OpenTelemetry (0: tracing off); a caller's choice wins."""
+    trace_exporter: str = "otlp"
+    """Where spans go: ``otlp`` (OTEL_EXPORTER_OTLP_* settings) or ``console``."""
     strict_readiness: bool = True
     """Server ready only when every model is ready (Triton's default); off: once loading ends."""
     keepalive_timeout_s: float = 75.0

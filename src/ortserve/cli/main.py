@@ -18,6 +18,17 @@ def main() -> None:
     """Serve ONNX models over the Open Inference Protocol (KServe v2)."""
 
 
+def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
+    from ortserve.metrics import parse_buckets
+
+    if value is None:
+        return None
+    try:
+        return parse_buckets(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @main.command()
 @click.option(
     "--model-repository",
@@ -114,6 +125,39 @@ def main() -> None:
     "--log-format", envvar="ORTSERVE_LOG_FORMAT", default="text", type=click.Choice(["text", "json"])
 )
 @click.option(
+    "--access-log/--no-access-log",
+    envvar="ORTSERVE_ACCESS_LOG",
+    default=False,
+    help="One log line per inference request (logger ortserve.access).",
+)
+@click.option(
+    "--metrics/--no-metrics",
+    envvar="ORTSERVE_METRICS",
+    default=True,
+    help="Prometheus metrics on --metrics-port and /metrics.",
+)
+@click.option(
+    "--metrics-buckets",
+    envvar="ORTSERVE_METRICS_BUCKETS",
+    default=None,
+    callback=_buckets,
+    help="Latency histogram bounds in seconds, comma-separated (default 0.0001 .. 10).",
+)
+@click.option(
+    "--trace-sampling-ratio",
+    envvar="ORTSERVE_TRACE_SAMPLING_RATIO",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    help="Fraction of requests traced with OpenTelemetry (needs ortserve[otel]; 0: off).",
+)
+@click.option(
+    "--trace-exporter",
+    envvar="ORTSERVE_TRACE_EXPORTER",
+    type=click.Choice(["otlp", "console"]),
+    default="otlp",
+    help="Where spans go (otlp reads the OTEL_EXPORTER_OTLP_* variables).",
+)
+@click.option(
     "--strict-readiness/--no-strict-readiness",
     envvar="ORTSERVE_STRICT_READINESS",
     default=True,
@@ -141,6 +185,11 @@ def serve(
     shutdown_grace: float,
     log_level: str,
     log_format: str,
+    access_log: bool,
+    metrics: bool,
+    metrics_buckets: tuple[float, ...] | None,
+    trace_sampling_ratio: float,
+    trace_exporter: str,
     strict_readiness: bool,
     demo: bool,
 ) -> None:
@@ -170,6 +219,11 @@ def serve(
         shutdown_grace_s=shutdown_grace,
         log_level=log_level,
         log_format=log_format,
+        access_log=access_log,
+        metrics=metrics,
+        metrics_buckets=metrics_buckets,
+        trace_sampling_ratio=trace_sampling_ratio,
+        trace_exporter=trace_exporter,
         strict_readiness=strict_readiness,
     )
     _run(run_server(settings))

@@ -16,7 +16,7 @@ from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 from ortserve.core.model import ServedVersion, VersionInfo
 from ortserve.core.runner import OrtRunner
-from ortserve.core.scheduler import Scheduler, SchedulingPolicy
+from ortserve.core.scheduler import Scheduler, SchedulerObserver, SchedulingPolicy
 from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
@@ -137,9 +137,16 @@ def _prepare(
 
 
 async def load_version(
-    name: str, version: int, path: Path, config: ModelConfig, settings: ServerSettings
+    name: str,
+    version: int,
+    path: Path,
+    config: ModelConfig,
+    settings: ServerSettings,
+    observer: SchedulerObserver | None = None,
 ) -> ServedVersion:
     """Build the session and warm it up in a worker thread, then start its scheduler.
+
+    ``observer`` receives the scheduler's batch records (metrics, statistics, tracing).
 
     Raises:
         ConfigError: the config contradicts the graph.
@@ -147,5 +154,7 @@ async def load_version(
     """
     loop = asyncio.get_running_loop()
     prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings, loop)
-    scheduler = Scheduler(prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model)
+    scheduler = Scheduler(
+        prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer
+    )
     return ServedVersion(prepared.info, scheduler, prepared.runner)

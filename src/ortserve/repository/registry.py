@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ortserve.core.model import ModelState, ServedVersion
+from ortserve.core.scheduler import SchedulerObserver
 from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
 from ortserve.pipeline.contract import PipelineContext
 from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
@@ -28,6 +31,8 @@ class ModelEntry:
     versions: dict[int, ServedVersion] = field(default_factory=dict)
     state: ModelState = ModelState.LOADING
     error: str | None = None
+    load_seconds: dict[int, float] = field(default_factory=dict)
+    """Load and warm-up time of each version."""
 
     def latest_ready(self) -> ServedVersion | None:
         for number in sorted(self.versions, reverse=True):
@@ -39,10 +44,14 @@ class ModelEntry:
 class ModelRegistry:
     """Holds every model entry; the DataPlane resolves requests through it."""
 
-    def __init__(self, strict: bool = True) -> None:
+    def __init__(
+        self, strict: bool = True, observers: Callable[[str, str], SchedulerObserver] | None = None
+    ) -> None:
         self._models: dict[str, ModelEntry] = {}
         self.loading_done = False
         self.strict = strict
+        self.observers = observers
+        """Gives each version loaded its scheduler observer (metrics, statistics, tracing)."""
 
     def names(self) -> list[str]:
         return sorted(self._models)
@@ -106,9 +115,12 @@ class ModelRegistry:
             if not wanted:
                 raise ModelNotFound("no version folder with a model.onnx matches the version policy")
             for number in wanted:
+                started = time.perf_counter()
+                observer = None if self.observers is None else self.observers(model_dir.name, str(number))
                 entry.versions[number] = await load_version(
-                    model_dir.name, number, model_dir.versions[number], config, settings
+                    model_dir.name, number, model_dir.versions[number], config, settings, observer
                 )
+                entry.load_seconds[number] = time.perf_counter() - started
         except OrtServeError as exc:
             self._fail(entry, exc.message)
         except Exception as exc:  # ONNX Runtime's own load errors: logged, the model fails alone

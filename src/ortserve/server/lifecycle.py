@@ -20,19 +20,21 @@ from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
+from ortserve.server.observability import Observability
 from ortserve.settings import ServerSettings
 
 __all__ = ["EXTENSIONS", "Server", "serve"]
 
 logger = logging.getLogger(__name__)
 
-EXTENSIONS = ("binary_tensor_data", "schedule_policy")
+EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics")
 
 
 @dataclass(slots=True)
 class _Bound:
     http_port: int
     grpc_port: int | None = None
+    metrics_port: int | None = None
 
 
 class Server:
@@ -45,11 +47,14 @@ class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.registry = ModelRegistry(strict=settings.strict_readiness)
+        self.observability = Observability(settings, self.registry)
+        self.telemetry = self.observability.telemetry
         self.dataplane = DataPlane(self.registry, ServerMetadata("ortserve", __version__, EXTENSIONS))
         limits = TensorLimits(
             settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element
         )
-        self.http_app = HttpApp(self.dataplane, limits)
+        self.http_app = HttpApp(self.dataplane, limits, self.telemetry)
+        self.observability.add_routes(self.http_app)
         self._http = HttpListener(
             self.http_app,
             ConnectionLimits(
@@ -81,6 +86,7 @@ class Server:
         if self._grpc is not None:
             self.bound.grpc_port = await self._grpc.start(s.host, s.grpc_port)
             logger.info("gRPC (Open Inference Protocol) listening on %s:%d", s.host, self.bound.grpc_port)
+        self.bound.metrics_port = await self.observability.start(s.host, s.metrics_port)
         await self.registry.load_repository(s)
         register_pipeline_routes(self.registry, self.http_app)
         for entry in self.registry.entries():
@@ -110,6 +116,7 @@ class Server:
         await self._http.wait_closed(grace)
         if self._grpc is not None:
             await self._grpc.wait_closed()
+        await self.observability.stop(grace)
         logger.info("stopped")
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
+from ortserve.core.types import InferResponse
+from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
 from ortserve.protocol.http_codec import (
     decode_infer_request,
     encode_error,
@@ -16,7 +19,9 @@ from ortserve.protocol.http_codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.http.errors import error_response, internal_error_response
-from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse, json_response
+from ortserve.statistics import ServerStatistics, encode_statistics
+from ortserve.telemetry import RequestScope, Telemetry
 
 __all__ = ["HttpApp", "RouteHandler"]
 
@@ -34,18 +39,24 @@ class HttpApp:
     Args:
         dataplane: the server's one DataPlane.
         limits: tensor limits applied while decoding.
+        telemetry: request accounting and the statistics extension's totals.
     """
 
-    def __init__(self, dataplane: DataPlane, limits: TensorLimits) -> None:
+    def __init__(
+        self, dataplane: DataPlane, limits: TensorLimits, telemetry: Telemetry | None = None
+    ) -> None:
         self._dataplane = dataplane
         self._limits = limits
+        self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._extra: dict[tuple[str, str], RouteHandler] = {}
 
     def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
         """Add a fixed-path route (pipelines' REST routes, metrics)."""
         self._extra[(method, path)] = handler
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+    def __call__(
+        self, request: HttpRequest
+    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
         try:
             return self._route(request)
         except OrtServeError as error:
@@ -53,7 +64,9 @@ class HttpApp:
         except Exception as exc:
             return internal_error_response(exc)
 
-    def _route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+    def _route(
+        self, request: HttpRequest
+    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
         path = request.path
         extra = self._extra.get((request.method, path))
         if extra is not None:
@@ -66,6 +79,8 @@ class HttpApp:
             return self._get(request, lambda: encode_server_metadata(self._dataplane.server_metadata()))
         if rest[0] == "health" and len(rest) == 2:
             return self._health(request, rest[1])
+        if rest == ["models", "stats"]:
+            return self._get(request, lambda: encode_statistics(self._telemetry.statistics.snapshot()))
         if rest[0] == "models" and len(rest) >= 2:
             return self._model_route(request, rest[1:])
         return _not_found(path)
@@ -81,7 +96,7 @@ class HttpApp:
 
     def _model_route(
         self, request: HttpRequest, parts: list[str]
-    ) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
         name, rest = parts[0], parts[1:]
         version: str | None = None
         if len(rest) >= 2 and rest[0] == "versions":
@@ -100,6 +115,10 @@ class HttpApp:
             if request.method != "POST":
                 return _method_not_allowed()
             return self._infer(request, name, version)
+        if rest == ["stats"]:
+            return self._get(
+                request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
+            )
         return _not_found(request.path)
 
     @staticmethod
@@ -108,25 +127,50 @@ class HttpApp:
             return _method_not_allowed()
         return json_response(200, body())
 
-    async def _infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
+    def _infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse | DeferredResponse:
+        scope = self._telemetry.begin(
+            "http", name, version, request.header(b"x-request-id"), request.header(b"traceparent")
+        )
         try:
             header_length = _header_length(request)
             infer_request = decode_infer_request(request.body, header_length, name, version, self._limits)
-            response = await self._dataplane.infer(infer_request)
-            binary_default = infer_request.parameters.get("binary_data_output", False) is True
-            encoded = encode_infer_response(response, binary_default)
+            scope.identify(infer_request)
+            pending = self._dataplane.submit(infer_request)
         except OrtServeError as error:
-            return error_response(error)
+            return _answered(scope, error_response(error), error)
         except Exception as exc:
-            return internal_error_response(exc)
-        if encoded.header_length is None:
-            return HttpResponse(200, encoded.chunks)
-        return HttpResponse(
-            200,
-            encoded.chunks,
-            _OCTET_STREAM,
-            [(b"inference-header-content-length", str(encoded.header_length).encode())],
-        )
+            with scope.bound():
+                return _answered(scope, internal_error_response(exc), InternalError("internal server error"))
+        scope.pending = pending
+        binary_default = infer_request.parameters.get("binary_data_output", False) is True
+        return DeferredResponse(pending, functools.partial(_infer_response, binary_default, scope))
+
+
+def _answered(scope: RequestScope, response: HttpResponse, error: OrtServeError | None) -> HttpResponse:
+    """Account for the request and echo its id (``X-Request-ID``)."""
+    scope.finish(error, response.status)
+    request_id = scope.echoed_id()
+    if request_id is not None:
+        response.headers.append((b"x-request-id", request_id))
+    return response
+
+
+def _infer_response(
+    binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
+) -> HttpResponse:
+    try:
+        response = done.result()
+        scope.inferred(response.model_version)
+        encoded = encode_infer_response(response, binary_default)
+    except OrtServeError as error:
+        return _answered(scope, error_response(error), error)
+    except Exception as exc:
+        with scope.bound():
+            return _answered(scope, internal_error_response(exc), InternalError("internal server error"))
+    if encoded.header_length is None:
+        return _answered(scope, HttpResponse(200, encoded.chunks), None)
+    header_length = (b"inference-header-content-length", str(encoded.header_length).encode())
+    return _answered(scope, HttpResponse(200, encoded.chunks, _OCTET_STREAM, [header_length]), None)
 
 
 def _header_length(request: HttpRequest) -> int | None:
