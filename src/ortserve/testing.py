@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["FakeClock", "ServerProcess", "free_port", "run_server"]
+from ortserve.pipeline.harness import PipelineHarness, pipeline_harness
+
+__all__ = ["FakeClock", "PipelineHarness", "ServerProcess", "free_port", "pipeline_harness", "run_server"]
 
 
 class _FakeTimer:
