@@ -62,3 +62,7 @@ class ServerSettings:
     """A connection whose keepalive ping is not answered within this long is closed."""
     grpc_max_concurrent_streams: int = 1024
     """Most calls in flight on one gRPC connection (HTTP/2 streams)."""
+    capture_dir: Path | None = None
+    """Record a sample of infer requests into rotating files here (None: capture off)."""
+    capture_rate: float = 0.01
+    """Fraction of infer requests captured when ``capture_dir`` is set."""

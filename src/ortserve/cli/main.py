@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ortserve import __version__
+from ortserve.cli.loadtest import bench, replay
 
 __all__ = ["main"]
 
@@ -169,6 +170,20 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     default=False,
     help="Write the demo models into the repository first if it is empty.",
 )
+@click.option(
+    "--capture-dir",
+    envvar="ORTSERVE_CAPTURE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Record a sample of infer requests here, for `ortserve replay` (default: off).",
+)
+@click.option(
+    "--capture-rate",
+    envvar="ORTSERVE_CAPTURE_RATE",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.01,
+    help="Fraction of infer requests captured with --capture-dir.",
+)
 def serve(
     model_repository: Path,
     host: str,
@@ -192,6 +207,8 @@ def serve(
     trace_exporter: str,
     strict_readiness: bool,
     demo: bool,
+    capture_dir: Path | None,
+    capture_rate: float,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.logs import configure_logging
@@ -225,6 +242,8 @@ def serve(
         trace_sampling_ratio=trace_sampling_ratio,
         trace_exporter=trace_exporter,
         strict_readiness=strict_readiness,
+        capture_dir=capture_dir,
+        capture_rate=capture_rate,
     )
     _run(run_server(settings))
 
@@ -246,3 +265,7 @@ def demo(directory: Path) -> None:
 
     names = write_demo_repository(directory)
     click.echo(f"wrote {', '.join(names)} to {directory}")
+
+
+main.add_command(bench)
+main.add_command(replay)

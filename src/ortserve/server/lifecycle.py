@@ -13,6 +13,7 @@ from ortserve import __version__
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
+from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
@@ -55,6 +56,8 @@ class Server:
         )
         self.http_app = HttpApp(self.dataplane, limits, self.telemetry)
         self.observability.add_routes(self.http_app)
+        self.capture = _capture(settings, self.observability)
+        self.http_app.capture = self.capture
         self._http = HttpListener(
             self.http_app,
             ConnectionLimits(
@@ -72,6 +75,8 @@ class Server:
 
     async def start(self) -> None:
         """Listen first (liveness answers while models load), then load the repository."""
+        if self.capture is not None:
+            await self.capture.start()
         s = self.settings
         http_port = await self._http.start(s.host, s.http_port)
         self.bound = _Bound(http_port)
@@ -114,10 +119,22 @@ class Server:
             self._grpc.stop_accepting(grace)
         await self.registry.unload_all(grace)
         await self._http.wait_closed(grace)
+        if self.capture is not None:
+            await self.capture.stop()
         if self._grpc is not None:
             await self._grpc.wait_closed()
         await self.observability.stop(grace)
         logger.info("stopped")
+
+
+def _capture(settings: ServerSettings, observability: Observability) -> Capture | None:
+    """The traffic capture when ``--capture-dir`` is set, its counters exported as metrics."""
+    if settings.capture_dir is None:
+        return None
+    capture = Capture(settings.capture_dir, settings.capture_rate)
+    if observability.metrics is not None:
+        observability.metrics.registry.register(CaptureCollector(capture))
+    return capture
 
 
 async def serve(settings: ServerSettings) -> None:

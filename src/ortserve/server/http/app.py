@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferResponse
 from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
+from ortserve.loadtest.capture import Capture
 from ortserve.protocol.http_codec import (
     decode_infer_request,
     encode_error,
@@ -49,6 +52,8 @@ class HttpApp:
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._extra: dict[tuple[str, str], RouteHandler] = {}
+        self.capture: Capture | None = None
+        """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
     def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
         """Add a fixed-path route (pipelines' REST routes, metrics)."""
@@ -114,6 +119,8 @@ class HttpApp:
         if rest == ["infer"]:
             if request.method != "POST":
                 return _method_not_allowed()
+            if self.capture is not None and self.capture.sampled():
+                return self._captured_infer(request, name, version)
             return self._infer(request, name, version)
         if rest == ["stats"]:
             return self._get(
@@ -126,6 +133,22 @@ class HttpApp:
         if request.method != "GET":
             return _method_not_allowed()
         return json_response(200, body())
+
+    async def _captured_infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
+        """Answer as usual, then hand the request to the capture buffer (which never blocks)."""
+        arrival = (time.time(), time.monotonic())
+        result = self._infer(request, name, version)
+        if isinstance(result, DeferredResponse):
+            with contextlib.suppress(Exception):  # finish() turns the failure into a response
+                await result.future
+            response = result.finish(result.future)
+        else:
+            response = result
+        if self.capture is not None:
+            self.capture.offer_http(
+                request.path, name, version, request.headers, request.body, arrival, response.status
+            )
+        return response
 
     def _infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse | DeferredResponse:
         scope = self._telemetry.begin(

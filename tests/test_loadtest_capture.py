@@ -1,0 +1,79 @@
+"""Server-side capture: sampling, a bounded buffer that drops and counts, rotating readable files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ortserve.loadtest.capture import Capture, CapturedRequest, read_capture
+
+
+def _request(index: int, body: bytes = b'{"inputs": []}') -> CapturedRequest:
+    return CapturedRequest(
+        1_700_000_000.0 + index,
+        float(index),
+        "/v2/models/m/infer",
+        "m",
+        None,
+        (("content-type", "application/octet-stream"), ("inference-header-content-length", "14")),
+        body + bytes([index % 256]),
+        200,
+        0.001,
+    )
+
+
+def _file_count(directory: Path) -> int:
+    return len(list(directory.glob("*.ocap")))
+
+
+async def test_captured_requests_read_back_byte_for_byte(tmp_path: Path) -> None:
+    capture = Capture(tmp_path, rate=1.0)
+    await capture.start()
+    sent = [_request(i) for i in range(50)]
+    for record in sent:
+        capture.offer(record)
+    await capture.stop()
+    assert list(read_capture([tmp_path])) == sent
+    assert (capture.captured, capture.dropped) == (50, 0)
+
+
+async def test_a_full_buffer_drops_and_counts_instead_of_waiting(tmp_path: Path) -> None:
+    capture = Capture(tmp_path, rate=1.0, buffer_size=10)
+    await capture.start()
+    for index in range(25):  # no await between offers: the writer cannot drain meanwhile
+        capture.offer(_request(index))
+    await capture.stop()
+    assert (capture.captured, capture.dropped) == (10, 15)
+    assert len(list(read_capture([tmp_path]))) == 10
+
+
+async def test_files_rotate_by_size_and_the_oldest_are_deleted(tmp_path: Path) -> None:
+    capture = Capture(tmp_path, rate=1.0, max_file_bytes=2_000, max_files=3, buffer_size=1)
+    await capture.start()
+    for index in range(60):
+        capture.offer(_request(index, b"x" * 300))
+        await capture.stop()  # flush each record (a buffer of one)
+        await capture.start()
+    await capture.stop()
+    assert _file_count(tmp_path) == 3
+    kept = list(read_capture([tmp_path]))
+    assert kept[-1] == _request(59, b"x" * 300)
+    assert [r.arrival for r in kept] == sorted(r.arrival for r in kept)
+
+
+def test_sampling_follows_the_rate() -> None:
+    draws = iter([0.004, 0.5, 0.009, 0.011])
+    capture = Capture(Path("unused"), rate=0.01, random_source=lambda: next(draws))
+    assert [capture.sampled() for _ in range(4)] == [True, False, True, False]
+
+
+def test_a_file_that_is_not_a_capture_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "x.ocap").write_bytes(b"hello")
+    with pytest.raises(ValueError, match="not an ortserve capture"):
+        list(read_capture([tmp_path / "x.ocap"]))
+
+
+def test_rates_outside_zero_to_one_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Capture(Path("unused"), rate=1.5)
