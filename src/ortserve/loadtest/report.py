@@ -183,6 +183,8 @@ def plot(path: Path, results: list[LevelResult], x_label: str, title: str) -> No
             xs, [r.measurement.latency.percentile(p) / 1000 for r in results], marker="o", label=f"p{p:g}"
         )
     by_level.set(xlabel=x_label, ylabel="latency (ms)", title="Latency percentiles", yscale="log")
+    if len(xs) > 1 and min(xs) > 0 and max(xs) / min(xs) >= 8:
+        by_level.set_xscale("log", base=2)
     by_level.legend()
     by_level.grid(True, which="both", alpha=0.3)
     offset = 0
@@ -190,7 +192,9 @@ def plot(path: Path, results: list[LevelResult], x_label: str, title: str) -> No
         seconds = sorted(result.measurement.windows)
         windows = [result.measurement.windows[s] for s in seconds]
         ts = [offset + s for s in seconds]
-        over_time.plot(ts, [w.latency.percentile(99) / 1000 for w in windows], label=f"{result.label} p99")
+        over_time.plot(
+            ts, [w.latency.percentile(99) / 1000 for w in windows], marker=".", label=f"{result.label} p99"
+        )
         over_time.plot(
             ts,
             [w.latency.percentile(50) / 1000 for w in windows],
