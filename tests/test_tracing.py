@@ -1,0 +1,124 @@
+"""OpenTelemetry spans: request -> decode, queue, batch execution, encode, continuing traceparent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import onnx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ortserve.core.dataplane import DataPlane
+from ortserve.core.types import ServerMetadata
+from ortserve.demo import build_mlp
+from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.registry import ModelRegistry
+from ortserve.server.http.app import HttpApp
+from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.settings import ServerSettings
+from ortserve.statistics import ServerStatistics
+from ortserve.telemetry import Telemetry
+from ortserve.tracing import Tracing, build_tracing, tracer_provider
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+class Served:
+    def __init__(self, app: HttpApp, exporter: InMemorySpanExporter) -> None:
+        self.app = app
+        self.exporter = exporter
+
+    async def infer(self, headers: dict[bytes, bytes], width: int = 4) -> HttpResponse:
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.5] * width}]}
+        request = HttpRequest("POST", "/v2/models/tiny/infer", "", headers, json.dumps(body).encode())
+        result = self.app(request)
+        if isinstance(result, HttpResponse):
+            return result
+        assert isinstance(result, DeferredResponse)
+        await result.future
+        return result.finish(result.future)
+
+    def spans(self) -> dict[str, ReadableSpan]:
+        return {span.name: span for span in self.exporter.get_finished_spans()}
+
+
+async def serve_tiny(tmp_path: Path, sampling_ratio: float) -> tuple[Served, ModelRegistry]:
+    model_dir = tmp_path / "tiny" / "1"
+    model_dir.mkdir(parents=True)
+    onnx.save(build_mlp([4, 8, 2], seed=0, name="tiny"), model_dir / "model.onnx")
+    exporter = InMemorySpanExporter()
+    provider = tracer_provider(sampling_ratio, SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(ServerStatistics(), tracing=Tracing(provider.get_tracer("test")))
+    registry = ModelRegistry(observers=telemetry.observer_for)
+    await registry.load_repository(ServerSettings(model_repository=tmp_path, intra_op_threads=1))
+    dataplane = DataPlane(registry, ServerMetadata("ortserve", "test", ()))
+    return Served(HttpApp(dataplane, TensorLimits(1 << 20, 8, 1 << 20), telemetry), exporter), registry
+
+
+@pytest.fixture
+async def always(tmp_path: Path) -> AsyncIterator[Served]:
+    served, registry = await serve_tiny(tmp_path, 1.0)
+    yield served
+    await registry.unload_all(5.0)
+
+
+@pytest.fixture
+async def never(tmp_path: Path) -> AsyncIterator[Served]:
+    served, registry = await serve_tiny(tmp_path, 0.0)
+    yield served
+    await registry.unload_all(5.0)
+
+
+async def test_a_request_is_traced_as_decode_queue_batch_execution_and_encode(always: Served) -> None:
+    response = await always.infer({})
+    assert response.status == 200
+    spans = always.spans()
+    root = spans["http infer tiny"]
+    assert set(spans) == {"http infer tiny", "decode", "queue", "batch execution", "encode"}
+    for name in ("decode", "queue", "batch execution", "encode"):
+        assert spans[name].parent is not None
+        assert spans[name].parent.span_id == root.context.span_id
+        assert root.start_time <= spans[name].start_time <= spans[name].end_time <= root.end_time
+    assert spans["decode"].end_time <= spans["queue"].start_time <= spans["batch execution"].start_time
+    assert spans["batch execution"].end_time <= spans["encode"].start_time
+    assert spans["batch execution"].attributes["ortserve.batch.rows"] == 1
+    assert root.attributes["ortserve.version"] == "1"
+    assert root.attributes["ortserve.outcome"] == "success"
+
+
+async def test_the_callers_traceparent_is_continued(always: Served) -> None:
+    await always.infer({b"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01".encode()})
+    root = always.spans()["http infer tiny"]
+    assert f"{root.context.trace_id:032x}" == TRACE_ID
+    assert root.parent is not None
+    assert f"{root.parent.span_id:016x}" == PARENT_ID
+
+
+async def test_a_failed_request_has_an_error_status_and_no_queue_span(always: Served) -> None:
+    response = await always.infer({b"x-request-id": b"bad-1"}, width=3)
+    assert response.status == 400
+    spans = always.spans()
+    assert set(spans) == {"http infer tiny", "decode"}
+    root = spans["http infer tiny"]
+    assert not root.status.is_ok
+    assert root.attributes["ortserve.request_id"] == "bad-1"
+
+
+async def test_ratio_zero_traces_only_requests_whose_caller_sampled_them(never: Served) -> None:
+    await never.infer({})
+    assert never.spans() == {}
+    await never.infer({b"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01".encode()})
+    assert "http infer tiny" in never.spans()
+
+
+def test_tracing_is_off_at_ratio_zero_and_rejects_unknown_exporters() -> None:
+    from ortserve.errors import ConfigError
+
+    assert build_tracing(0.0, "otlp") is None
+    with pytest.raises(ConfigError):
+        build_tracing(0.5, "zipkin")
