@@ -1,0 +1,99 @@
+"""The dispatch pipeline's answers mean something: near, on-time couriers win, capacity holds."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ortserve.apps.dispatch.training import train_dispatch
+from ortserve.apps.seeds import SEED_APPS
+from ortserve.testing import PipelineHarness, pipeline_harness
+
+NOW = 1_759_017_600_000
+MINUTE = 60_000
+
+
+@pytest.fixture(scope="module")
+def dispatch_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dispatch_repo")
+    train_dispatch(root / "dispatch" / "1")
+    (root / "dispatch" / "config.yaml").write_text(SEED_APPS["dispatch"][1], encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+async def harness(dispatch_repository: Path) -> AsyncIterator[PipelineHarness]:
+    async with pipeline_harness(dispatch_repository) as loaded:
+        yield loaded
+
+
+def order(identifier: str, lat: float, lon: float, minutes: int = 45) -> dict[str, object]:
+    return {"id": identifier, "lat": lat, "lon": lon, "created_at": NOW, "deadline": NOW + minutes * MINUTE}
+
+
+async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarness) -> None:
+    answer = await harness.call(
+        "dispatch",
+        {
+            "orders": [order("o1", 39.9219, 116.4436)],
+            "couriers": [
+                {"id": "far", "lat": 39.99, "lon": 116.30, "capacity": 5},
+                {"id": "near", "lat": 39.923, "lon": 116.445, "capacity": 5},
+            ],
+        },
+    )
+    [result] = answer["orders"]  # type: ignore[misc]
+    assert result["courier_id"] == "near"
+    scores = [c["score"] for c in result["candidates"]]
+    assert result["candidates"][0]["courier_id"] == "near" and scores == sorted(scores, reverse=True)
+    assert 0.0 <= result["candidates"][0]["on_time"] <= 1.0
+
+
+async def test_a_tight_deadline_lowers_the_on_time_probability(harness: PipelineHarness) -> None:
+    couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
+    relaxed = await harness.call(
+        "dispatch", {"orders": [order("o1", 39.92, 116.44, 90)], "couriers": couriers}
+    )
+    tight = await harness.call("dispatch", {"orders": [order("o1", 39.92, 116.44, 12)], "couriers": couriers})
+    relaxed_on_time = relaxed["orders"][0]["candidates"][0]["on_time"]  # type: ignore[index]
+    assert relaxed_on_time > 0.9
+    assert tight["orders"][0]["courier_id"] is None  # type: ignore[index]
+    assert tight["unassigned"][0]["reason"].startswith("no courier with room can deliver")  # type: ignore[index]
+
+
+async def test_capacity_holds_across_orders_and_the_rest_are_unassigned_with_a_reason(
+    harness: PipelineHarness,
+) -> None:
+    orders = [order(f"o{i}", 39.92 + i * 0.001, 116.44) for i in range(5)]
+    couriers = [
+        {"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3, "load": 1},
+        {"id": "c2", "lat": 39.925, "lon": 116.442, "capacity": 1},
+    ]
+    answer = await harness.call("dispatch", {"orders": orders, "couriers": couriers, "top_k": 2})
+    assigned = [o["courier_id"] for o in answer["orders"]]  # type: ignore[attr-defined]
+    assert assigned.count("c1") == 2 and assigned.count("c2") == 1
+    assert len(answer["unassigned"]) == 2  # type: ignore[arg-type]
+    assert {u["order_id"] for u in answer["unassigned"]} == {
+        o["order_id"] for o in answer["orders"] if o["courier_id"] is None
+    }  # type: ignore[attr-defined,index]
+
+
+async def test_orders_given_by_address_are_placed_and_routed(harness: PipelineHarness) -> None:
+    document = {
+        "orders": [
+            {
+                "id": "o1",
+                "address": "北京市海淀区中关村大街1号",
+                "created_at": NOW,
+                "deadline": NOW + 40 * MINUTE,
+            }
+        ],
+        "couriers": [{"id": "c1", "lat": 39.96, "lon": 116.30, "capacity": 2}],
+    }
+    answer = await harness.post("/v1/route", orjson.dumps(document))
+    [result] = answer["orders"]  # type: ignore[misc]
+    assert result["placed_in"] == "海淀区" and result["courier_id"] == "c1"
+    assert result["candidates"][0]["distance_km"] < 1.0

@@ -1,0 +1,116 @@
+"""Dispatch inputs: geometry, the gazetteer address parser, strict request validation, bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortserve.apps.dispatch.gazetteer import place_address
+from ortserve.apps.dispatch.geo import geohash, haversine_km, neighbourhood
+from ortserve.apps.dispatch.request import MAX_PAIRS, parse_dispatch_request
+from ortserve.errors import InvalidInput, PayloadTooLarge
+
+NOW = 1_759_017_600_000
+
+
+def order(identifier: str = "o1", **extra: object) -> dict[str, object]:
+    return {
+        "id": identifier,
+        "lat": 39.92,
+        "lon": 116.44,
+        "created_at": NOW,
+        "deadline": NOW + 1_800_000,
+        **extra,
+    }
+
+
+def courier(identifier: str = "c1", **extra: object) -> dict[str, object]:
+    return {"id": identifier, "lat": 39.93, "lon": 116.45, "capacity": 5, **extra}
+
+
+def test_haversine_gives_the_great_circle_distance() -> None:
+    beijing_shanghai = haversine_km(
+        np.array(39.9042), np.array(116.4074), np.array(31.2304), np.array(121.4737)
+    )
+    assert float(beijing_shanghai) == pytest.approx(1067.3, abs=1.0)
+    assert float(haversine_km(np.array(10.0), np.array(20.0), np.array(10.0), np.array(20.0))) == 0.0
+
+
+def test_geohash_matches_the_reference_encoding_and_has_nine_neighbours() -> None:
+    assert geohash(57.64911, 10.40744, 11) == "u4pruydqqvj"
+    cells = neighbourhood(39.92, 116.44)
+    assert len(cells) == 9 and geohash(39.92, 116.44) in cells
+    assert all(len(cell) == 7 for cell in cells)
+    assert geohash(39.9213, 116.4413) in cells  # about 150 m away
+
+
+@pytest.mark.parametrize(
+    ("address", "city", "district"),
+    [
+        ("北京市朝阳区建国路88号", "北京市", "朝阳区"),
+        ("广东省深圳市南山区科技园", "深圳市", "南山区"),
+        ("深圳南山区", "深圳市", "南山区"),
+        ("海淀区中关村大街1号", "北京市", "海淀区"),
+        ("四川省成都市", "成都市", None),
+    ],
+)
+def test_the_address_parser_places_province_city_and_district(
+    address: str, city: str, district: str | None
+) -> None:
+    place = place_address(address, "orders[0].address")
+    assert (place.city, place.district) == (city, district)
+    assert 18 < place.lat < 54 and 73 < place.lon < 135
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [("火星基地1号", "no known city"), ("广东省", "only the province"), ("上海市朝阳区1号", "not in 上海市")],
+)
+def test_an_address_that_cannot_be_placed_is_a_400_naming_the_field(address: str, why: str) -> None:
+    with pytest.raises(InvalidInput, match=rf"orders\[0\]\.address.*{why}"):
+        place_address(address, "orders[0].address")
+
+
+def test_a_valid_request_parses_with_defaults() -> None:
+    by_address = {"id": "o2", "address": "北京市海淀区", "created_at": NOW, "deadline": NOW + 1, "weight": 2}
+    request = parse_dispatch_request({"orders": [order(), by_address], "couriers": [courier()]})
+    assert request.now == NOW and request.top_k == 3
+    assert request.orders[1].placed_by == "海淀区" and request.orders[1].weight == 2.0
+    assert request.couriers[0].load == 0.0
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"orders": [order()], "couriers": [courier()], "extra": 1}, "'extra'"),
+        ({"orders": [], "couriers": [courier()]}, "'orders'"),
+        ({"orders": [order()]}, "'couriers'"),
+        ({"orders": [order(colour="red")], "couriers": [courier()]}, r"orders\[0\]\.colour"),
+        ({"orders": [order(), order()], "couriers": [courier()]}, r"orders\[1\]\.id"),
+        ({"orders": [order(lat="39.9")], "couriers": [courier()]}, r"orders\[0\]\.lat"),
+        ({"orders": [order(lat=95.0)], "couriers": [courier()]}, r"orders\[0\]\.lat"),
+        ({"orders": [order(deadline=NOW - 1)], "couriers": [courier()]}, r"orders\[0\]\.deadline"),
+        ({"orders": [order(weight=0)], "couriers": [courier()]}, r"orders\[0\]\.weight"),
+        ({"orders": [order(created_at=1.5)], "couriers": [courier()]}, r"orders\[0\]\.created_at"),
+        ({"orders": [order()], "couriers": [courier(capacity=True)]}, r"couriers\[0\]\.capacity"),
+        ({"orders": [order()], "couriers": [courier(load=-1)]}, r"couriers\[0\]\.load"),
+        ({"orders": [order()], "couriers": [courier()], "top_k": 0}, "'top_k'"),
+        ({"orders": [order()], "couriers": [courier()], "top_k": 2.5}, "'top_k'"),
+    ],
+)
+def test_a_bad_field_is_rejected_naming_it(document: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput, match=field):
+        parse_dispatch_request(document)
+
+
+def test_an_order_without_coordinates_or_address_is_rejected() -> None:
+    bare = {"id": "o1", "created_at": NOW, "deadline": NOW + 1}
+    with pytest.raises(InvalidInput, match=r"orders\[0\].*address"):
+        parse_dispatch_request({"orders": [bare], "couriers": [courier()]})
+
+
+def test_more_pairs_than_the_limit_is_payload_too_large() -> None:
+    orders = [order(f"o{i}") for i in range(MAX_PAIRS // 100 + 1)]
+    couriers = [courier(f"c{i}") for i in range(100)]
+    with pytest.raises(PayloadTooLarge, match="pairs"):
+        parse_dispatch_request({"orders": orders, "couriers": couriers})
