@@ -99,6 +99,7 @@ class HttpConnection(asyncio.Protocol):
         self._queue: deque[tuple[HttpRequest, bool]] = deque()
         self._task: asyncio.Future[Any] | None = None
         self._busy = False
+        self._receiving = False
         self._closed = False
         self._reading = True
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -146,6 +147,7 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._receiving = True
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -181,6 +183,7 @@ class HttpConnection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._receiving = False
         self._cancel_idle()
         url = httptools.parse_url(self._url)
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -343,8 +346,8 @@ class HttpConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        """No request is being handled or waiting on this connection."""
-        return not self._busy and not self._queue
+        """No request is being received, handled or waiting on this connection."""
+        return not self._busy and not self._queue and not self._receiving
 
     def abort(self) -> None:
         """Shutdown grace ran out: drop the connection."""
