@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ortserve.apps.dispatch.gazetteer import place_address
-from ortserve.apps.dispatch.geo import geohash, haversine_km, neighbourhood
+from ortserve.apps.dispatch.geo import geohash, haversine_km, neighbourhood, same_neighbourhood
 from ortserve.apps.dispatch.request import MAX_PAIRS, parse_dispatch_request
 from ortserve.errors import InvalidInput, PayloadTooLarge
 
@@ -114,3 +114,14 @@ def test_more_pairs_than_the_limit_is_payload_too_large() -> None:
     couriers = [courier(f"c{i}") for i in range(100)]
     with pytest.raises(PayloadTooLarge, match="pairs"):
         parse_dispatch_request({"orders": orders, "couriers": couriers})
+
+
+def test_the_vectorised_neighbourhood_agrees_with_geohash_strings() -> None:
+    rng = np.random.default_rng(8)
+    lat = 39.9 + rng.uniform(0, 0.01, 60)
+    lon = 116.4 + rng.uniform(0, 0.01, 60)
+    flags = same_neighbourhood(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
+    expected = np.array(
+        [[geohash(b, d) in neighbourhood(a, c) for b, d in zip(lat, lon)] for a, c in zip(lat, lon)]
+    )
+    assert np.array_equal(flags, expected) and 0 < flags.mean() < 1

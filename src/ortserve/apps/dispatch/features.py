@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ortserve.apps.dispatch.geo import geohash, haversine_km, neighbourhood
+from ortserve.apps.dispatch.geo import haversine_km, same_neighbourhood
 from ortserve.apps.dispatch.request import DispatchRequest
 
 __all__ = ["FEATURE_NAMES", "NOMINAL_KMH", "PairFeatures", "pair_features"]
@@ -35,25 +35,14 @@ class PairFeatures:
     """[orders, couriers]: the courier has room for the order's weight."""
 
 
-def _neighbours(request: DispatchRequest) -> npt.NDArray[np.bool_]:
-    cells = {cell: i for i, cell in enumerate({geohash(c.lat, c.lon) for c in request.couriers})}
-    courier_cell = np.array([cells[geohash(c.lat, c.lon)] for c in request.couriers])
-    near = np.zeros((len(request.orders), len(request.couriers)), dtype=bool)
-    for row, order in enumerate(request.orders):
-        around = [cells[cell] for cell in neighbourhood(order.lat, order.lon) if cell in cells]
-        if around:
-            near[row] = np.isin(courier_cell, around)
-    return near
-
-
 def pair_features(request: DispatchRequest) -> PairFeatures:
     """Every pair's features, vectorised over orders [O, 1] x couriers [1, C]."""
     orders, couriers = request.orders, request.couriers
     olat = np.array([[o.lat] for o in orders])
     olon = np.array([[o.lon] for o in orders])
-    distance = haversine_km(
-        olat, olon, np.array([[c.lat for c in couriers]]), np.array([[c.lon for c in couriers]])
-    )
+    clat = np.array([[c.lat for c in couriers]])
+    clon = np.array([[c.lon for c in couriers]])
+    distance = haversine_km(olat, olon, clat, clon)
     minutes = np.array([[(o.deadline - request.now) / 60000.0] for o in orders])
     weight = np.array([[o.weight] for o in orders])
     capacity = np.array([[c.capacity for c in couriers]])
@@ -63,7 +52,7 @@ def pair_features(request: DispatchRequest) -> PairFeatures:
         (minutes - distance / NOMINAL_KMH * 60.0) / 60.0,
         np.broadcast_to(load / capacity, distance.shape),
         (load + weight) / capacity,
-        _neighbours(request).astype(np.float64),
+        same_neighbourhood(olat, olon, clat, clon).astype(np.float64),
         np.broadcast_to(weight / 10.0, distance.shape),
     )
     rows = np.stack([np.asarray(c, dtype=np.float32).ravel() for c in columns], axis=1)

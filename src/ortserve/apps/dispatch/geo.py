@@ -7,7 +7,14 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EARTH_RADIUS_KM", "geohash", "haversine_km", "neighbourhood"]
+__all__ = [
+    "EARTH_RADIUS_KM",
+    "geohash",
+    "geohash_cells",
+    "haversine_km",
+    "neighbourhood",
+    "same_neighbourhood",
+]
 
 EARTH_RADIUS_KM = 6371.0088
 _BASE32 = "0123456789bcdefghjkmnpqrstuvwxyz"
@@ -56,3 +63,26 @@ def neighbourhood(lat: float, lon: float, precision: int = 7) -> frozenset[str]:
             nlon = (lon + j * dlon + 180.0) % 360.0 - 180.0
             cells.add(geohash(nlat, nlon, precision))
     return frozenset(cells)
+
+
+def geohash_cells(
+    lat: Floats, lon: Floats, precision: int = 7
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Row and column of each point's geohash cell: the geohash is these two indices' bits
+    interleaved, so cells are neighbours exactly when both indices differ by at most one."""
+    lon_bits = math.ceil(precision * 5 / 2)
+    lat_bits = precision * 5 // 2
+    rows = np.floor((np.asarray(lat) + 90.0) / 180.0 * 2**lat_bits).astype(np.int64)
+    cols = np.floor((np.asarray(lon) + 180.0) / 360.0 * 2**lon_bits).astype(np.int64)
+    return np.minimum(rows, 2**lat_bits - 1), np.minimum(cols, 2**lon_bits - 1)
+
+
+def same_neighbourhood(
+    lat1: Floats, lon1: Floats, lat2: Floats, lon2: Floats, precision: int = 7
+) -> npt.NDArray[np.bool_]:
+    """Whether point 2 lies in point 1's 3x3 geohash neighbourhood; broadcasts like NumPy."""
+    row1, col1 = geohash_cells(lat1, lon1, precision)
+    row2, col2 = geohash_cells(lat2, lon2, precision)
+    columns = 2 ** math.ceil(precision * 5 / 2)
+    dcol = np.abs(col1 - col2)
+    return np.asarray((np.abs(row1 - row2) <= 1) & (np.minimum(dcol, columns - dcol) <= 1))

@@ -52,8 +52,9 @@ class Segmenter:
     """
 
     def __init__(self, version_dir: Path) -> None:
-        self._tokenizer = jieba.Tokenizer(str(version_dir / DICTIONARY))
-        self._tokenizer.cache_file = str(version_dir / "jieba.cache")
+        folder = version_dir.resolve()
+        self._tokenizer = jieba.Tokenizer(str(folder / DICTIONARY))
+        self._tokenizer.cache_file = str(folder / "jieba.cache")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._tokenizer.initialize()
