@@ -113,9 +113,18 @@ def test_request_outcomes_and_latency_are_exported_per_version_and_transport() -
     series.record_request("http", "success", 0.02)
     series.record_request("grpc", "overloaded", 0.0001)
     text = metrics.exposition()
-    assert value(text, "ortserve_requests_total", model="m", version="1", transport="http", outcome="success") == 2
-    assert value(text, "ortserve_requests_total", model="m", version="1", transport="grpc", outcome="overloaded") == 1
-    assert value(text, "ortserve_requests_total", model="m", version="1", transport="http", outcome="deadline") == 0
+    assert (
+        value(text, "ortserve_requests_total", model="m", version="1", transport="http", outcome="success")
+        == 2
+    )
+    assert (
+        value(text, "ortserve_requests_total", model="m", version="1", transport="grpc", outcome="overloaded")
+        == 1
+    )
+    assert (
+        value(text, "ortserve_requests_total", model="m", version="1", transport="http", outcome="deadline")
+        == 0
+    )
     latency = {"model": "m", "version": "1", "transport": "http"}
     assert value(text, "ortserve_request_duration_seconds_bucket", le="0.001", **latency) == 1
     assert value(text, "ortserve_request_duration_seconds_bucket", le="0.1", **latency) == 2

@@ -7,7 +7,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import tritonclient.http as triton_http
@@ -25,7 +24,9 @@ ROW_SIZES = (1, 2, 4)
 
 def infer_body(rows: int, width: int = 64, **parameters: object) -> bytes:
     body: dict[str, object] = {
-        "inputs": [{"name": "input", "datatype": "FP32", "shape": [rows, width], "data": [0.5] * (rows * width)}]
+        "inputs": [
+            {"name": "input", "datatype": "FP32", "shape": [rows, width], "data": [0.5] * (rows * width)}
+        ]
     }
     if parameters:
         body["parameters"] = parameters

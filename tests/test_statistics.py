@@ -99,8 +99,8 @@ def test_failures_count_against_the_named_or_latest_version_and_unknown_models_a
     telemetry.begin("http", "m", None, None, None).finish(InvalidInput("bad"), 400)
     telemetry.begin("http", "m", "1", None, None).finish(InvalidInput("bad"), 400)
     telemetry.begin("http", "nope", None, None, None).finish(ModelNotFound("nope"), 404)
-    assert stats.version("m", "3").fail.count == 1
-    assert stats.version("m", "1").fail.count == 1
+    assert stats.version("m", "3").fail_count == 1
+    assert stats.version("m", "1").fail_count == 1
     assert metrics.version("", "").requests[("http", "invalid")] == 1
     assert ("nope", "") not in stats.versions
 

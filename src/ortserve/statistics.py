@@ -13,16 +13,12 @@ from ortserve.errors import ModelNotFound, OrtServeError
 __all__ = ["Duration", "ServerStatistics", "StatisticsSnapshot", "VersionStatistics", "encode_statistics"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Duration:
     """A count and the total nanoseconds of what was counted."""
 
     count: int = 0
     ns: int = 0
-
-    def add(self, seconds: float, count: int = 1) -> None:
-        self.count += count
-        self.ns += int(seconds * 1e9)
 
     def as_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
@@ -93,55 +89,93 @@ class VersionStatistics:
     phase times, and ``batch_stats`` count executions per batch size.
     """
 
+    __slots__ = (
+        "batches",
+        "execution_count",
+        "fail_count",
+        "fail_s",
+        "infer_s",
+        "inference_count",
+        "input_s",
+        "last_inference_s",
+        "name",
+        "output_s",
+        "queue_s",
+        "request_count",
+        "success_count",
+        "success_s",
+        "version",
+    )  # fmt: skip
+
     def __init__(self, name: str, version: str) -> None:
         self.name = name
         self.version = version
-        self.success = Duration()
-        self.fail = Duration()
-        self.queue = Duration()
-        self.compute = (Duration(), Duration(), Duration())
-        self.batches: dict[int, tuple[Duration, Duration, Duration]] = {}
+        # Plain floats on the hot path; nanoseconds only when a snapshot is taken.
+        self.success_count = 0
+        self.success_s = 0.0
+        self.fail_count = 0
+        self.fail_s = 0.0
+        self.request_count = 0
+        """Requests in successful executions: the count of queue and compute_* alike."""
+        self.queue_s = 0.0
+        self.input_s = 0.0
+        self.infer_s = 0.0
+        self.output_s = 0.0
+        self.batches: dict[int, list[float]] = {}
+        """rows -> [executions, input s, infer s, output s]."""
         self.inference_count = 0
         self.execution_count = 0
-        self.last_inference_ms = 0
+        self.last_inference_s = 0.0
 
     def record_request(self, ok: bool, seconds: float) -> None:
         """One request answered (ok) or failed after it reached this version."""
-        (self.success if ok else self.fail).add(seconds)
+        if ok:
+            self.success_count += 1
+            self.success_s += seconds
+        else:
+            self.fail_count += 1
+            self.fail_s += seconds
 
     def on_batch(self, record: BatchRecord) -> None:
         if record.failed:
             return
+        requests = record.requests
         self.execution_count += 1
         self.inference_count += record.rows
-        self.last_inference_ms = time.time_ns() // 1_000_000
-        self.queue.add(sum(record.queue_waits_s), record.requests)
-        phases = (record.assemble_s, record.run_s, record.split_s)
+        self.last_inference_s = time.time()
+        self.request_count += requests
+        waits = record.queue_waits_s
+        self.queue_s += waits[0] if requests == 1 else sum(waits)
+        assemble, run, split = record.assemble_s, record.run_s, record.split_s
+        self.input_s += assemble * requests
+        self.infer_s += run * requests
+        self.output_s += split * requests
         per_size = self.batches.get(record.rows)
         if per_size is None:
-            per_size = self.batches[record.rows] = (Duration(), Duration(), Duration())
-        for seconds, total, batch in zip(phases, self.compute, per_size, strict=True):
-            total.add(seconds * record.requests, record.requests)
-            batch.add(seconds)
+            per_size = self.batches[record.rows] = [0, 0.0, 0.0, 0.0]
+        per_size[0] += 1
+        per_size[1] += assemble
+        per_size[2] += run
+        per_size[3] += split
 
     def on_rejected(self, error: OrtServeError) -> None:
         """Refused requests are counted as failures by the transport that answered them."""
 
     def snapshot(self) -> StatisticsSnapshot:
-        batches = tuple(_batch_snapshot(size, self.batches[size]) for size in sorted(self.batches))
+        count = self.request_count
         return StatisticsSnapshot(
             self.name,
             self.version,
-            self.last_inference_ms,
+            round(self.last_inference_s * 1e3),
             self.inference_count,
             self.execution_count,
-            _copy(self.success),
-            _copy(self.fail),
-            _copy(self.queue),
-            _copy(self.compute[0]),
-            _copy(self.compute[1]),
-            _copy(self.compute[2]),
-            batches,
+            _duration(self.success_count, self.success_s),
+            _duration(self.fail_count, self.fail_s),
+            _duration(count, self.queue_s),
+            _duration(count, self.input_s),
+            _duration(count, self.infer_s),
+            _duration(count, self.output_s),
+            tuple(_batch_snapshot(size, self.batches[size]) for size in sorted(self.batches)),
         )
 
 
@@ -173,12 +207,18 @@ class ServerStatistics:
         return [self.versions[k].snapshot() for k in keys]
 
 
-def _batch_snapshot(size: int, phases: tuple[Duration, Duration, Duration]) -> BatchSizeSnapshot:
-    return BatchSizeSnapshot(size, _copy(phases[0]), _copy(phases[1]), _copy(phases[2]))
+def _duration(count: float, seconds: float) -> Duration:
+    return Duration(int(count), round(seconds * 1e9))
 
 
-def _copy(duration: Duration) -> Duration:
-    return Duration(duration.count, duration.ns)
+def _batch_snapshot(size: int, totals: list[float]) -> BatchSizeSnapshot:
+    executions = totals[0]
+    return BatchSizeSnapshot(
+        size,
+        _duration(executions, totals[1]),
+        _duration(executions, totals[2]),
+        _duration(executions, totals[3]),
+    )
 
 
 def _version_order(version: str) -> tuple[int, str]:
