@@ -237,6 +237,12 @@ def bench(
         for level in levels:
             measurement: Measurement = runner.run(level)
             results.append(LevelResult(level.label, float(level.concurrency or level.rate or 0), measurement))
+            if measurement.generator_cores > 0.9 * processes:
+                click.echo(
+                    f"warning: {level.label}: the generator kept {measurement.generator_cores:.2f} cores busy; "
+                    "it may be the bottleneck (try --processes)",
+                    err=True,
+                )
             if runner.interrupted:
                 break
     settings: dict[str, object] = {

@@ -94,6 +94,7 @@ class Drive:
         self.level = level
         self.measurement = measurement or Measurement()
         self.start = time.perf_counter()
+        self._cpu_start = time.process_time()
         self.measure_from = self.start + level.warmup_s
         self.deadline = float("inf") if level.duration_s is None else self.measure_from + level.duration_s
         self.remaining = level.requests if level.requests is not None else -1
@@ -126,6 +127,8 @@ class Drive:
     def close(self) -> Measurement:
         """The measurement, its elapsed time from the end of warm-up to the last reply."""
         self.measurement.elapsed_s = max(0.0, self._last - self.measure_from)
+        self.measurement.cpu_s = time.process_time() - self._cpu_start
+        self.measurement.wall_s = time.perf_counter() - self.start
         self.measurement.interrupted = self.stopped.is_set()
         return self.measurement
 

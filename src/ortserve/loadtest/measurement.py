@@ -42,6 +42,15 @@ class Measurement:
     windows: dict[int, Window] = field(default_factory=dict)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    cpu_s: float = 0.0
+    """CPU time the generator process(es) spent on this level, warm-up included."""
+    wall_s: float = 0.0
+    """Wall time of the whole level, warm-up included (with ``cpu_s``: cores used)."""
+
+    @property
+    def generator_cores(self) -> float:
+        """CPU cores the generator kept busy (near 1 per process: it may be the bottleneck)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def requests(self) -> int:
@@ -82,6 +91,8 @@ class Measurement:
             mine.latency.merge(window.latency)
             mine.errors += window.errors
         self.elapsed_s = max(self.elapsed_s, other.elapsed_s)
+        self.cpu_s += other.cpu_s
+        self.wall_s = max(self.wall_s, other.wall_s)
         self.interrupted = self.interrupted or other.interrupted
 
     def to_dict(self) -> dict[str, object]:
@@ -92,6 +103,8 @@ class Measurement:
             "windows": {str(k): w.to_dict() for k, w in self.windows.items()},
             "elapsed_s": self.elapsed_s,
             "interrupted": self.interrupted,
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
         }
 
     @classmethod
@@ -106,4 +119,6 @@ class Measurement:
             {int(k): Window.from_dict(w) for k, w in windows.items()},
             float(str(data["elapsed_s"])),
             bool(data["interrupted"]),
+            float(str(data["cpu_s"])),
+            float(str(data["wall_s"])),
         )

@@ -45,6 +45,7 @@ def summary(measurement: Measurement) -> dict[str, object]:
         | {"max": latency.max_value / 1000, "mean": round(latency.mean() / 1000, 4)},
         "latency_precision": latency.relative_precision,
         "interrupted": measurement.interrupted,
+        "generator_cpu_cores": round(measurement.generator_cores, 3),
     }
     if measurement.send_lag.total:
         figures["send_lag_p99_ms"] = measurement.send_lag.percentile(99) / 1000
@@ -172,6 +173,7 @@ def plot(path: Path, results: list[LevelResult], x_label: str, title: str) -> No
         ImportError: matplotlib is not installed (``pip install 'ortserve[plot]'``).
     """
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -185,6 +187,7 @@ def plot(path: Path, results: list[LevelResult], x_label: str, title: str) -> No
     by_level.set(xlabel=x_label, ylabel="latency (ms)", title="Latency percentiles", yscale="log")
     if len(xs) > 1 and min(xs) > 0 and max(xs) / min(xs) >= 8:
         by_level.set_xscale("log", base=2)
+        by_level.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     by_level.legend()
     by_level.grid(True, which="both", alpha=0.3)
     offset = 0
