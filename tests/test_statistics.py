@@ -118,3 +118,14 @@ async def test_inflight_counts_open_requests_and_forgets_cancelled_ones() -> Non
     done.finish(None, 200)
     abandoned.pending.cancel()
     assert telemetry.inflight() == {"http": 0, "grpc": 1}
+
+
+def test_a_version_without_a_scheduler_gets_series_when_it_first_answers() -> None:
+    stats = ServerStatistics()
+    telemetry = Telemetry(stats)
+    telemetry.begin("http", "pipeline", None, None, None).finish(InvalidInput("bad"), 400)
+    assert stats.versions == {}  # a failure proves nothing about the name
+    scope = telemetry.begin("http", "pipeline", None, None, None)
+    scope.inferred("1")
+    scope.finish(None, 200)
+    assert stats.version("pipeline", "1").success_count == 1

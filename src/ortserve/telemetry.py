@@ -69,18 +69,22 @@ class Telemetry:
 
     def observer_for(self, model: str, version: str) -> SchedulerObserver:
         """The scheduler observer of a version being loaded; also prepares its request series."""
-        metrics = None if self.metrics is None else self.metrics.version(model, version)
-        statistics = self.statistics.version(model, version)
-        self._versions[(model, version)] = _VersionRecorder(metrics, statistics)
-        latest = self._latest.get(model)
-        if latest is None or _number(version) > _number(latest):
-            self._latest[model] = version
+        metrics, statistics = self._register(model, version)
         observers: list[SchedulerObserver] = [statistics]
         if metrics is not None:
             observers.append(metrics)
         if self.tracing is not None:
             observers.append(self.tracing.observer(model, version))
         return observers[0] if len(observers) == 1 else make_observer_chain(*observers)
+
+    def _register(self, model: str, version: str) -> tuple[VersionMetrics | None, VersionStatistics]:
+        metrics = None if self.metrics is None else self.metrics.version(model, version)
+        statistics = self.statistics.version(model, version)
+        self._versions[(model, version)] = _VersionRecorder(metrics, statistics)
+        latest = self._latest.get(model)
+        if latest is None or _number(version) > _number(latest):
+            self._latest[model] = version
+        return metrics, statistics
 
     def begin(
         self, transport: str, model: str, version: str | None, request_id: str | None, traceparent: str | None
@@ -107,14 +111,23 @@ class Telemetry:
                 counts[scope.transport] = counts.get(scope.transport, 0) + 1
         return counts
 
-    def recorder(self, model: str, version: str | None) -> _VersionRecorder:
-        """A request's version: the one it named, or the model's highest when it named none."""
+    def recorder(self, model: str, version: str | None, answered: bool = False) -> _VersionRecorder:
+        """A request's version: the one it named, or the model's highest when it named none.
+
+        A version without a scheduler (a pipeline) gets its series when it first answers:
+        an answer proves the model exists, so unknown names never become labels.
+        """
         if version is None:
             version = self._latest.get(model)
             if version is None:
                 return self._unattributed_recorder()
         found = self._versions.get((model, version))
-        return found if found is not None else self._unattributed_recorder()
+        if found is not None:
+            return found
+        if not answered:
+            return self._unattributed_recorder()
+        self._register(model, version)
+        return self._versions[(model, version)]
 
     def _unattributed_recorder(self) -> _VersionRecorder:
         """Requests for unknown models count under model "" (never a label per unknown name)."""
@@ -175,7 +188,8 @@ class RequestScope:
         telemetry = self._telemetry
         telemetry.live.discard(self)
         outcome = "success" if error is None else outcome_of(error)
-        telemetry.recorder(self.model, self.version).record(self.transport, outcome, seconds)
+        recorder = telemetry.recorder(self.model, self.version, error is None)
+        recorder.record(self.transport, outcome, seconds)
         if telemetry.access_log:
             self._log_access(outcome, status, seconds)
         if self.trace is not None and telemetry.tracing is not None:
