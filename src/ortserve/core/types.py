@@ -33,7 +33,7 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
 class InferInput:
     """A decoded input tensor: ``data`` already has ``shape`` and the datatype's dtype."""
 
@@ -44,7 +44,7 @@ class InferInput:
     parameters: Parameters = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
 class RequestedOutput:
     """An output the client asked for; ``parameters`` carry transport hints (binary_data)."""
 
@@ -72,7 +72,7 @@ class InferRequest:
     timeout_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
 class InferOutput:
     """An output tensor; ``data`` may be a view into a batch result (never copied to split)."""
 
@@ -83,7 +83,7 @@ class InferOutput:
     parameters: Parameters = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
 class InferResponse:
     """The answer to one request: only that request's rows, in the order asked for."""
 

@@ -66,7 +66,7 @@ class Server:
             ),
         )
         self._grpc = (
-            GrpcListener(self.dataplane, limits, GrpcOptions.from_settings(settings))
+            GrpcListener(self.dataplane, limits, GrpcOptions.from_settings(settings), self.telemetry)
             if settings.grpc_port >= 0
             else None
         )
