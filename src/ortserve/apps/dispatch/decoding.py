@@ -29,12 +29,13 @@ class Assignment:
 def _candidates(
     score: npt.NDArray[np.float32], eligible: npt.NDArray[np.bool_], courier_ids: list[str], top_k: int
 ) -> list[list[int]]:
-    result = []
-    for row, allowed in zip(score, eligible, strict=True):
-        indices = np.flatnonzero(allowed)
-        ranked = sorted(indices.tolist(), key=lambda c: (-float(row[c]), courier_ids[c]))
-        result.append(ranked[:top_k])
-    return result
+    # One lexsort for all orders: eligible first, then score descending, then courier id.
+    id_rank = np.empty(len(courier_ids), dtype=np.int64)
+    id_rank[sorted(range(len(courier_ids)), key=courier_ids.__getitem__)] = np.arange(len(courier_ids))
+    keys = (np.broadcast_to(id_rank, score.shape), -score, ~eligible)
+    order = np.lexsort(keys, axis=-1)[:, :top_k]
+    keep = np.take_along_axis(eligible, order, axis=-1)
+    return [row[mask].tolist() for row, mask in zip(order, keep, strict=True)]
 
 
 def decode(

@@ -8,7 +8,7 @@ import numpy as np
 
 from ortserve.apps.dispatch.decoding import decode
 from ortserve.apps.dispatch.features import PairFeatures, pair_features
-from ortserve.apps.dispatch.request import DispatchRequest, parse_dispatch_request
+from ortserve.apps.dispatch.request import DispatchRequest, Order, parse_dispatch_request
 from ortserve.apps.dispatch.training import INPUT, OUTPUT
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
@@ -62,32 +62,45 @@ class DispatchPipeline:
             courier_ids,
             request.top_k,
         )
-        orders = []
-        for o, order in enumerate(request.orders):
-            candidates = [
-                {
-                    "courier_id": courier_ids[c],
-                    "score": round(float(score[o, c]), 4),
-                    "on_time": round(float(on_time[o, c]), 4),
-                    "distance_km": round(float(features.distance_km[o, c]), 3),
-                }
-                for c in result.candidates[o]
-            ]
-            chosen = result.courier[o]
-            orders.append(
-                {
-                    "order_id": order.id,
-                    "courier_id": courier_ids[chosen] if chosen >= 0 else None,
-                    "candidates": candidates,
-                    **({"placed_in": order.placed_by} if order.placed_by else {}),
-                }
+        rounded = (
+            np.round(score, 4).tolist(),
+            np.round(on_time, 4).tolist(),
+            np.round(features.distance_km, 3).tolist(),
+        )
+        orders = [
+            self._order_answer(
+                order, result.courier[o], result.candidates[o], [r[o] for r in rounded], courier_ids
             )
+            for o, order in enumerate(request.orders)
+        ]
         unassigned = [
             {"order_id": request.orders[o].id, "reason": reason}
             for o, reason in enumerate(result.reason)
             if reason is not None
         ]
         return {"orders": orders, "unassigned": unassigned, "model_version": self._version}
+
+    @staticmethod
+    def _order_answer(
+        order: Order, chosen: int, candidates: list[int], rounded: list[list[float]], courier_ids: list[str]
+    ) -> JsonObject:
+        score, on_time, distance = rounded
+        answer: JsonObject = {
+            "order_id": order.id,
+            "courier_id": courier_ids[chosen] if chosen >= 0 else None,
+            "candidates": [
+                {
+                    "courier_id": courier_ids[c],
+                    "score": score[c],
+                    "on_time": on_time[c],
+                    "distance_km": distance[c],
+                }
+                for c in candidates
+            ],
+        }
+        if order.placed_by:
+            answer["placed_in"] = order.placed_by
+        return answer
 
     def example(self) -> JsonObject:
         now = 1_759_017_600_000
