@@ -187,3 +187,11 @@ async def test_a_pipeline_that_fails_to_load_fails_alone_and_its_model_still_ser
         pipeline_entry = harness.registry.entry("mlp.pipeline")
         assert pipeline_entry.state is ModelState.FAILED and "no_such_module" in (pipeline_entry.error or "")
         assert harness.registry.entry("mlp").state is ModelState.READY
+
+
+def test_the_pipeline_package_exports_exactly_the_contract() -> None:
+    import ortserve.pipeline as package
+    from ortserve.pipeline import contract
+
+    assert sorted(package.__all__) == sorted(contract.__all__)
+    assert all(getattr(package, name) is getattr(contract, name) for name in package.__all__)
