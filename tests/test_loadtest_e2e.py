@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner, Result
@@ -75,6 +76,37 @@ def test_slo_exit_code_says_whether_the_objectives_held(server: ServerProcess) -
 def test_bench_reports_a_model_that_does_not_exist(server: ServerProcess) -> None:
     result = _bench(server.http_url, "-m", "no_such_model", "-n", "5")
     assert result.exit_code == 1 and "cannot read the metadata" in result.output
+
+
+def test_grpc_transport_loads_the_model_and_names_grpc_failures(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    out = tmp_path / "grpc.json"
+    ok = _bench(
+        server.grpc_address, "--transport", "grpc", "-m", "small_mlp", "-c", "2", "-n", "50", "-o", str(out)
+    )
+    assert ok.exit_code == 0, ok.output
+    summary = _levels(out)[0]["summary"]
+    assert isinstance(summary, dict) and summary["statuses"] == {"200": 50}
+    wrong = _bench(
+        server.grpc_address, "--transport", "grpc", "-m", "small_mlp", "--shape", "input=1,63", "-n", "5",
+        "--slo", "error_rate=0%",
+    )  # fmt: skip
+    assert wrong.exit_code == 3 and "grpc_INVALID_ARGUMENT: 5" in wrong.output
+
+
+def test_inputs_come_from_npz_and_jsonl_files(server: ServerProcess, tmp_path: Path) -> None:
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, input=np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
+    jsonl = tmp_path / "requests.jsonl"
+    body = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]}
+    jsonl.write_text(json.dumps(body) + "\n" + json.dumps(body) + "\n")
+    for args in (["--input-file", str(npz), "--batch-size", "2", "--transport", "http-binary"],
+                 ["--input-file", str(jsonl)]):  # fmt: skip
+        result = _bench(
+            server.http_url, "-m", "small_mlp", "-n", "20", "--warmup", "0", "--slo", "error_rate=0%", *args
+        )
+        assert result.exit_code == 0, result.output
 
 
 def _repository(root: Path, seed: int) -> Path:

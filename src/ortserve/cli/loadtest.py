@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import click
 
 from ortserve.loadtest.generator import LoadLevel
+from ortserve.loadtest.inputs import Encoding
 from ortserve.loadtest.measurement import Measurement
 from ortserve.loadtest.report import LevelResult, plot, render_table, render_verdicts, result_document
 from ortserve.loadtest.slo import Objective, judge, parse_objective
+from ortserve.loadtest.transports import Target
 
 __all__ = ["INTERRUPTED", "SLO_VIOLATED", "bench", "replay"]
 
@@ -121,15 +124,59 @@ def _levels(
     return [LoadLevel(concurrency=c, **common) for c in (concurrency or [1])], "concurrency"  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True, slots=True)
+class _RequestSpec:
+    model: str
+    version: str | None
+    batch_size: int
+    seed: int
+    shapes: dict[str, tuple[int, ...]]
+    input_file: Path | None
+
+
+def _http_requests(url: str, encoding: Encoding, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
+    """The HTTP target and the complete request bytes to send in turn."""
+    from ortserve.loadtest.inputs import fetch_input_specs, generated_payloads, infer_path, payloads_from_file
+    from ortserve.loadtest.transports import HttpTarget
+
+    target = HttpTarget.parse(url)
+    path = infer_path(spec.model, spec.version)
+    if spec.input_file is not None:
+        payloads = payloads_from_file(spec.input_file, path, encoding, spec.batch_size)
+    else:
+        specs = fetch_input_specs(target, spec.model, spec.version)
+        payloads = generated_payloads(
+            specs, path, encoding, spec.batch_size, seed=spec.seed, shapes=spec.shapes
+        )
+    return target, [target.wire(p) for p in payloads]
+
+
+def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
+    """The gRPC target and serialized ModelInferRequest messages to send in turn."""
+    from ortserve.loadtest.grpc_transport import GrpcTarget, encode_request, fetch_grpc_input_specs
+    from ortserve.loadtest.inputs import generated_inputs, npz_inputs
+
+    target = GrpcTarget.parse(url)
+    if spec.input_file is not None:
+        if spec.input_file.suffix != ".npz":
+            raise ValueError("--transport grpc reads inputs from .npz files only")
+        inputs = npz_inputs(spec.input_file, spec.batch_size)
+    else:
+        specs = fetch_grpc_input_specs(target, spec.model, spec.version)
+        inputs = generated_inputs(specs, spec.batch_size, seed=spec.seed, shapes=spec.shapes)
+    return target, [encode_request(arrays, spec.model, spec.version) for arrays in inputs]
+
+
 @click.command()
 @click.argument("url")
 @click.option("--model", "-m", required=True, help="Model name.")
 @click.option("--model-version", default=None, help="Model version (default: the server's policy).")
 @click.option(
     "--transport",
-    type=click.Choice(["http-json", "http-binary"]),
+    type=click.Choice(["http-json", "http-binary", "grpc"]),
     default="http-json",
-    help="OIP JSON bodies, or Triton's binary tensor extension (binary outputs too).",
+    help="OIP JSON bodies, Triton's binary tensor extension (binary outputs too), or gRPC "
+    "(URL: host:port of the gRPC listener; inputs as raw_input_contents).",
 )
 @click.option("--batch-size", type=int, default=1, help="Rows per request (dim 0 of generated inputs).")
 @click.option("--shape", multiple=True, help="NAME=D1,D2 for inputs with other dynamic dimensions.")
@@ -199,26 +246,15 @@ def bench(
     progress: bool | None,
 ) -> None:
     """Load URL's MODEL (closed loop over concurrencies or open loop at rates) and report latency."""
-    from ortserve.loadtest.inputs import (
-        Encoding,
-        fetch_input_specs,
-        generated_payloads,
-        infer_path,
-        payloads_from_file,
-    )
     from ortserve.loadtest.pool import LoadRunner
-    from ortserve.loadtest.transports import HttpTarget
 
     objectives = _objectives(slo)
+    request = _RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file)
     try:
-        target = HttpTarget.parse(url)
-        encoding: Encoding = "binary" if transport == "http-binary" else "json"
-        path = infer_path(model, model_version)
-        if input_file is not None:
-            payloads = payloads_from_file(input_file, path, encoding, batch_size)
+        if transport == "grpc":
+            target, wires = _grpc_requests(url, request)
         else:
-            specs = fetch_input_specs(target, model, model_version)
-            payloads = generated_payloads(specs, path, encoding, batch_size, seed=seed, shapes=_shapes(shape))
+            target, wires = _http_requests(url, "binary" if transport == "http-binary" else "json", request)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     common: dict[str, object] = {
@@ -233,7 +269,7 @@ def bench(
     levels, x_label = _levels(concurrency, rate, common)
     stream = _progress_stream(progress)
     results: list[LevelResult] = []
-    with LoadRunner(target, [target.wire(p) for p in payloads], processes, stream) as runner:
+    with LoadRunner(target, wires, processes, stream) as runner:
         for level in levels:
             measurement: Measurement = runner.run(level)
             results.append(LevelResult(level.label, float(level.concurrency or level.rate or 0), measurement))

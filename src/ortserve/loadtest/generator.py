@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ortserve.loadtest.measurement import Measurement
 from ortserve.loadtest.schedule import Arrivals, ArrivalSchedule
-from ortserve.loadtest.transports import HttpClient, HttpTarget
+from ortserve.loadtest.transports import Target
 
 __all__ = ["Drive", "LoadLevel", "SendFn", "bench_arrivals", "closed_loop", "drive_level", "open_loop"]
 
@@ -209,7 +209,7 @@ def bench_arrivals(level: LoadLevel, payload_count: int) -> Iterator[tuple[float
 
 
 async def drive_level(
-    target: HttpTarget,
+    target: Target,
     wires: list[bytes],
     level: LoadLevel,
     on_tick: Callable[[Drive], None] | None = None,
@@ -217,11 +217,11 @@ async def drive_level(
     """Run one level against ``target`` in this process and return what it measured.
 
     Args:
-        wires: pre-built request bytes (see :meth:`HttpTarget.wire`), used in turn.
+        wires: pre-built requests (HTTP request bytes or serialized gRPC messages), used in turn.
         on_tick: called every 0.2 s with the running drive (progress, stop requests).
     """
     drive = Drive(level)
-    clients = [HttpClient(target, level.timeout_s) for _ in range(level.concurrency or level.connections)]
+    clients, close = target.open_clients(level.concurrency or level.connections, level.timeout_s)
 
     async def send(worker: int, index: int) -> tuple[int, float]:
         reply = await clients[worker].send(wires[index])
@@ -236,8 +236,7 @@ async def drive_level(
     finally:
         if ticker is not None:
             ticker.cancel()
-        for client in clients:
-            client.close()
+        await close()
     return drive.close()
 
 

@@ -20,14 +20,20 @@ from ortserve.protocol.tensors import array_to_binary
 __all__ = [
     "Encoding",
     "InputSpec",
+    "Inputs",
+    "encode_payload",
     "fetch_input_specs",
+    "generated_inputs",
     "generated_payloads",
     "infer_path",
+    "npz_inputs",
     "payloads_from_file",
 ]
 
 Encoding = Literal["json", "binary"]
 Array = npt.NDArray[np.generic]
+Inputs = dict[str, tuple[str, Array]]
+"""Named inputs of one request: (datatype, array)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,27 @@ def _random_array(datatype: str, shape: tuple[int, ...], rng: np.random.Generato
     return rng.integers(0, 100, size=shape).astype(dtype)
 
 
+def generated_inputs(
+    specs: list[InputSpec],
+    batch_size: int = 1,
+    count: int = 16,
+    seed: int = 0,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> list[Inputs]:
+    """``count`` distinct random input sets shaped by the metadata (dim 0 = ``batch_size``)."""
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            spec.name: (
+                spec.datatype,
+                _random_array(spec.datatype, _concrete_shape(spec, batch_size, shapes or {}), rng),
+            )
+            for spec in specs
+        }
+        for _ in range(count)
+    ]
+
+
 def generated_payloads(
     specs: list[InputSpec],
     path: str,
@@ -99,22 +126,12 @@ def generated_payloads(
     seed: int = 0,
     shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> list[Payload]:
-    """``count`` distinct random requests shaped by the metadata (dim 0 = ``batch_size``)."""
-    rng = np.random.default_rng(seed)
-    payloads = []
-    for _ in range(count):
-        arrays = {
-            spec.name: (
-                spec.datatype,
-                _random_array(spec.datatype, _concrete_shape(spec, batch_size, shapes or {}), rng),
-            )
-            for spec in specs
-        }
-        payloads.append(encode_payload(arrays, path, encoding))
-    return payloads
+    """``count`` distinct random HTTP requests shaped by the metadata (dim 0 = ``batch_size``)."""
+    inputs = generated_inputs(specs, batch_size, count, seed, shapes)
+    return [encode_payload(arrays, path, encoding) for arrays in inputs]
 
 
-def encode_payload(arrays: dict[str, tuple[str, Array]], path: str, encoding: Encoding) -> Payload:
+def encode_payload(arrays: Inputs, path: str, encoding: Encoding) -> Payload:
     """An OIP infer request body for named (datatype, array) inputs."""
     inputs: list[dict[str, object]] = []
     binary: list[bytes] = []
@@ -162,6 +179,15 @@ def payloads_from_file(file: Path, path: str, encoding: Encoding, batch_size: in
 
 
 def _npz_payloads(file: Path, path: str, encoding: Encoding, batch_size: int) -> list[Payload]:
+    return [encode_payload(arrays, path, encoding) for arrays in npz_inputs(file, batch_size)]
+
+
+def npz_inputs(file: Path, batch_size: int) -> list[Inputs]:
+    """Input sets of ``batch_size`` rows from an ``.npz`` (one array per input, rows along dim 0).
+
+    Raises:
+        ValueError: no array, or fewer rows than the batch size.
+    """
     with np.load(file, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
     if not arrays:
@@ -169,13 +195,10 @@ def _npz_payloads(file: Path, path: str, encoding: Encoding, batch_size: int) ->
     rows = min(len(array) for array in arrays.values())
     if rows < batch_size:
         raise ValueError(f"{file} has {rows} rows, fewer than the batch size {batch_size}")
-    payloads = []
-    for start in range(0, rows - batch_size + 1, batch_size):
-        batch = {
-            name: (_datatype(array), array[start : start + batch_size]) for name, array in arrays.items()
-        }
-        payloads.append(encode_payload(batch, path, encoding))
-    return payloads
+    return [
+        {name: (_datatype(array), array[start : start + batch_size]) for name, array in arrays.items()}
+        for start in range(0, rows - batch_size + 1, batch_size)
+    ]
 
 
 def _text(item: object) -> str:

@@ -14,7 +14,7 @@ from typing import Any, TextIO, TypeVar
 
 from ortserve.loadtest.generator import Drive, LoadLevel, drive_level
 from ortserve.loadtest.measurement import Measurement
-from ortserve.loadtest.transports import HttpTarget
+from ortserve.loadtest.transports import Target
 
 __all__ = ["LoadRunner", "Progress", "StopOnSigint", "run_loop"]
 
@@ -67,7 +67,7 @@ class LoadRunner:
     """
 
     def __init__(
-        self, target: HttpTarget, wires: list[bytes], processes: int = 1, progress: TextIO | None = None
+        self, target: Target, wires: list[bytes], processes: int = 1, progress: TextIO | None = None
     ) -> None:
         self._target = target
         self._wires = wires
@@ -176,9 +176,7 @@ class StopOnSigint:
         signal.signal(signal.SIGINT, self._previous)
 
 
-def _init_child(
-    target: HttpTarget, wires: list[bytes], counts: SynchronizedArray[int], stop: MpEvent
-) -> None:
+def _init_child(target: Target, wires: list[bytes], counts: SynchronizedArray[int], stop: MpEvent) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     _child.update(target=target, wires=wires, counts=counts, stop=stop)
 

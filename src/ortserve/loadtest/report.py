@@ -52,7 +52,31 @@ def summary(measurement: Measurement) -> dict[str, object]:
     return figures
 
 
+_GRPC_CODES = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+]
+
+
 def _status_name(status: int) -> str:
+    """HTTP statuses as numbers; gRPC codes (recorded as 1000 + code) and client failures by name."""
+    if 1000 <= status < 1000 + len(_GRPC_CODES):
+        return f"grpc_{_GRPC_CODES[status - 1000]}"
     return {0: "connection_error", 1: "timeout"}.get(status, str(status))
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
@@ -14,6 +16,22 @@ CONNECTION_ERROR = 0
 """Status recorded when the connection failed or closed before a full response."""
 TIMEOUT = 1
 """Status recorded when no response came within the request timeout."""
+
+
+Closer = Callable[[], Awaitable[None]]
+"""Closes what a target opened for its clients (run inside the event loop)."""
+
+
+class Client(Protocol):
+    """Sends pre-built request bytes and awaits the reply (one request in flight)."""
+
+    async def send(self, wire: bytes) -> Reply: ...
+
+
+class Target(Protocol):
+    """A server the generator can open clients to (picklable: sent to generator processes)."""
+
+    def open_clients(self, count: int, timeout_s: float) -> tuple[list[Client], Closer]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +67,17 @@ class HttpTarget:
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"not an http:// URL: {url!r}")
         return cls(parts.hostname, parts.port or 80, parts.path.rstrip("/"))
+
+    def open_clients(self, count: int, timeout_s: float) -> tuple[list[Client], Closer]:
+        """One keep-alive connection per client, opened at its first request."""
+        connections = [HttpClient(self, timeout_s) for _ in range(count)]
+
+        async def close() -> None:
+            for connection in connections:
+                connection.close()
+
+        clients: list[Client] = list(connections)
+        return clients, close
 
     def wire(self, payload: Payload) -> bytes:
         """The complete request bytes, built once and written as is for every send."""
