@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
@@ -58,7 +59,7 @@ def mutate(rng: random.Random) -> dict[str, Any]:
         elif choice == 1:
             tensor["datatype"] = rng.choice(DATATYPES)
         elif choice == 2:
-            tensor["data"] = rng.choice(ODD_VALUES + [[0.5] * rng.randint(0, 300)])
+            tensor["data"] = rng.choice([*ODD_VALUES, [0.5] * rng.randint(0, 300)])
         elif choice == 3:
             tensor[rng.choice(["name", "shape", "datatype", "data", "parameters"])] = rng.choice(ODD_VALUES)
         elif choice == 4:
@@ -68,7 +69,7 @@ def mutate(rng: random.Random) -> dict[str, Any]:
                 rng.choice(["priority", "timeout", "binary_data_output", "x"]): rng.choice(ODD_VALUES)
             }
         elif choice == 6:
-            tensor["parameters"] = {"binary_data_size": rng.choice(ODD_VALUES + [4, 512, 10**15])}
+            tensor["parameters"] = {"binary_data_size": rng.choice([*ODD_VALUES, 4, 512, 10**15])}
         elif choice == 7:
             document["outputs"] = [
                 {
@@ -142,8 +143,6 @@ def test_random_bytes_as_http_never_break_the_server(server: ServerProcess) -> N
                 + garbage
             )
             sock.shutdown(socket.SHUT_WR)
-            try:
+            with contextlib.suppress(ConnectionResetError, TimeoutError):
                 sock.recv(4096)
-            except (ConnectionResetError, TimeoutError):
-                pass
     assert send(server, json.dumps(valid()).encode(), {}) == 200
