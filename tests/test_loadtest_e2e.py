@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,6 +162,23 @@ def captured(capturing_pair: tuple[ServerProcess, ServerProcess, Path]) -> Path:
     copy = root / "snapshot"
     shutil.copytree(root / "a-capture", copy)
     return copy
+
+
+def _post(url: str, record: CapturedRequest) -> tuple[int, bytes]:
+    request = urllib.request.Request(url + record.path, record.body, dict(record.headers), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.status, reply.read()
+
+
+def test_capture_does_not_change_responses(
+    capturing_pair: tuple[ServerProcess, ServerProcess, Path], captured: Path, server: ServerProcess
+) -> None:
+    a, _, _ = capturing_pair  # capturing every request; ``server`` serves the same model without capture
+    records = list(read_capture([captured]))
+    binary = [r for r in records if "inference-header-content-length" in dict(r.headers)]
+    json_only = [r for r in records if r not in binary]
+    for record in (binary[0], json_only[0]):
+        assert _post(a.http_url, record) == _post(server.http_url, record)
 
 
 def test_replay_sends_the_captured_bytes_unchanged(
