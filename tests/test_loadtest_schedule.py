@@ -32,3 +32,15 @@ def test_a_level_splits_across_generator_processes_without_losing_load() -> None
     rates = [s.rate for i in range(3) if (s := opened.share(i, 3))]
     assert sum(r for r in rates if r) == pytest.approx(300.0)
     assert LoadLevel(concurrency=1, requests=10).share(1, 2) is None
+
+
+def test_uniform_arrivals_of_several_processes_interleave() -> None:
+    level = LoadLevel(rate=300.0, arrivals="uniform", duration_s=1.0)
+    offsets = sorted(
+        offset
+        for index in range(3)
+        if (share := level.share(index, 3)) is not None and share.rate is not None
+        for offset in itertools.islice(ArrivalSchedule(share.rate, "uniform", phase=share.phase).offsets(), 4)
+    )
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert gaps == pytest.approx([1 / 300] * len(gaps))

@@ -38,6 +38,8 @@ class LoadLevel:
         connections: open loop: most connections (a request waits for a free one, and the
             wait counts in its latency).
         seed: seeds Poisson arrivals.
+        phase: shifts uniform arrivals by this fraction of a gap (set per generator process,
+            so that processes sharing a rate interleave instead of sending together).
     """
 
     concurrency: int | None = None
@@ -49,6 +51,7 @@ class LoadLevel:
     timeout_s: float = 30.0
     connections: int = 64
     seed: int = 0
+    phase: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -73,7 +76,12 @@ class LoadLevel:
         assert self.rate is not None
         connections = max(1, _split(self.connections, index, parts))
         return _replace(
-            self, rate=self.rate / parts, requests=requests, connections=connections, seed=self.seed + index
+            self,
+            rate=self.rate / parts,
+            requests=requests,
+            connections=connections,
+            seed=self.seed + index,
+            phase=index / parts,
         )
 
 
@@ -204,7 +212,7 @@ async def _pause(drive: Drive, delay: float) -> None:
 def bench_arrivals(level: LoadLevel, payload_count: int) -> Iterator[tuple[float, int]]:
     """Open-loop arrivals at the level's rate, cycling through the payloads."""
     assert level.rate is not None
-    schedule = ArrivalSchedule(level.rate, level.arrivals, level.seed)
+    schedule = ArrivalSchedule(level.rate, level.arrivals, level.seed, level.phase)
     return ((offset, index % payload_count) for index, offset in enumerate(schedule.offsets()))
 
 
