@@ -3,8 +3,9 @@
 Server pinned to CPU 0 with one intra-op thread; wrk pinned to CPU 1. The pipeline and its
 model alone are measured in alternation (A, B, A, B, ...) so drift on a shared machine hits
 both; each cell is the median of ``--repeats`` runs. The model-alone body carries exactly the
-features the pipeline would compute for the same request. Also times, in process, a pipeline
-step inline vs behind a thread hop (the runtime's inline/thread decision). Writes a JSON
+features the pipeline would compute for the same request. Also times, in process, each
+pipeline's Python steps (best of 5) and one step inline vs behind a thread hop (the runtime's
+inline/thread decision). Writes a JSON
 stamped with machine, versions and git revision, and prints Markdown for benchmarks/RESULTS.md.
 
     python benchmarks/bench_pipelines.py --seconds 5 --repeats 3
@@ -21,16 +22,20 @@ import statistics
 import subprocess
 import sys
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 from wrk import WrkResult, run_wrk
 
 from ortserve.apps.dispatch.features import pair_features
+from ortserve.apps.dispatch.pipeline import DispatchPipeline
 from ortserve.apps.dispatch.request import parse_dispatch_request
 from ortserve.apps.hotword.pipeline import HotwordPipeline
 from ortserve.demo import write_demo_repository
@@ -109,6 +114,40 @@ def thread_hop(repo: Path, rounds: int = 3000) -> dict[str, float]:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
 
 
+def time_steps(
+    app: str, pipeline: Any, document: dict[str, object], repo: Path, rounds: int
+) -> dict[str, float]:
+    body = json.dumps(document).encode()
+    request = pipeline.parse(orjson.loads(body))
+    [call] = pipeline.preprocess(request)
+    session = ort.InferenceSession(str(repo / app / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    outputs = [dict(zip([o.name for o in session.get_outputs()], session.run(None, dict(call.inputs))))]
+    steps: dict[str, Callable[[], object]] = {
+        "parse": lambda: pipeline.parse(orjson.loads(body)),
+        "preprocess": lambda: pipeline.preprocess(request),
+        "postprocess": lambda: orjson.dumps(pipeline.postprocess(outputs, request)),
+    }
+    return {
+        f"{app}/{step}": min(timeit.repeat(run, number=rounds, repeat=5)) / rounds * 1e6
+        for step, run in steps.items()
+    }
+
+
+def step_costs(repo: Path, rounds: int = 300) -> dict[str, float]:
+    """Best-of-5 mean microseconds of each Python step of both pipelines, in process on CPU 0;
+    robust to a shared machine's noise where wrk's c=1 p50 is not."""
+    hotword = HotwordPipeline(PipelineContext("hotword", "1", repo / "hotword" / "1"))
+    dispatch = DispatchPipeline(PipelineContext("dispatch", "1", repo / "dispatch" / "1"))
+    os.sched_setaffinity(0, {0})
+    try:
+        return {
+            **time_steps("hotword", hotword, PREDICT, repo, rounds),
+            **time_steps("dispatch", dispatch, route_document(), repo, rounds),
+        }
+    finally:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+
+
 def median_result(results: list[WrkResult]) -> dict[str, float]:
     keys = results[0].as_dict().keys()
     return {k: statistics.median(r.as_dict()[k] for r in results) for k in keys}
@@ -141,9 +180,9 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
         "onnxruntime": ort.__version__, "python": platform.python_version(), "git": git_revision(),
         "intra_op_threads": 1, "server_cpu": 0, "load_cpu": 1, "seconds": args.seconds, "repeats": args.repeats,
-        "thread_hop": thread_hop(repo), "server": {},
+        "thread_hop": thread_hop(repo), "steps_us": step_costs(repo), "server": {},
     }  # fmt: skip
-    print("thread hop", report["thread_hop"], flush=True)
+    print("thread hop", report["thread_hop"], "steps", report["steps_us"], flush=True)
     bodies = targets(repo)
     server_args = ["--intra-op-threads", "1", "--grpc-port", "-1", "--metrics-port", "-1"]
     with run_server(repo, OUT / "pipelines-server.log", server_args) as server:
