@@ -361,7 +361,7 @@ def replay(
     async def main() -> ReplayResult:
         return await run_replay(
             records, primary, speed, second, connections, timeout,
-            stop.wrap(lambda drive: shown.show(level, started, drive.done)),
+            stop.wrap(lambda drive: shown.show(level, started, drive.done, label)),
         )  # fmt: skip
 
     try:

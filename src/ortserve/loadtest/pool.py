@@ -37,14 +37,15 @@ class Progress:
     def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
 
-    def show(self, level: LoadLevel, started: float, done: int) -> None:
+    def show(self, level: LoadLevel, started: float, done: int, label: str | None = None) -> None:
+        """Redraw: ``label`` (default: the level's), progress, replies so far and their rate."""
         if self._stream is None:
             return
         elapsed = time.perf_counter() - started
         total = (level.duration_s or 0.0) + level.warmup_s
         where = f"{elapsed:5.1f}/{total:.1f} s" if level.requests is None else f"{done}/{level.requests} req"
         rate = done / elapsed if elapsed > 0 else 0.0
-        self._stream.write(f"\r{level.label}: {where}, {done} replies, {rate:,.0f}/s ")
+        self._stream.write(f"\r{label or level.label}: {where}, {done} replies, {rate:,.0f}/s ")
         self._stream.flush()
 
     def end(self) -> None:
