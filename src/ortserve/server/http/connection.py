@@ -102,6 +102,7 @@ class HttpConnection(asyncio.Protocol):
         self._receiving = False
         self._closed = False
         self._reading = True
+        self._write_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
         self._idle_armed = False
@@ -112,6 +113,20 @@ class HttpConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         self._state.connections.add(self)
         self._arm_idle()
+
+    def pause_writing(self) -> None:
+        # The client is not reading its responses: stop reading its requests until it does,
+        # so an unread peer cannot make the server buffer without bound.
+        self._write_paused = True
+        if self._transport is not None and self._reading and not self._closed:
+            self._transport.pause_reading()
+            self._reading = False
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._transport is not None and not self._reading and not self._closed and not self._queue:
+            self._transport.resume_reading()
+            self._reading = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -225,7 +240,7 @@ class HttpConnection(asyncio.Protocol):
             task.add_done_callback(functools.partial(self._on_done, keep_alive=keep_alive))
             return
         self._busy = False
-        if not self._reading and self._transport is not None and not self._closed:
+        if not self._reading and not self._write_paused and self._transport is not None and not self._closed:
             self._transport.resume_reading()
             self._reading = True
         if not self._queue:

@@ -1,0 +1,92 @@
+"""HTTP/1.1 details clients rely on: pipelining in order, chunked bodies, 100-continue, HTTP/1.0."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from ortserve.testing import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def body_for(value: float) -> bytes:
+    return json.dumps(
+        {
+            "id": str(value),
+            "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [value] * 64}],
+        }
+    ).encode()
+
+
+def read_responses(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
+    """Read ``count`` responses (status line, body) framed by Content-Length."""
+    buffer = b""
+    responses = []
+    while len(responses) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed early"
+            buffer += chunk
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        lines = head.split(b"\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")
+        )
+        while len(buffer) < length:
+            buffer += sock.recv(65536)
+        responses.append((lines[0], buffer[:length]))
+        buffer = buffer[length:]
+    return responses
+
+
+def post(body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        b"POST /v2/models/small_mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n"
+        % (len(body), extra)
+        + body
+    )
+
+
+def test_pipelined_requests_are_answered_in_order(server: ServerProcess) -> None:
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"".join(post(body_for(v)) for v in (1.0, 2.0, 3.0)) + b"GET /v2/health/live HTTP/1.1\r\n\r\n"
+        )
+        responses = read_responses(sock, 4)
+    assert [json.loads(body)["id"] for _, body in responses[:3]] == ["1.0", "2.0", "3.0"]
+    assert all(status.startswith(b"HTTP/1.1 200") for status, _ in responses)
+
+
+def test_chunked_request_body_is_accepted(server: ServerProcess) -> None:
+    body = body_for(0.5)
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:])) + b"0\r\n\r\n"
+    request = (
+        b"POST /v2/models/small_mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    )
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(request)
+        ((status, answer),) = read_responses(sock, 1)
+    assert status.startswith(b"HTTP/1.1 200") and json.loads(answer)["id"] == "0.5"
+
+
+def test_expect_100_continue_gets_an_interim_response(server: ServerProcess) -> None:
+    body = body_for(0.25)
+    head = post(body, b"Expect: 100-continue\r\n")[: -len(body)]
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(head)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body)
+        ((status, _),) = read_responses(sock, 1)
+    assert status.startswith(b"HTTP/1.1 200")
+
+
+def test_http_1_0_without_keep_alive_is_closed_after_the_answer(server: ServerProcess) -> None:
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200") and b"connection: close" in data.lower()
