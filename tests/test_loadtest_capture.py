@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ortserve.loadtest.capture import Capture, CapturedRequest, read_capture
+from ortserve.loadtest.replay import load_capture
 
 
 def _request(index: int, body: bytes = b'{"inputs": []}') -> CapturedRequest:
@@ -77,3 +78,16 @@ def test_a_file_that_is_not_a_capture_is_refused(tmp_path: Path) -> None:
 def test_rates_outside_zero_to_one_are_refused() -> None:
     with pytest.raises(ValueError):
         Capture(Path("unused"), rate=1.5)
+
+
+async def test_replay_reads_one_models_requests_in_arrival_order(tmp_path: Path) -> None:
+    capture = Capture(tmp_path, rate=1.0)
+    await capture.start()
+    for index in (3, 1, 2):
+        capture.offer(_request(index))
+    capture.offer(CapturedRequest(0.0, 0.5, "/v2/models/other/infer", "other", None, (), b"{}"))
+    await capture.stop()
+    assert [r.arrival for r in load_capture([tmp_path], "m")] == [1.0, 2.0, 3.0]
+    assert len(load_capture([tmp_path])) == 4
+    with pytest.raises(ValueError, match="no request for model 'absent'"):
+        load_capture([tmp_path], "absent")

@@ -4,7 +4,7 @@ The request path only appends to a bounded deque (dropping and counting when it 
 one background task owns the files and writes in a worker thread, so capture never blocks
 the event loop and never changes a response.
 
-File format (``capture-<start>-<seq>.ocap``): the magic line ``ORTCAP1\\n``, then records,
+File format (``capture-<start>-<pid>-<seq>.ocap``): the magic line ``ORTCAP1\\n``, then records,
 each ``<u32 meta length><u32 body length><meta JSON><body>``; the meta holds the arrival
 times (wall and monotonic), path, model, version, body headers, status and latency.
 """
@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import random
 import struct
 import time
@@ -143,7 +144,7 @@ class Capture:
         self._buffer_size = buffer_size
         self._directory = directory
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        self._files = _Files(directory, max_file_bytes, max_files, f"capture-{stamp}")
+        self._files = _Files(directory, max_file_bytes, max_files, f"capture-{stamp}-{os.getpid()}")
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
