@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +202,15 @@ async def test_a_real_scheduler_reports_batches_rejections_and_expiries() -> Non
     assert value(text, "ortserve_batch_rows_sum", **m) == 6
     assert value(text, "ortserve_queue_wait_seconds_count", **m) == 3
     assert value(text, "ortserve_compute_seconds_sum", phase="infer", **m) == pytest.approx(0.005)
+
+
+def test_cli_refuses_bucket_lists_that_are_not_increasing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ortserve.cli.main import main
+
+    result = CliRunner().invoke(
+        main, ["serve", "--model-repository", str(tmp_path), "--metrics-buckets", "0.1,0.01"]
+    )
+    assert result.exit_code == 2
+    assert "strictly increasing" in result.output

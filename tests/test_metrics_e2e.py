@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import tritonclient.http as triton_http
@@ -182,3 +183,15 @@ def test_tritonclient_reads_the_statistics_and_the_extension_is_listed(traffic_s
     finally:
         client.close()
     assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == len(ROW_SIZES) + CONCURRENT
+
+
+def test_metrics_off_serves_no_metrics_and_keeps_statistics(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    write_demo_repository(root)
+    with run_server(root, tmp_path / "server.log", ["--no-metrics", "--grpc-port", "-1"]) as server:
+        assert post(f"{server.http_url}/v2/models/small_mlp/infer", infer_body(1)) == 200
+        assert get_status(f"{server.http_url}/metrics") == 404
+        with pytest.raises(urllib.error.URLError):
+            get(metrics_url(server))  # no listener on the metrics port
+        stats = json.loads(get(f"{server.http_url}/v2/models/small_mlp/stats"))
+    assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 1
