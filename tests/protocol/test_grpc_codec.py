@@ -11,8 +11,14 @@ from tritonclient.grpc import service_pb2 as triton_pb
 from ortserve.core.types import InferOutput, InferResponse
 from ortserve.errors import DeadlineExceeded, InvalidInput
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
-from ortserve.protocol.grpc.codec import decode_infer_request, encode_infer_response, request_timeout
+from ortserve.protocol.grpc.codec import (
+    decode_infer_request,
+    encode_infer_response,
+    encode_model_statistics,
+    request_timeout,
+)
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.statistics import BatchSizeSnapshot, Duration, StatisticsSnapshot
 
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 Tensor = pb.ModelInferRequest.InferInputTensor
@@ -178,6 +184,21 @@ def test_responses_carry_every_output_in_raw_contents() -> None:
     )
     assert message.raw_output_contents[1] == b"\x02\x00\x00\x00ab\x03\x00\x00\x00c\xc3\xa9"
     assert message.parameters["n"].int64_param == 3 and message.parameters["ok"].bool_param
+
+
+def test_statistics_keep_tritons_shape() -> None:
+    snapshot = StatisticsSnapshot(
+        "m", "2", 1234, 10, 4, Duration(5, 900), Duration(1, 50), Duration(5, 300),
+        Duration(5, 10), Duration(5, 700), Duration(5, 20),
+        (BatchSizeSnapshot(2, Duration(3, 6), Duration(3, 600), Duration(3, 9)),),
+    )  # fmt: skip
+    message = encode_model_statistics([snapshot])
+    theirs = triton_pb.ModelStatisticsResponse.FromString(message.SerializeToString())
+    stats = theirs.model_stats[0]
+    assert (stats.name, stats.version, stats.last_inference, stats.inference_count) == ("m", "2", 1234, 10)
+    assert (stats.inference_stats.success.count, stats.inference_stats.success.ns) == (5, 900)
+    assert stats.inference_stats.compute_infer.ns == 700
+    assert (stats.batch_stats[0].batch_size, stats.batch_stats[0].compute_infer.count) == (2, 3)
 
 
 def _fields(descriptor: object) -> dict[int, tuple[str, int, bool]]:

@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -74,7 +75,6 @@ def test_metadata_and_readiness(client: grpcclient.InferenceServerClient) -> Non
     "call",
     [
         lambda c: c.get_model_config("small_mlp"),
-        lambda c: c.get_inference_statistics("small_mlp"),
         lambda c: c.get_model_repository_index(),
         lambda c: c.load_model("small_mlp"),
         lambda c: c.unload_model("small_mlp"),
@@ -86,6 +86,23 @@ def test_calls_not_offered_answer_unimplemented(client: grpcclient.InferenceServ
         call(client)
     assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
     assert client.is_server_ready()
+
+
+def test_statistics_count_grpc_requests_and_agree_with_http(
+    client: grpcclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    before = client.get_inference_statistics("heavy_mlp", as_json=True)["model_stats"][0]
+    for _ in range(3):
+        client.infer("heavy_mlp", [mlp_input(np.ones((2, 512), np.float32))])
+    stats = client.get_inference_statistics("heavy_mlp", as_json=True)["model_stats"][0]
+    success = int(stats["inference_stats"]["success"]["count"])
+    assert success == int(before["inference_stats"].get("success", {}).get("count", 0)) + 3
+    assert int(stats["inference_count"]) >= 6 and stats["batch_stats"]
+    http_stats = httpclient.InferenceServerClient(server.http_address).get_inference_statistics("heavy_mlp")
+    assert http_stats["model_stats"][0]["inference_stats"]["success"]["count"] == success
+    with pytest.raises(InferenceServerException) as caught:
+        client.get_inference_statistics("no_such_model")
+    assert caught.value.status() == "StatusCode.NOT_FOUND"
 
 
 def test_streaming_answers_every_request_by_id_and_survives_errors(

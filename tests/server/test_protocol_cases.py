@@ -64,6 +64,10 @@ class Transport:
 
         return {"name": found["name"], "inputs": tensors("inputs"), "outputs": tensors("outputs")}
 
+    def statistics(self, name: str) -> list[tuple[str, str]]:
+        found = self.metadata(self.client.get_inference_statistics, name)
+        return [(s["name"], s["version"]) for s in found["model_stats"]]
+
     def infer(
         self,
         model: str,
@@ -117,7 +121,7 @@ CASES = [
     Case(
         "server metadata",
         lambda t: t.server_metadata(),
-        {"name": "ortserve", "extensions": ["binary_tensor_data", "schedule_policy"]},
+        {"name": "ortserve", "extensions": ["binary_tensor_data", "schedule_policy", "statistics"]},
     ),
     Case(
         "model metadata",
@@ -130,6 +134,8 @@ CASES = [
     Case(
         "metadata of an unknown version", lambda t: t.model_metadata("failing", "7"), None, 404, "NOT_FOUND"
     ),
+    Case("statistics", lambda t: t.statistics("failing"), [("failing", "1")]),
+    Case("statistics of an unknown model", lambda t: t.statistics("nope"), None, 404, "NOT_FOUND"),
     Case(
         "infer",
         lambda t: t.infer("failing", {"x": rows(3)}),

@@ -28,11 +28,13 @@ from ortserve.protocol.tensors import (
     checked_shape,
     element_count,
 )
+from ortserve.statistics import Duration, StatisticsSnapshot
 
 __all__ = [
     "decode_infer_request",
     "encode_infer_response",
     "encode_model_metadata",
+    "encode_model_statistics",
     "encode_parameters",
     "encode_server_metadata",
     "request_timeout",
@@ -252,3 +254,41 @@ def encode_server_metadata(metadata: ServerMetadata) -> pb.ServerMetadataRespons
     return pb.ServerMetadataResponse(
         name=metadata.name, version=metadata.version, extensions=metadata.extensions
     )
+
+
+def _duration(duration: Duration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=duration.count, ns=duration.ns)
+
+
+def _model_statistics(snapshot: StatisticsSnapshot) -> pb.ModelStatistics:
+    return pb.ModelStatistics(
+        name=snapshot.name,
+        version=snapshot.version,
+        last_inference=snapshot.last_inference_ms,
+        inference_count=snapshot.inference_count,
+        execution_count=snapshot.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(snapshot.success),
+            fail=_duration(snapshot.fail),
+            queue=_duration(snapshot.queue),
+            compute_input=_duration(snapshot.compute_input),
+            compute_infer=_duration(snapshot.compute_infer),
+            compute_output=_duration(snapshot.compute_output),
+            cache_hit=pb.StatisticDuration(),
+            cache_miss=pb.StatisticDuration(),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=batch.batch_size,
+                compute_input=_duration(batch.compute_input),
+                compute_infer=_duration(batch.compute_infer),
+                compute_output=_duration(batch.compute_output),
+            )
+            for batch in snapshot.batch_stats
+        ],
+    )
+
+
+def encode_model_statistics(snapshots: list[StatisticsSnapshot]) -> pb.ModelStatisticsResponse:
+    """Triton's statistics extension answer, one entry per version."""
+    return pb.ModelStatisticsResponse(model_stats=[_model_statistics(s) for s in snapshots])

@@ -16,6 +16,7 @@ from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.health import INFERENCE_SERVICE, ReadinessHealth
 from ortserve.server.grpc.service import InferenceService
 from ortserve.settings import ServerSettings
+from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
 
@@ -76,11 +77,18 @@ class GrpcListener:
         dataplane: the server's one DataPlane.
         limits: tensor limits applied while decoding.
         options: message size, keepalive and stream limits.
+        telemetry: request accounting shared with HTTP (statistics, metrics, traces).
     """
 
-    def __init__(self, dataplane: DataPlane, limits: TensorLimits, options: GrpcOptions) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        limits: TensorLimits,
+        options: GrpcOptions,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._options = options
-        self.service = InferenceService(dataplane, limits)
+        self.service = InferenceService(dataplane, limits, telemetry)
         self.health = ReadinessHealth(dataplane)
         self._server: grpc.aio.Server | None = None
         self._stopping: asyncio.Task[None] | None = None

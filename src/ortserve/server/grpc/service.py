@@ -9,18 +9,27 @@ from typing import TypeAlias, TypeVar
 import grpc
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.errors import NotImplementedByServer, OrtServeError
+from ortserve.errors import InternalError, NotImplementedByServer, OrtServeError
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc import grpc_service_pb2_grpc as pb_grpc
 from ortserve.protocol.grpc.codec import (
     decode_infer_request,
     encode_infer_response,
     encode_model_metadata,
+    encode_model_statistics,
     encode_server_metadata,
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_internal, abort_with, log_internal
+from ortserve.server.grpc.errors import (
+    INTERNAL_MESSAGE,
+    abort_internal,
+    abort_with,
+    log_internal,
+    status_code,
+)
+from ortserve.statistics import ServerStatistics
+from ortserve.telemetry import Telemetry
 
 __all__ = ["InferenceService"]
 
@@ -34,11 +43,15 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     Args:
         dataplane: the DataPlane the HTTP routes use too.
         limits: tensor limits applied while decoding.
+        telemetry: request accounting (metrics, statistics, traces) shared with HTTP.
     """
 
-    def __init__(self, dataplane: DataPlane, limits: TensorLimits) -> None:
+    def __init__(
+        self, dataplane: DataPlane, limits: TensorLimits, telemetry: Telemetry | None = None
+    ) -> None:
         self._dataplane = dataplane
         self._limits = limits
+        self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._readers: set[asyncio.Task[None]] = set()
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
@@ -72,13 +85,49 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         try:
-            infer_request = decode_infer_request(request, self._limits)
-            infer_request.timeout_s = request_timeout(infer_request.timeout_s, context.time_remaining())
-            return encode_infer_response(await self._dataplane.infer(infer_request))
+            return await self._infer(request, context)
         except OrtServeError as error:
             await abort_with(context, error)
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+        """Decode, run and encode one request, accounted like HTTP's.
+
+        Raises:
+            OrtServeError: the request failed (anything unexpected is logged, then INTERNAL).
+        """
+        scope = self._telemetry.begin(
+            "grpc", request.model_name, request.model_version or None, None, self._traceparent(context)
+        )
+        try:
+            infer_request = decode_infer_request(request, self._limits)
+            scope.identify(infer_request)
+            infer_request.timeout_s = request_timeout(infer_request.timeout_s, context.time_remaining())
+            response = await self._dataplane.infer(infer_request)
+            scope.inferred(response.model_version)
+            answer = encode_infer_response(response)
+        except OrtServeError as error:
+            scope.finish(error, status_code(error).name)
+            raise
+        except asyncio.CancelledError:
+            scope.abandon()
+            raise
         except Exception as exc:
-            await abort_internal(context, exc)
+            with scope.bound():
+                log_internal(exc)
+            internal = InternalError(INTERNAL_MESSAGE)
+            scope.finish(internal, "INTERNAL")
+            raise internal from None
+        scope.finish(None, "OK")
+        return answer
+
+    def _traceparent(self, context: Context) -> str | None:
+        """The caller's W3C trace context, read only when tracing is on."""
+        if self._telemetry.tracing is None:
+            return None
+        for key, value in context.invocation_metadata() or ():
+            if key == "traceparent":
+                return str(value)
+        return None
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -125,15 +174,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
     ) -> None:
         try:
-            infer_request = decode_infer_request(request, self._limits)
-            infer_request.timeout_s = request_timeout(infer_request.timeout_s, context.time_remaining())
-            response = encode_infer_response(await self._dataplane.infer(infer_request))
-            answer = pb.ModelStreamInferResponse(infer_response=response)
+            answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, context))
         except OrtServeError as error:
             answer = _stream_error(request, error.message)
-        except Exception as exc:
-            log_internal(exc)
-            answer = _stream_error(request, INTERNAL_MESSAGE)
         await answers.put(answer)
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
@@ -142,7 +185,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        await abort_with(context, NotImplementedByServer("ModelStatistics is not offered by this server"))
+        statistics = self._telemetry.statistics
+        return await _answer(
+            context,
+            lambda: encode_model_statistics(
+                statistics.snapshot(request.name or None, request.version or None)
+            ),
+        )
 
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Context
