@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -24,7 +25,12 @@ class Clock(Protocol):
 
 
 class LoopClock:
-    """The running event loop's monotonic clock and timers."""
+    """``time.monotonic`` for readings, the event loop for timers.
+
+    uvloop's ``loop.time()`` only advances in whole milliseconds, once per loop iteration:
+    too coarse for sub-millisecond queue waits and a 1 ms batching delay. Timers are set
+    relative to the precise clock and handed to the loop as delays.
+    """
 
     __slots__ = ("_loop",)
 
@@ -32,7 +38,7 @@ class LoopClock:
         self._loop = loop
 
     def now(self) -> float:
-        return self._loop.time()
+        return time.monotonic()
 
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
-        return self._loop.call_at(when, callback)
+        return self._loop.call_later(max(0.0, when - time.monotonic()), callback)

@@ -290,7 +290,7 @@ class Scheduler:
                     self._remove(head)
         return None
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, timer_fired: bool = False) -> None:
         instances = self._executor.instances
         while self._busy < instances:
             head = self._head()
@@ -298,9 +298,12 @@ class Scheduler:
                 return
             now = self._clock.now()
             wait_until = self._wait_until(head, now)
-            if wait_until > now:
+            # A fired delay timer means the wait is over, even when the loop's millisecond
+            # timer resolution woke us a fraction early: re-arming would only spin.
+            if wait_until > now and not timer_fired:
                 self._arm_delay(wait_until)
                 return
+            timer_fired = False
             batch = self._take_batch(head)
             if batch:
                 self._start(batch, now)
@@ -333,7 +336,7 @@ class Scheduler:
     def _on_delay(self) -> None:
         self._delay_timer = None
         self._delay_at = math.inf
-        self._dispatch()
+        self._dispatch(timer_fired=True)
 
     def _take_batch(self, head: _Pending) -> list[_Pending]:
         """The head request and the queued requests that fit beside it, in lane order."""
