@@ -127,8 +127,12 @@ def run_server(
     env: dict[str, str] | None = None,
     ready_timeout_s: float = 90.0,
     wait: bool = True,
+    pin_cpu: int | None = None,
 ) -> Iterator[ServerProcess]:
-    """Start ``ortserve serve`` on free ports, wait until ready, stop it on exit."""
+    """Start ``ortserve serve`` on free ports, wait until ready, stop it on exit.
+
+    ``pin_cpu`` runs the server under ``taskset`` on that CPU (benchmarks).
+    """
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     args = [
         sys.executable,
@@ -145,6 +149,8 @@ def run_server(
         str(metrics_port),
         *(extra_args or []),
     ]
+    if pin_cpu is not None:
+        args = ["taskset", "-c", str(pin_cpu), *args]
     log = log_path.open("wb")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, metrics_port, log_path)
