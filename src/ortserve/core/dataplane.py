@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from ortserve.core.model import ServedVersion
+from ortserve.core.model import Servable
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
 from ortserve.errors import ModelNotReady
 
@@ -15,7 +15,7 @@ __all__ = ["DataPlane", "ModelResolver"]
 class ModelResolver(Protocol):
     """Finds the served version a request names (the model registry implements it)."""
 
-    def resolve(self, name: str, version: str | None) -> ServedVersion: ...
+    def resolve(self, name: str, version: str | None) -> Servable: ...
 
     def served_versions(self, name: str) -> tuple[str, ...]: ...
 

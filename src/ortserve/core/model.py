@@ -6,6 +6,7 @@ import asyncio
 import enum
 import functools
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -14,10 +15,10 @@ from ortserve.core.datatypes import datatype_of_numpy
 from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
-from ortserve.core.validation import validate_inputs
+from ortserve.core.validation import InputValidator
 from ortserve.errors import InvalidInput, ModelNotReady
 
-__all__ = ["ModelState", "ServedVersion", "VersionInfo"]
+__all__ = ["ModelState", "Servable", "ServedVersion", "VersionInfo", "select_outputs"]
 
 Array = npt.NDArray[np.generic]
 
@@ -44,6 +45,22 @@ class VersionInfo:
     platform: str = "onnxruntime_onnx"
 
 
+class Servable(Protocol):
+    """What the DataPlane serves under a name and version: an ONNX model or a pipeline."""
+
+    info: VersionInfo
+    state: ModelState
+
+    @property
+    def ready(self) -> bool: ...
+
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    async def unload(self, grace_s: float) -> None: ...
+
+
 class ServedVersion:
     """Validates requests for one version, queues them on its scheduler, shapes the answer.
 
@@ -59,6 +76,7 @@ class ServedVersion:
         self.runner = runner
         self.state = ModelState.READY
         self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
+        self._validator = InputValidator(info.inputs, info.max_batch_size > 0)
 
     @property
     def ready(self) -> bool:
@@ -76,8 +94,8 @@ class ServedVersion:
         """
         if self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
-        selected = self._select_outputs(request)
-        feeds, rows = validate_inputs(request.inputs, self.info.inputs, self.info.max_batch_size > 0)
+        selected = select_outputs(request, self._output_index)
+        feeds, rows = self._validator.validate(request.inputs)
         queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
         answer: asyncio.Future[InferResponse] = queued.get_loop().create_future()
         queued.add_done_callback(functools.partial(self._answer, answer, selected, request.id))
@@ -120,22 +138,28 @@ class ServedVersion:
         if self.runner is not None:
             self.runner.close()
 
-    def _select_outputs(self, request: InferRequest) -> list[tuple[int, Parameters]]:
-        if request.outputs is None:
-            return [(i, {}) for i in range(len(self.info.outputs))]
-        selected = []
-        seen = set()
-        for wanted in request.outputs:
-            index = self._output_index.get(wanted.name)
-            if index is None:
-                raise InvalidInput(
-                    f"unknown output {wanted.name!r}; the model's outputs are {sorted(self._output_index)}"
-                )
-            if wanted.name in seen:
-                raise InvalidInput(f"output {wanted.name!r} is requested more than once")
-            seen.add(wanted.name)
-            selected.append((index, wanted.parameters))
-        return selected
+
+def select_outputs(request: InferRequest, output_index: dict[str, int]) -> list[tuple[int, Parameters]]:
+    """The outputs a request asks for, as (index, parameters); every output when it names none.
+
+    Raises:
+        InvalidInput: an unknown or repeated output name.
+    """
+    if request.outputs is None:
+        return [(i, {}) for i in range(len(output_index))]
+    selected = []
+    seen = set()
+    for wanted in request.outputs:
+        index = output_index.get(wanted.name)
+        if index is None:
+            raise InvalidInput(
+                f"unknown output {wanted.name!r}; the model's outputs are {sorted(output_index)}"
+            )
+        if wanted.name in seen:
+            raise InvalidInput(f"output {wanted.name!r} is requested more than once")
+        seen.add(wanted.name)
+        selected.append((index, wanted.parameters))
+    return selected
 
 
 def _withdraw(queued: asyncio.Future[list[Array]], answer: asyncio.Future[InferResponse]) -> None:

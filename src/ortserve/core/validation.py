@@ -9,36 +9,48 @@ from ortserve.core.datatypes import numpy_dtype
 from ortserve.core.types import InferInput, TensorSpec
 from ortserve.errors import InvalidInput
 
-__all__ = ["validate_inputs"]
+__all__ = ["InputValidator", "validate_inputs"]
 
 Array = npt.NDArray[np.generic]
 
 
-def _check_one(tensor: InferInput, spec: TensorSpec) -> Array:
-    if tensor.datatype != spec.datatype:
-        raise InvalidInput(
-            f"input {tensor.name!r} has datatype {tensor.datatype}, the model expects {spec.datatype}"
-        )
-    shape = tensor.shape
-    if len(shape) != len(spec.shape):
-        raise InvalidInput(
-            f"input {tensor.name!r} has rank {len(shape)} (shape {list(shape)}), the model expects "
-            f"rank {len(spec.shape)} (shape {list(spec.shape)})"
-        )
-    for axis, (got, want) in enumerate(zip(shape, spec.shape)):
-        if want >= 0 and got != want:
+class _Expected:
+    """One declared input, with what validation needs precomputed once per version."""
+
+    __slots__ = ("dtype", "fixed", "rank", "spec")
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self.spec = spec
+        self.dtype = numpy_dtype(spec.datatype)
+        self.rank = len(spec.shape)
+        self.fixed = tuple((axis, dim) for axis, dim in enumerate(spec.shape) if dim >= 0)
+
+    def check(self, tensor: InferInput) -> Array:
+        spec = self.spec
+        if tensor.datatype != spec.datatype:
             raise InvalidInput(
-                f"input {tensor.name!r} has {got} at dimension {axis}, the model expects {want} "
-                f"(shape {list(spec.shape)})"
+                f"input {tensor.name!r} has datatype {tensor.datatype}, the model expects {spec.datatype}"
             )
-    data = tensor.data
-    if data.shape != shape or data.dtype != numpy_dtype(spec.datatype):
-        raise InvalidInput(f"input {tensor.name!r}: data does not match its declared shape or datatype")
-    if not data.flags.c_contiguous:
-        data = np.ascontiguousarray(data)
-    if spec.datatype == "BYTES":
-        data = _as_text(tensor.name, data)
-    return data
+        shape = tensor.shape
+        if len(shape) != self.rank:
+            raise InvalidInput(
+                f"input {tensor.name!r} has rank {len(shape)} (shape {list(shape)}), the model expects "
+                f"rank {self.rank} (shape {list(spec.shape)})"
+            )
+        for axis, want in self.fixed:
+            if shape[axis] != want:
+                raise InvalidInput(
+                    f"input {tensor.name!r} has {shape[axis]} at dimension {axis}, the model expects "
+                    f"{want} (shape {list(spec.shape)})"
+                )
+        data = tensor.data
+        if data.shape != shape or data.dtype != self.dtype:
+            raise InvalidInput(f"input {tensor.name!r}: data does not match its declared shape or datatype")
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        if spec.datatype == "BYTES":
+            data = _as_text(tensor.name, data)
+        return data
 
 
 def _as_text(name: str, data: Array) -> Array:
@@ -57,37 +69,61 @@ def _as_text(name: str, data: Array) -> Array:
     return out
 
 
+class InputValidator:
+    """Matches requests to one version's declared inputs (built once, used per request).
+
+    Args:
+        specs: the model's inputs in graph order.
+        batched: whether dim 0 is the batch dimension.
+    """
+
+    __slots__ = ("_batched", "_expected", "_order")
+
+    def __init__(self, specs: tuple[TensorSpec, ...], batched: bool) -> None:
+        self._expected = {spec.name: _Expected(spec) for spec in specs}
+        self._order = tuple(spec.name for spec in specs)
+        self._batched = batched
+
+    def validate(self, inputs: list[InferInput]) -> tuple[dict[str, Array], int]:
+        """Check every input against its declaration.
+
+        Returns:
+            The feeds for ONNX Runtime in graph order, and the request's rows (its dim 0 when
+            batched, else 1).
+
+        Raises:
+            InvalidInput: a missing, unknown or duplicated input, a wrong datatype, rank or
+                fixed dimension, or inputs that disagree on the batch dimension.
+        """
+        expected = self._expected
+        checked: dict[str, Array] = {}
+        for tensor in inputs:
+            declared = expected.get(tensor.name)
+            if declared is None:
+                raise InvalidInput(
+                    f"unexpected input {tensor.name!r}; the model's inputs are {sorted(expected)}"
+                )
+            if tensor.name in checked:
+                raise InvalidInput(f"input {tensor.name!r} is given more than once")
+            checked[tensor.name] = declared.check(tensor)
+        if len(checked) != len(expected):
+            raise InvalidInput(f"missing inputs {sorted(set(expected) - set(checked))}")
+        feeds = checked if len(checked) == 1 else {name: checked[name] for name in self._order}
+        if not self._batched:
+            return feeds, 1
+        arrays = iter(feeds.values())
+        rows = next(arrays).shape[0]
+        for array in arrays:
+            if array.shape[0] != rows:
+                found = sorted({a.shape[0] for a in feeds.values()})
+                raise InvalidInput(f"inputs disagree on the batch dimension (dim 0): {found}")
+        if rows < 1:
+            raise InvalidInput("the batch dimension (dim 0) must be at least 1")
+        return feeds, rows
+
+
 def validate_inputs(
     inputs: list[InferInput], specs: tuple[TensorSpec, ...], batched: bool
 ) -> tuple[dict[str, Array], int]:
-    """Match inputs to the model's specs.
-
-    Returns:
-        The feeds for ONNX Runtime and the request's rows (its dim 0 when batched, else 1).
-
-    Raises:
-        InvalidInput: a missing, unknown or duplicated input, a wrong datatype, rank or fixed
-            dimension, or inputs that disagree on the batch dimension.
-    """
-    by_name = {spec.name: spec for spec in specs}
-    feeds: dict[str, Array] = {}
-    for tensor in inputs:
-        spec = by_name.get(tensor.name)
-        if spec is None:
-            raise InvalidInput(f"unexpected input {tensor.name!r}; the model's inputs are {sorted(by_name)}")
-        if tensor.name in feeds:
-            raise InvalidInput(f"input {tensor.name!r} is given more than once")
-        feeds[tensor.name] = _check_one(tensor, spec)
-    if len(feeds) != len(by_name):
-        missing = sorted(set(by_name) - set(feeds))
-        raise InvalidInput(f"missing inputs {missing}")
-    feeds = {spec.name: feeds[spec.name] for spec in specs}  # one order, so batches line up
-    if not batched:
-        return feeds, 1
-    rows = {array.shape[0] for array in feeds.values()}
-    if len(rows) != 1:
-        raise InvalidInput(f"inputs disagree on the batch dimension (dim 0): {sorted(rows)}")
-    batch = rows.pop()
-    if batch < 1:
-        raise InvalidInput("the batch dimension (dim 0) must be at least 1")
-    return feeds, batch
+    """One-off validation (tests, tools); servers keep an :class:`InputValidator`."""
+    return InputValidator(specs, batched).validate(inputs)

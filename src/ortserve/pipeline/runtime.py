@@ -24,7 +24,7 @@ import orjson
 
 from ortserve.core.dataplane import ModelResolver
 from ortserve.core.datatypes import datatype_of_numpy
-from ortserve.core.model import ModelState, ServedVersion, VersionInfo
+from ortserve.core.model import ModelState, Servable, VersionInfo, select_outputs
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
 from ortserve.errors import ConfigError, InvalidInput, ModelNotReady
 from ortserve.pipeline.contract import Array, JsonObject, ModelCall, ModelOutputs, Pipeline, PipelineContext
@@ -182,7 +182,7 @@ class PipelineRunner(Generic[RequestT]):
         return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
-async def _infer(served: ServedVersion, inputs: ModelOutputs) -> dict[str, Array]:
+async def _infer(served: Servable, inputs: ModelOutputs) -> dict[str, Array]:
     tensors = [
         InferInput(name, datatype_of_numpy(array.dtype), array.shape, array) for name, array in inputs.items()
     ]
@@ -202,20 +202,22 @@ def decode_document(raw: object) -> object:
         raise InvalidInput(f"the request is not valid JSON: {exc}") from None
 
 
-class PipelineVersion(ServedVersion):
-    """A pipeline served as an OIP model: BYTES ``request`` (JSON documents) in, BYTES
-    ``response`` (JSON documents) out, one per element.
+class PipelineVersion:
+    """A pipeline served as an OIP model (a :class:`~ortserve.core.model.Servable`): BYTES
+    ``request`` (JSON documents) in, BYTES ``response`` (JSON documents) out, one per element.
 
-    A pipeline has no scheduler of its own: its model calls queue on their models' schedulers,
-    so the base constructor (which wants one) is deliberately not called.
+    A pipeline has no scheduler of its own: its model calls queue on their models' schedulers.
     """
 
     def __init__(self, info: VersionInfo, runner: PipelineRunner[Any]) -> None:
         self.info = info
-        self.runner = None
         self.state = ModelState.READY
         self.pipeline = runner
         self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
 
     @property
     def route(self) -> str | None:
@@ -239,7 +241,7 @@ class PipelineVersion(ServedVersion):
             model call raises.
         """
         self._check_ready()
-        selected = self._select_outputs(request)
+        selected = select_outputs(request, self._output_index)
         if [t.name for t in request.inputs] != [REQUEST_INPUT] or request.inputs[0].datatype != "BYTES":
             raise InvalidInput(f"a pipeline takes exactly one BYTES input named {REQUEST_INPUT!r}")
         documents = [decode_document(item) for item in request.inputs[0].data.ravel()]

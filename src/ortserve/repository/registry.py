@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ortserve.core.model import ModelState, ServedVersion
+from ortserve.core.model import ModelState, Servable
 from ortserve.core.scheduler import SchedulerObserver
 from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
 from ortserve.pipeline.contract import PipelineContext
@@ -28,13 +28,13 @@ class ModelEntry:
     """A model and its served versions; ``error`` says why it failed to load."""
 
     name: str
-    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    versions: dict[int, Servable] = field(default_factory=dict)
     state: ModelState = ModelState.LOADING
     error: str | None = None
     load_seconds: dict[int, float] = field(default_factory=dict)
     """Load and warm-up time of each version."""
 
-    def latest_ready(self) -> ServedVersion | None:
+    def latest_ready(self) -> Servable | None:
         for number in sorted(self.versions, reverse=True):
             if self.versions[number].ready:
                 return self.versions[number]
@@ -70,7 +70,7 @@ class ModelRegistry:
         """Register an entry built outside the repository (pipelines, tests)."""
         self._models[entry.name] = entry
 
-    def resolve(self, name: str, version: str | None) -> ServedVersion:
+    def resolve(self, name: str, version: str | None) -> Servable:
         """The served version a request names (latest ready when it names none).
 
         Raises:
