@@ -1,0 +1,110 @@
+"""The gRPC listener in process: options from settings, a taken port refused, health that follows readiness."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ortserve.core.dataplane import DataPlane
+from ortserve.core.model import ServedVersion
+from ortserve.core.types import ServerMetadata
+from ortserve.errors import ModelNotFound
+from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
+from ortserve.settings import ServerSettings
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class FakeResolver:
+    """Readiness a test can flip; knows no models."""
+
+    all_ready: bool = False
+
+    def resolve(self, name: str, version: str | None) -> ServedVersion:
+        raise ModelNotFound(f"unknown model {name!r}")
+
+    def served_versions(self, name: str) -> tuple[str, ...]:
+        raise ModelNotFound(f"unknown model {name!r}")
+
+
+def options(**fields: object) -> GrpcOptions:
+    return GrpcOptions.from_settings(ServerSettings(Path("."), **fields))  # type: ignore[arg-type]
+
+
+def test_message_size_defaults_to_the_http_body_limit() -> None:
+    assert options(max_body_bytes=123_456).max_message_bytes == 123_456
+    assert options(max_body_bytes=123_456, grpc_max_message_bytes=99).max_message_bytes == 99
+
+
+def test_channel_arguments_carry_keepalive_streams_and_sizes() -> None:
+    args = dict(
+        options(
+            grpc_max_message_bytes=5000,
+            grpc_keepalive_time_s=30.0,
+            grpc_keepalive_timeout_s=2.5,
+            grpc_max_concurrent_streams=7,
+        ).channel_args()
+    )
+    assert args["grpc.max_receive_message_length"] == args["grpc.max_send_message_length"] == 5000
+    assert (args["grpc.keepalive_time_ms"], args["grpc.keepalive_timeout_ms"]) == (30_000, 2_500)
+    assert args["grpc.max_concurrent_streams"] == 7
+    assert args["grpc.so_reuseport"] == 0
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[tuple[GrpcListener, FakeResolver, int]]:
+    resolver = FakeResolver()
+    dataplane = DataPlane(resolver, ServerMetadata("ortserve", "test", ()))
+    grpc_listener = GrpcListener(dataplane, TensorLimits(), options())
+    port = await grpc_listener.start("127.0.0.1", 0)
+    yield grpc_listener, resolver, port
+    grpc_listener.stop_accepting(0.5)
+    await grpc_listener.wait_closed()
+
+
+async def test_a_port_in_use_is_refused(listener: tuple[GrpcListener, FakeResolver, int]) -> None:
+    _, _, port = listener
+    other = GrpcListener(DataPlane(FakeResolver(), ServerMetadata("o", "t", ())), TensorLimits(), options())
+    with pytest.raises(OSError, match="cannot listen"):
+        await other.start("127.0.0.1", port)
+
+
+async def test_a_port_held_by_a_plain_socket_is_refused() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        other = GrpcListener(
+            DataPlane(FakeResolver(), ServerMetadata("o", "t", ())), TensorLimits(), options()
+        )
+        with pytest.raises(OSError, match="cannot listen"):
+            await other.start("127.0.0.1", taken)
+
+
+async def test_health_watch_follows_readiness_and_ends_on_drain(
+    listener: tuple[GrpcListener, FakeResolver, int],
+) -> None:
+    grpc_listener, resolver, port = listener
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert (await health.Check(health_pb2.HealthCheckRequest(), timeout=5)).status == NOT_SERVING
+        watch = health.Watch(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"))
+        assert (await watch.read()).status == NOT_SERVING
+        resolver.all_ready = True
+        grpc_listener.readiness_changed()
+        assert (await watch.read()).status == SERVING
+        assert (await health.Check(health_pb2.HealthCheckRequest(), timeout=5)).status == SERVING
+        resolver.all_ready = False  # as when draining starts
+        grpc_listener.stop_accepting(5.0)
+        assert (await watch.read()).status == NOT_SERVING
+        assert await watch.read() is grpc.aio.EOF
+        assert await watch.code() == grpc.StatusCode.OK
