@@ -292,3 +292,27 @@ async def test_abort_fails_what_is_still_queued() -> None:
     with pytest.raises(ModelNotReady):
         await queued
     assert len(executor.batches) == 1
+
+
+async def test_drain_waits_for_the_batch_started_after_the_running_one() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    first = scheduler.submit(rows(1), 1)
+    second = scheduler.submit(rows(1), 1)
+    drained = asyncio.ensure_future(scheduler.drain(5.0))
+    await settle()
+    executor.finish()  # the queued request is taken and started in the same callback
+    await first
+    await settle()
+    assert not drained.done()
+    executor.finish()
+    await second
+    assert await drained
+
+
+async def test_a_batch_cancelled_by_shutdown_fails_its_requests() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    pending = scheduler.submit(rows(1), 1)
+    _, run = executor.running.pop()
+    run.cancel()
+    with pytest.raises(ModelNotReady):
+        await pending

@@ -255,7 +255,7 @@ class Scheduler:
         finish = free_at + work
         return finish if absolute else max(0.0, finish - now)
 
-    def _expire(self, pending: _Pending) -> None:
+    def _expire(self, pending: _Pending, settle: bool = True) -> None:
         if not pending.live:
             return
         self._remove(pending)
@@ -263,6 +263,8 @@ class Scheduler:
             error = DeadlineExceeded("deadline passed while the request was queued")
             self.observer.on_rejected(error)
             pending.future.set_exception(error)
+        if settle:
+            self._check_idle()
 
     def _remove(self, pending: _Pending) -> None:
         pending.live = False
@@ -272,9 +274,10 @@ class Scheduler:
         if pending.timer is not None:
             pending.timer.cancel()
             pending.timer = None
-        self._check_idle()
 
     def _check_idle(self) -> None:
+        # Called only where the state is settled (never between taking a batch and starting
+        # it), so a drain can never see a passing "idle" while work is being handed over.
         if self._queued_requests == 0 and self._busy == 0:
             self._idle.set()
 
@@ -288,6 +291,7 @@ class Scheduler:
                 queue.popleft()
                 if head.live:  # cancelled by its client while queued
                     self._remove(head)
+                    self._check_idle()
         return None
 
     def _dispatch(self, timer_fired: bool = False) -> None:
@@ -355,7 +359,7 @@ class Scheduler:
                     self._remove(pending)
                     continue
                 if pending.deadline is not None and pending.deadline <= now:
-                    self._expire(pending)
+                    self._expire(pending, settle=False)
                     continue
                 fits = not batch or (pending.signature == head.signature and rows + pending.rows <= max_rows)
                 if not fits:
@@ -409,19 +413,25 @@ class Scheduler:
         failed = False
         split_s = 0.0
         run_s = 0.0
-        try:
-            outputs, run_s = run.result()
-        except Exception as exc:
+        if run.cancelled():  # the executor was shut down under it
             failed = True
-            self._fail(batch, exc)
+            self._fail(batch, ModelNotReady("the model was unloaded while this batch waited to run"))
+            outputs = None
         else:
+            try:
+                outputs, run_s = run.result()
+            except Exception as exc:
+                failed = True
+                self._fail(batch, exc)
+                outputs = None
+        if outputs is not None:
             self.cost_model.observe(rows, run_s)
             split_start = self._clock.now()
             self._deliver(batch, outputs)
             split_s = self._clock.now() - split_start
         self.observer.on_batch(BatchRecord(len(batch), rows, waits, assemble_s, run_s, split_s, failed))
-        self._check_idle()
         self._dispatch()
+        self._check_idle()
 
     def _deliver(self, batch: Sequence[_Pending], outputs: list[Array]) -> None:
         if len(batch) == 1:
@@ -450,10 +460,13 @@ class Scheduler:
         """Refuse new work and wait for queued and running requests; True if all finished."""
         self._closing = True
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-            return True
+            async with asyncio.timeout(timeout_s):
+                while self._queued_requests or self._busy:
+                    self._idle.clear()
+                    await self._idle.wait()
         except TimeoutError:
             return False
+        return True
 
     def abort(self, reason: str) -> None:
         """Fail every queued request (after a drain ran out of time)."""
@@ -468,6 +481,7 @@ class Scheduler:
                     self._remove(pending)
                     if not pending.future.done():
                         pending.future.set_exception(ModelNotReady(reason))
+        self._check_idle()
 
 
 def make_observer_chain(*observers: SchedulerObserver) -> SchedulerObserver:
