@@ -19,6 +19,7 @@ from ortserve.core.types import (
     ServerMetadata,
 )
 from ortserve.errors import InvalidInput
+from ortserve.protocol.schedule import schedule_fields
 from ortserve.protocol.tensors import (
     TensorLimits,
     array_from_binary,
@@ -74,16 +75,6 @@ def _parameters(value: object, where: str) -> Parameters:
         if not isinstance(item, (bool, int, float, str)):
             raise InvalidInput(f"{where}: parameter {key!r} must be a boolean, number or string")
     return value
-
-
-def _schedule_fields(parameters: Parameters) -> tuple[int, float | None]:
-    priority = parameters.get("priority", 0)
-    if type(priority) is not int or priority < 0:
-        raise InvalidInput("parameter 'priority' must be a non-negative integer")
-    timeout = parameters.get("timeout", 0)
-    if type(timeout) is not int or timeout < 0:
-        raise InvalidInput("parameter 'timeout' must be a non-negative integer (microseconds)")
-    return priority, (timeout / 1e6 if timeout else None)
 
 
 def _decode_input(
@@ -164,7 +155,7 @@ def decode_infer_request(
     if request_id is not None and (not isinstance(request_id, str) or len(request_id) > _MAX_ID_LENGTH):
         raise InvalidInput("'id' must be a string of at most 1024 characters")
     parameters = _parameters(document.get("parameters"), "request")
-    priority, timeout_s = _schedule_fields(parameters)
+    priority, timeout_s = schedule_fields(parameters)
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise InvalidInput("'inputs' must be a non-empty list")

@@ -21,6 +21,7 @@ from ortserve.core.types import (
 )
 from ortserve.errors import DeadlineExceeded, InvalidInput
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.protocol.schedule import schedule_fields
 from ortserve.protocol.tensors import (
     TensorLimits,
     array_from_binary,
@@ -86,16 +87,6 @@ def encode_parameters(parameters: Parameters) -> dict[str, pb.InferParameter]:
         else:
             encoded[key] = pb.InferParameter(string_param=value)
     return encoded
-
-
-def _schedule_fields(parameters: Parameters) -> tuple[int, float | None]:
-    priority = parameters.get("priority", 0)
-    if type(priority) is not int or priority < 0:
-        raise InvalidInput("parameter 'priority' must be a non-negative integer")
-    timeout = parameters.get("timeout", 0)
-    if type(timeout) is not int or timeout < 0:
-        raise InvalidInput("parameter 'timeout' must be a non-negative integer (microseconds)")
-    return priority, (timeout / 1e6 if timeout else None)
 
 
 def request_timeout(parameter_timeout_s: float | None, call_remaining_s: float | None) -> float | None:
@@ -193,7 +184,7 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: TensorLimits) ->
             "when used it must carry every input"
         )
     parameters = decode_parameters(message.parameters, "request")
-    priority, timeout_s = _schedule_fields(parameters)
+    priority, timeout_s = schedule_fields(parameters)
     inputs = [
         _decode_input(tensor, raws[index] if raws else None, limits)
         for index, tensor in enumerate(message.inputs)
