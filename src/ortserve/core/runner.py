@@ -1,10 +1,12 @@
-"""Runs batches on an ONNX Runtime session in a bounded pool of worker threads."""
+"""Runs batches on an ONNX Runtime session in a fixed set of worker threads."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +15,8 @@ import onnxruntime as ort
 __all__ = ["OrtRunner"]
 
 Array = npt.NDArray[np.generic]
+Result = tuple[list[Array], float]
+_Job = tuple[dict[str, Array], "asyncio.Future[Result]"]
 
 
 class OrtRunner:
@@ -21,10 +25,15 @@ class OrtRunner:
     ONNX Runtime sessions are safe to run from several threads at once and ``run`` releases
     the GIL, so one session serves every instance without copying the weights N times.
 
+    The workers are plain threads fed by a queue and answering with one
+    ``call_soon_threadsafe``: measured against ``loop.run_in_executor`` this skips a
+    ``concurrent.futures.Future`` (with its condition variable) and the future chaining per
+    batch, which is a visible share of a small model's latency at concurrency 1.
+
     Args:
         session: the built session.
         instances: how many batches may run at the same time.
-        loop: the loop whose futures ``execute`` returns.
+        loop: the loop whose futures ``execute`` returns and whose thread gets the results.
         name: used to name the worker threads.
     """
 
@@ -34,8 +43,14 @@ class OrtRunner:
         self._session = session
         self._instances = instances
         self._loop = loop
-        self._pool = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.output_names = [o.name for o in session.get_outputs()]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)
+            for index in range(instances)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def instances(self) -> int:
@@ -46,16 +61,45 @@ class OrtRunner:
         """The execution providers the session actually uses, in priority order."""
         return list(self._session.get_providers())
 
-    def run_blocking(self, feeds: dict[str, Array]) -> tuple[list[Array], float]:
+    def run_blocking(self, feeds: dict[str, Array]) -> Result:
         """Run on the calling thread (warm-up, worker threads); returns outputs and seconds."""
         start = time.perf_counter()
         outputs = self._session.run(self.output_names, feeds)
         return outputs, time.perf_counter() - start
 
-    def execute(self, feeds: dict[str, Array]) -> asyncio.Future[tuple[list[Array], float]]:
-        """Start a run in the pool without blocking the event loop."""
-        return self._loop.run_in_executor(self._pool, self.run_blocking, feeds)
+    def execute(self, feeds: dict[str, Array]) -> asyncio.Future[Result]:
+        """Queue a run for the workers without blocking the event loop."""
+        future: asyncio.Future[Result] = self._loop.create_future()
+        self._jobs.put((feeds, future))
+        return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            feeds, future = job
+            try:
+                result = self.run_blocking(feeds)
+            except BaseException as exc:  # handed to the loop; the scheduler logs and maps it
+                self._answer(future, None, exc)
+            else:
+                self._answer(future, result, None)
+
+    def _answer(
+        self, future: asyncio.Future[Result], result: Result | None, error: BaseException | None
+    ) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+            self._loop.call_soon_threadsafe(_settle, future, result, error)
 
     def close(self) -> None:
-        """Stop the worker threads once running batches end."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Let the workers finish what is queued, then stop them."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+def _settle(future: asyncio.Future[Result], result: Result | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)
