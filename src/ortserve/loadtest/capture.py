@@ -27,6 +27,9 @@ import orjson
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from ortserve.core.types import InferRequest
+from ortserve.protocol.http_codec import encode_infer_request
+
 __all__ = ["MAGIC", "Capture", "CaptureCollector", "CapturedRequest", "read_capture"]
 
 logger = logging.getLogger(__name__)
@@ -170,6 +173,27 @@ class Capture:
         )
         latency = time.monotonic() - arrival[1]
         self.offer(CapturedRequest(arrival[0], arrival[1], path, model, version, kept, body, status, latency))
+
+    def offer_grpc(self, request: InferRequest, arrival: tuple[float, float], status: int) -> None:
+        """Capture an answered gRPC ModelInfer as the equivalent HTTP binary-tensor request.
+
+        The tensors, id, parameters and requested outputs are the same, so ``ortserve replay``
+        sends it over HTTP; ``status`` is the HTTP status of the outcome (200, or the error's).
+        """
+        encoded = encode_infer_request(request)
+        version = request.model_version or None
+        path = f"/v2/models/{request.model_name}" + (f"/versions/{version}" if version else "") + "/infer"
+        headers = (
+            ("content-type", "application/json"),
+            ("inference-header-content-length", str(encoded.header_length)),
+        )
+        body = b"".join(bytes(chunk) for chunk in encoded.chunks)
+        latency = time.monotonic() - arrival[1]
+        self.offer(
+            CapturedRequest(
+                arrival[0], arrival[1], path, request.model_name, version, headers, body, status, latency
+            )
+        )
 
     def offer(self, record: CapturedRequest) -> None:
         """Queue a record for writing, or drop and count it when the buffer is full."""

@@ -33,6 +33,7 @@ __all__ = [
     "EncodedBody",
     "decode_infer_request",
     "encode_error",
+    "encode_infer_request",
     "encode_infer_response",
     "encode_model_metadata",
     "encode_server_metadata",
@@ -174,6 +175,38 @@ def decode_infer_request(
     return InferRequest(
         model_name, inputs, model_version, request_id, outputs, parameters, priority, timeout_s
     )
+
+
+def encode_infer_request(request: InferRequest) -> EncodedBody:
+    """The request as an HTTP body with every input in binary (the inverse of decoding).
+
+    Used to record requests that arrived over gRPC in the same form as HTTP ones, so a
+    capture replays over HTTP with the same tensors, id, parameters and requested outputs.
+    """
+    inputs: list[dict[str, Any]] = []
+    chunks: list[bytes | memoryview] = []
+    for tensor in request.inputs:
+        binary = array_to_binary(tensor.data)
+        size = sum(len(c) for c in binary)
+        parameters = {**tensor.parameters, "binary_data_size": size}
+        inputs.append(
+            {
+                "name": tensor.name,
+                "datatype": tensor.datatype,
+                "shape": list(tensor.shape),
+                "parameters": parameters,
+            }
+        )
+        chunks.extend(binary)
+    document: dict[str, Any] = {"inputs": inputs}
+    if request.id is not None:
+        document["id"] = request.id
+    if request.parameters:
+        document["parameters"] = request.parameters
+    if request.outputs is not None:
+        document["outputs"] = [{"name": o.name, "parameters": o.parameters} for o in request.outputs]
+    header = orjson.dumps(document)
+    return EncodedBody([header, *chunks], len(header))
 
 
 def _wants_binary(parameters: Parameters, default: bool) -> bool:

@@ -70,6 +70,8 @@ class Server:
             if settings.grpc_port >= 0
             else None
         )
+        if self._grpc is not None:
+            self._grpc.service.capture = self.capture
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
 

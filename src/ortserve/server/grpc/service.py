@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias, TypeVar
 
@@ -10,6 +11,7 @@ import grpc
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.errors import InternalError, NotImplementedByServer, OrtServeError
+from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc import grpc_service_pb2_grpc as pb_grpc
 from ortserve.protocol.grpc.codec import (
@@ -53,6 +55,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._readers: set[asyncio.Task[None]] = set()
+        self.capture: Capture | None = None
+        """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._dataplane.live())
@@ -84,10 +88,27 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+        capture = self.capture
+        record = capture is not None and capture.sampled()
+        arrival = (time.time(), time.monotonic()) if record else (0.0, 0.0)
         try:
-            return await self._infer(request, context)
+            answer = await self._infer(request, context)
         except OrtServeError as error:
+            if record:
+                self._capture(request, arrival, error.http_status)
             await abort_with(context, error)
+        if record:
+            self._capture(request, arrival, 200)
+        return answer
+
+    def _capture(self, request: pb.ModelInferRequest, arrival: tuple[float, float], status: int) -> None:
+        """Record a sampled call in HTTP form (undecodable ones cannot be replayed: skipped)."""
+        assert self.capture is not None
+        try:
+            decoded = decode_infer_request(request, self._limits)
+        except OrtServeError:
+            return
+        self.capture.offer_grpc(decoded, arrival, status)
 
     async def _infer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         """Decode, run and encode one request, accounted like HTTP's.
