@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,23 +22,13 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wrk import WrkResult, run_wrk  # noqa: E402
+from machine import cpu_model, git_revision
+from wrk import WrkResult, run_wrk
 
-from ortserve.demo import DEMO_MODELS, write_demo_repository  # noqa: E402
-from ortserve.testing import run_server  # noqa: E402
+from ortserve.demo import DEMO_MODELS, write_demo_repository
+from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def git_revision() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def in_process(model_path: Path, width: int, seconds: float) -> dict[str, float]:

@@ -30,7 +30,8 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import body, cpu_model, git_revision
+from bench_core import body
+from machine import cpu_model, git_revision
 from wrk import run_wrk
 
 from ortserve.demo import write_demo_repository

@@ -20,10 +20,10 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from wrk import run_wrk  # noqa: E402
+from wrk import run_wrk
 
-from ortserve.demo import write_demo_repository  # noqa: E402
-from ortserve.testing import free_port  # noqa: E402
+from ortserve.demo import write_demo_repository
+from ortserve.testing import free_port
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent

@@ -32,6 +32,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
+from machine import cpu_model, git_revision
 from wrk import run_wrk
 
 from ortserve.core.scheduler import BatchRecord
@@ -46,19 +47,6 @@ OUT = Path(__file__).parent / "out"
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## Metrics overhead"
 MODELS = ("small_mlp", "heavy_mlp")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def git_revision() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
 
 
 @contextmanager

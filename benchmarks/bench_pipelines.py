@@ -32,6 +32,7 @@ import onnxruntime as ort
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
+from machine import cpu_model, git_revision
 from wrk import WrkResult, run_wrk
 
 from ortserve.apps.dispatch.features import pair_features
@@ -151,19 +152,6 @@ def step_costs(repo: Path, rounds: int = 300) -> dict[str, float]:
 def median_result(results: list[WrkResult]) -> dict[str, float]:
     keys = results[0].as_dict().keys()
     return {k: statistics.median(r.as_dict()[k] for r in results) for k in keys}
-
-
-def git_revision() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:
