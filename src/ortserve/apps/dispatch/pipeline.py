@@ -63,8 +63,8 @@ class DispatchPipeline:
             request.top_k,
         )
         rounded = (
-            np.round(score, 4).tolist(),
-            np.round(on_time, 4).tolist(),
+            np.round(score.astype(np.float64), 4).tolist(),  # float64: 0.9146, not 0.91460001
+            np.round(on_time.astype(np.float64), 4).tolist(),
             np.round(features.distance_km, 3).tolist(),
         )
         orders = [
