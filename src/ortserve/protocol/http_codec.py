@@ -67,15 +67,20 @@ def parse_json_body(raw: bytes | memoryview) -> Any:
             raise InvalidInput(f"request body is not valid JSON: {fast_error}") from None
 
 
-def _parameters(value: object, where: str) -> Parameters:
+def _parameters(value: object, kind: str, name: str | None = None) -> Parameters:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise InvalidInput(f"{where}: 'parameters' must be an object")
+        raise InvalidInput(f"{_where(kind, name)}: 'parameters' must be an object")
     for key, item in value.items():
         if not isinstance(item, (bool, int, float, str)):
-            raise InvalidInput(f"{where}: parameter {key!r} must be a boolean, number or string")
+            raise InvalidInput(f"{_where(kind, name)}: parameter {key!r} must be a boolean, number or string")
     return value
+
+
+def _where(kind: str, name: str | None) -> str:
+    """Formatted only when an error is raised: the success path builds no message."""
+    return kind if name is None else f"{kind} {name!r}"
 
 
 def _decode_input(
@@ -90,7 +95,7 @@ def _decode_input(
     if not isinstance(datatype, str):
         raise InvalidInput(f"input {name!r}: 'datatype' must be a string")
     shape = checked_shape(name, raw.get("shape"), limits)
-    parameters = _parameters(raw.get("parameters"), f"input {name!r}")
+    parameters = _parameters(raw.get("parameters"), "input", name)
     size = parameters.get("binary_data_size")
     if size is not None:
         if type(size) is not int or size < 0:
@@ -117,7 +122,7 @@ def _decode_outputs(raw: object, binary_default: bool) -> list[RequestedOutput] 
     for entry in raw:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InvalidInput("each entry of 'outputs' must be an object with a 'name'")
-        parameters = dict(_parameters(entry.get("parameters"), f"output {entry['name']!r}"))
+        parameters = dict(_parameters(entry.get("parameters"), "output", entry["name"]))
         if "classification" in parameters:
             raise InvalidInput("the classification extension is not supported")
         binary = parameters.get("binary_data", binary_default)

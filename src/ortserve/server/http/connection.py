@@ -35,6 +35,7 @@ _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _MAX_PIPELINED = 32
+_METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
 
@@ -201,10 +202,11 @@ class HttpConnection(asyncio.Protocol):
         self._receiving = False
         self._cancel_idle()
         url = httptools.parse_url(self._url)
+        raw_path = url.path.decode("latin-1")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = HttpRequest(
-            self._parser.get_method().decode("ascii", "replace"),
-            unquote(url.path.decode("latin-1")),
+            _METHODS.get(self._parser.get_method()) or self._parser.get_method().decode("ascii", "replace"),
+            unquote(raw_path) if "%" in raw_path else raw_path,
             (url.query or b"").decode("latin-1"),
             self._headers,
             body,
