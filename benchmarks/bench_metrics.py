@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from machine import cpu_model, git_revision
 from wrk import run_wrk
 
-from ortserve.core.scheduler import BatchRecord
+from ortserve.core.observer import BatchRecord
 from ortserve.core.types import InferRequest
 from ortserve.demo import DEMO_MODELS, write_demo_repository
 from ortserve.metrics import ServerMetrics

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ortserve.core.scheduler import BatchRecord, Scheduler, SchedulingPolicy
+from ortserve.core.observer import BatchRecord
+from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.scheduler import Scheduler
 from ortserve.errors import (
     DeadlineExceeded,
     InferenceError,

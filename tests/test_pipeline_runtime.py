@@ -14,7 +14,8 @@ import pytest
 
 from ortserve.core.clock import LoopClock
 from ortserve.core.model import ModelState, ServedVersion, VersionInfo
-from ortserve.core.scheduler import Scheduler, SchedulingPolicy
+from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.demo import build_mlp
 from ortserve.errors import ConfigError, InvalidInput, ModelNotFound

@@ -7,7 +7,7 @@ import asyncio
 import orjson
 import pytest
 
-from ortserve.core.scheduler import BatchRecord
+from ortserve.core.observer import BatchRecord
 from ortserve.core.types import InferRequest
 from ortserve.errors import InvalidInput, ModelNotFound
 from ortserve.metrics import ServerMetrics

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from ortserve.core.scheduler import BatchRecord
+from ortserve.core.observer import BatchRecord
 from ortserve.errors import (
     DeadlineExceeded,
     InternalError,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from ortserve.core.scheduler import BatchRecord
+from ortserve.core.observer import BatchRecord
 from ortserve.errors import ModelNotFound, OrtServeError
 
 __all__ = ["Duration", "ServerStatistics", "StatisticsSnapshot", "VersionStatistics", "encode_statistics"]

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from ortserve.core.scheduler import SchedulerObserver, make_observer_chain
+from ortserve.core.observer import SchedulerObserver, make_observer_chain
 from ortserve.core.types import InferRequest
 from ortserve.errors import OrtServeError
 from ortserve.logs import MODEL, REQUEST_ID, VERSION

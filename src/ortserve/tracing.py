@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ortserve.core.scheduler import BatchRecord
+from ortserve.core.observer import BatchRecord
 from ortserve.errors import ConfigError, OrtServeError
 
 if TYPE_CHECKING:

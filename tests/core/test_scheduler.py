@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.scheduler import BatchRecord, Scheduler, SchedulingPolicy
+from ortserve.core.observer import BatchRecord
+from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.scheduler import Scheduler
 from ortserve.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, Overloaded
 from ortserve.testing import FakeClock
 

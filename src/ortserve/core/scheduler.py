@@ -22,6 +22,8 @@ import numpy.typing as npt
 
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.observer import BatchRecord, NullObserver, SchedulerObserver
+from ortserve.core.policy import SchedulingPolicy
 from ortserve.errors import (
     DeadlineExceeded,
     InferenceError,
@@ -31,55 +33,12 @@ from ortserve.errors import (
     Overloaded,
 )
 
-__all__ = [
-    "BatchExecutor",
-    "BatchRecord",
-    "Scheduler",
-    "SchedulerObserver",
-    "SchedulingPolicy",
-    "make_observer_chain",
-]
+__all__ = ["BatchExecutor", "Scheduler"]
 
 logger = logging.getLogger(__name__)
 
 Array = npt.NDArray[np.generic]
 Feeds = dict[str, Array]
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulingPolicy:
-    """The queueing rules of one served version (from its ``batching`` config)."""
-
-    max_batch_size: int
-    """0: no batch dimension, each request runs alone."""
-    max_queue_delay_s: float = 0.001
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_size: int = 1024
-    default_timeout_s: float | None = None
-    latency_budget_s: float | None = None
-    priority_levels: int = 2
-    default_priority: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """What one execution did, for metrics and statistics."""
-
-    requests: int
-    rows: int
-    queue_waits_s: tuple[float, ...]
-    assemble_s: float
-    run_s: float
-    split_s: float
-    failed: bool
-
-
-class SchedulerObserver(Protocol):
-    """Receives one record per execution and one call per request refused or expired."""
-
-    def on_batch(self, record: BatchRecord) -> None: ...
-
-    def on_rejected(self, error: OrtServeError) -> None: ...
 
 
 class BatchExecutor(Protocol):
@@ -112,14 +71,6 @@ class _Lane:
     rows: int = 0
 
 
-class _NullObserver:
-    def on_batch(self, record: BatchRecord) -> None:
-        pass
-
-    def on_rejected(self, error: OrtServeError) -> None:
-        pass
-
-
 class Scheduler:
     """Admits, queues, batches and runs the requests of one served version.
 
@@ -146,7 +97,7 @@ class Scheduler:
         self._clock = clock
         self._loop = loop
         self.cost_model = cost_model or BatchCostModel()
-        self.observer: SchedulerObserver = observer or _NullObserver()
+        self.observer: SchedulerObserver = observer or NullObserver()
         self._lanes = [_Lane() for _ in range(policy.priority_levels)]
         self._queued_requests = 0
         self._queued_rows = 0
@@ -482,21 +433,3 @@ class Scheduler:
                     if not pending.future.done():
                         pending.future.set_exception(ModelNotReady(reason))
         self._check_idle()
-
-
-def make_observer_chain(*observers: SchedulerObserver) -> SchedulerObserver:
-    """One observer that forwards to several (metrics and statistics side by side)."""
-    return _Chain(observers)
-
-
-class _Chain:
-    def __init__(self, observers: Sequence[SchedulerObserver]) -> None:
-        self._observers = tuple(observers)
-
-    def on_batch(self, record: BatchRecord) -> None:
-        for observer in self._observers:
-            observer.on_batch(record)
-
-    def on_rejected(self, error: OrtServeError) -> None:
-        for observer in self._observers:
-            observer.on_rejected(error)

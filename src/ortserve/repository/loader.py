@@ -15,8 +15,10 @@ from ortserve.core.clock import LoopClock
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 from ortserve.core.model import ServedVersion, VersionInfo
+from ortserve.core.observer import SchedulerObserver
+from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.runner import OrtRunner
-from ortserve.core.scheduler import Scheduler, SchedulerObserver, SchedulingPolicy
+from ortserve.core.scheduler import Scheduler
 from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError

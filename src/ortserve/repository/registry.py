@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ortserve.core.model import ModelState, Servable
-from ortserve.core.scheduler import SchedulerObserver
+from ortserve.core.observer import SchedulerObserver
 from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
 from ortserve.pipeline.contract import PipelineContext
 from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
