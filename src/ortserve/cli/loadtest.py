@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -167,6 +168,27 @@ def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
     return target, [encode_request(arrays, spec.model, spec.version) for arrays in inputs]
 
 
+def _report_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--output, --plot and --progress, shared by bench and replay."""
+    command = click.option(
+        "--progress/--no-progress", default=None, help="Progress line on stderr (default: when a terminal)."
+    )(command)
+    command = click.option(
+        "--plot",
+        "plot_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write a PNG plot here.",
+    )(command)
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write the JSON result here.",
+    )(command)
+
+
 @click.command()
 @click.argument("url")
 @click.option("--model", "-m", required=True, help="Model name.")
@@ -205,23 +227,7 @@ def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
 @click.option("--processes", "-p", type=int, default=1, help="Generator processes (one per core).")
 @click.option("--seed", type=int, default=0, help="Seeds generated inputs and Poisson arrivals.")
 @click.option("--slo", multiple=True, help="Objective, e.g. p99=20ms or error_rate=0.1%; exit 3 if missed.")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the JSON result here.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write a PNG plot here.",
-)
-@click.option(
-    "--progress/--no-progress", default=None, help="Progress line on stderr (default: when a terminal)."
-)
+@_report_options
 def bench(
     url: str,
     model: str,
@@ -306,23 +312,7 @@ def bench(
 @click.option("--connections", type=int, default=64, help="Most connections in use per target.")
 @click.option("--timeout", type=float, default=30.0, help="Seconds before a request counts as timed out.")
 @click.option("--slo", multiple=True, help="Objective on the target, e.g. p99=20ms; exit 3 if missed.")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the JSON result here.",
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write a PNG plot here.",
-)
-@click.option(
-    "--progress/--no-progress", default=None, help="Progress line on stderr (default: when a terminal)."
-)
+@_report_options
 def replay(
     capture: tuple[Path, ...],
     target: str,
