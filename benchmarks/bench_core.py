@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_model, git_revision
+from machine import stamp as machine_stamp
 from wrk import WrkResult, run_wrk
 
 from ortserve.demo import DEMO_MODELS, write_demo_repository
@@ -87,9 +86,7 @@ def main() -> None:
         write_demo_repository(repo)
     widths = {name: sizes[0] for name, (sizes, _) in DEMO_MODELS.items() if name in ("small_mlp", "heavy_mlp")}
     report: dict[str, object] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "onnxruntime": ort.__version__,
-        "python": platform.python_version(), "git": git_revision(), "intra_op_threads": 1,
+        **machine_stamp(), "intra_op_threads": 1,
         "server_cpu": 0, "load_cpu": 1, "seconds": args.seconds, "repeats": args.repeats,
         "payload": "binary" if args.binary else "json", "in_process": {}, "server": {},
     }

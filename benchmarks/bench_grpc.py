@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,11 +26,10 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import body
-from machine import cpu_model, git_revision
+from machine import stamp as machine_stamp
 from wrk import run_wrk
 
 from ortserve.demo import write_demo_repository
@@ -193,13 +191,8 @@ def main() -> None:
     if not (repo / "heavy_mlp").exists():
         write_demo_repository(repo)
     report: dict[str, object] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "onnxruntime": ort.__version__,
+        **machine_stamp(),
         "grpcio": grpc.__version__,
-        "python": platform.python_version(),
-        "git": git_revision(),
         "intra_op_threads": 1,
         "server_cpu": 0,
         "load_cpu": 1,

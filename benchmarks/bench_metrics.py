@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -29,10 +28,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_model, git_revision
+from machine import stamp as machine_stamp
 from wrk import run_wrk
 
 from ortserve.core.observer import BatchRecord
@@ -222,12 +220,7 @@ def main() -> None:
     if not (repo / "heavy_mlp").exists():
         write_demo_repository(repo)
     report: dict[str, object] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "onnxruntime": ort.__version__,
-        "python": platform.python_version(),
-        "git": git_revision(),
+        **machine_stamp(),
         "intra_op_threads": 1,
         "seconds": args.seconds,
         "rounds": args.rounds,

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import onnxruntime as ort
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from machine import cpu_model, git_revision
+from machine import stamp as machine_stamp
 from wrk import WrkResult, run_wrk
 
 from ortserve.apps.dispatch.features import pair_features
@@ -165,8 +164,7 @@ def main() -> None:
     if not (repo / "dispatch").exists():
         write_demo_repository(repo)
     report: dict[str, object] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
-        "onnxruntime": ort.__version__, "python": platform.python_version(), "git": git_revision(),
+        **machine_stamp(),
         "intra_op_threads": 1, "server_cpu": 0, "load_cpu": 1, "seconds": args.seconds, "repeats": args.repeats,
         "thread_hop": thread_hop(repo), "steps_us": step_costs(repo), "server": {},
     }  # fmt: skip
