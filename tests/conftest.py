@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from model_builders import ERROR_SERVER_MAX_BODY, write_error_repository
 from ortserve.demo import write_demo_repository
 from ortserve.testing import ServerProcess, run_server
 
@@ -23,4 +24,21 @@ def server(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     """One ``ortserve serve`` on the demo models, shared by the end-to-end tests."""
     log = tmp_path_factory.mktemp("logs") / "server.log"
     with run_server(demo_repository, log) as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def error_repository_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server on the error-path repository (slow, failing, typed, broken, bad_config models)."""
+    root = tmp_path_factory.mktemp("error-models")
+    write_error_repository(root)
+    log = tmp_path_factory.mktemp("error-logs") / "server.log"
+    args = [
+        "--no-strict-readiness",
+        "--max-body-bytes",
+        str(ERROR_SERVER_MAX_BODY),
+        "--intra-op-threads",
+        "1",
+    ]
+    with run_server(root, log, args) as process:
         yield process

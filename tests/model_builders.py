@@ -9,6 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 _IR_VERSION = 9
+ERROR_SERVER_MAX_BODY = 2_000_000
+"""Body limit of the shared error-path server (conftest ``error_repository_server``)."""
 _OPSET = 17
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> grpcclient.InferenceServerClient:
-    return grpcclient.InferenceServerClient(server.grpc_address)
+def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    with contextlib.closing(grpcclient.InferenceServerClient(server.grpc_address)) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +101,8 @@ def test_statistics_count_grpc_requests_and_agree_with_http(
     success = int(stats["inference_stats"]["success"]["count"])
     assert success == int(before["inference_stats"].get("success", {}).get("count", 0)) + 3
     assert int(stats["inference_count"]) >= 6 and stats["batch_stats"]
-    http_stats = httpclient.InferenceServerClient(server.http_address).get_inference_statistics("heavy_mlp")
+    with contextlib.closing(httpclient.InferenceServerClient(server.http_address)) as http:
+        http_stats = http.get_inference_statistics("heavy_mlp")
     assert http_stats["model_stats"][0]["inference_stats"]["success"]["count"] == success
     with pytest.raises(InferenceServerException) as caught:
         client.get_inference_statistics("no_such_model")

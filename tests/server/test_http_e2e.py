@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,8 +21,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> httpclient.InferenceServerClient:
-    return httpclient.InferenceServerClient(server.http_address, concurrency=16)
+def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    with contextlib.closing(httpclient.InferenceServerClient(server.http_address, concurrency=16)) as opened:
+        yield opened
 
 
 def infer(client: httpclient.InferenceServerClient, model: str, data: np.ndarray, binary: bool) -> np.ndarray:

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from model_builders import write_error_repository
-from ortserve.testing import ServerProcess, run_server
+from model_builders import ERROR_SERVER_MAX_BODY
+from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
-
-MAX_BODY = 2_000_000
-
-
-@pytest.fixture(scope="module")
-def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("error-models")
-    write_error_repository(root)
-    log = tmp_path_factory.mktemp("error-logs") / "server.log"
-    args = ["--no-strict-readiness", "--max-body-bytes", str(MAX_BODY), "--intra-op-threads", "1"]
-    with run_server(root, log, args) as server:
-        yield server
 
 
 def post(
@@ -88,12 +76,12 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize(("path", "body", "message"), BAD_REQUESTS)
 def test_invalid_requests_are_400_and_named(
-    error_server: ServerProcess, path: str, body: bytes, message: str
+    error_repository_server: ServerProcess, path: str, body: bytes, message: str
 ) -> None:
-    status, _, raw = post(error_server, path, body)
+    status, _, raw = post(error_repository_server, path, body)
     assert status == 400
     assert message in json.loads(raw)["error"]
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
 @pytest.mark.parametrize(
@@ -106,49 +94,55 @@ def test_invalid_requests_are_400_and_named(
         "/v3",
     ],
 )
-def test_unknown_models_versions_and_routes_are_404(error_server: ServerProcess, path: str) -> None:
-    status, _, raw = post(error_server, path, failing_body())
+def test_unknown_models_versions_and_routes_are_404(
+    error_repository_server: ServerProcess, path: str
+) -> None:
+    status, _, raw = post(error_repository_server, path, failing_body())
     assert status == 404
     assert json.loads(raw)["error"]
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_wrong_method_is_405(error_server: ServerProcess) -> None:
-    status, _, _ = post(error_server, "/v2/health/ready", b"")
+def test_wrong_method_is_405(error_repository_server: ServerProcess) -> None:
+    status, _, _ = post(error_repository_server, "/v2/health/ready", b"")
     assert status == 405
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_body_over_the_limit_is_413(error_server: ServerProcess) -> None:
-    status, _, raw = post(error_server, "/v2/models/failing/infer", b" " * (MAX_BODY + 1))
+def test_body_over_the_limit_is_413(error_repository_server: ServerProcess) -> None:
+    status, _, raw = post(
+        error_repository_server, "/v2/models/failing/infer", b" " * (ERROR_SERVER_MAX_BODY + 1)
+    )
     assert status == 413
     assert "size limit" in json.loads(raw)["error"]
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_model_that_failed_to_load_is_503_with_its_reason(error_server: ServerProcess) -> None:
-    status, _, raw = post(error_server, "/v2/models/broken/infer", failing_body())
+def test_model_that_failed_to_load_is_503_with_its_reason(error_repository_server: ServerProcess) -> None:
+    status, _, raw = post(error_repository_server, "/v2/models/broken/infer", failing_body())
     assert status == 503
-    status, _, raw = post(error_server, "/v2/models/bad_config/infer", failing_body())
+    status, _, raw = post(error_repository_server, "/v2/models/bad_config/infer", failing_body())
     assert status == 503
     assert "batching.max_batch_size" in json.loads(raw)["error"]
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_strict_readiness_off_still_reports_failed_models_not_ready(error_server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(error_server.http_address)
-    assert client.is_server_ready()
-    assert not client.is_model_ready("broken")
-    assert client.is_model_ready("failing")
+def test_strict_readiness_off_still_reports_failed_models_not_ready(
+    error_repository_server: ServerProcess,
+) -> None:
+    with contextlib.closing(httpclient.InferenceServerClient(error_repository_server.http_address)) as client:
+        assert client.is_server_ready()
+        assert not client.is_model_ready("broken")
+        assert client.is_model_ready("failing")
 
 
-def test_runtime_failure_is_500_without_internals(error_server: ServerProcess) -> None:
+def test_runtime_failure_is_500_without_internals(error_repository_server: ServerProcess) -> None:
     body = failing_body(shape=[1, 4], data=[1, 2, 3, 4])
-    status, _, raw = post(error_server, "/v2/models/failing/infer", body)
+    status, _, raw = post(error_repository_server, "/v2/models/failing/infer", body)
     assert status == 500
     message = json.loads(raw)["error"]
     assert "Traceback" not in message and "onnxruntime" not in message.lower()
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
 def slow_body(timeout_us: int | None = None) -> tuple[bytes, dict[str, str]]:
@@ -169,64 +163,70 @@ def slow_body(timeout_us: int | None = None) -> tuple[bytes, dict[str, str]]:
     return raw_header + data, {"Inference-Header-Content-Length": str(len(raw_header))}
 
 
-def test_overload_is_429_with_retry_after(error_server: ServerProcess) -> None:
+def test_overload_is_429_with_retry_after(error_repository_server: ServerProcess) -> None:
     body, headers = slow_body()
     with ThreadPoolExecutor(12) as pool:
         replies = list(
-            pool.map(lambda _: post(error_server, "/v2/models/slow/infer", body, headers), range(12))
+            pool.map(
+                lambda _: post(error_repository_server, "/v2/models/slow/infer", body, headers), range(12)
+            )
         )
     statuses = [status for status, _, _ in replies]
     assert 429 in statuses and 200 in statuses
     refused = next(r for r in replies if r[0] == 429)
     assert int(refused[1]["retry-after"]) >= 1
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_deadline_passing_in_queue_is_504(error_server: ServerProcess) -> None:
+def test_deadline_passing_in_queue_is_504(error_repository_server: ServerProcess) -> None:
     slow, headers = slow_body()
     hurried, hurried_headers = slow_body(timeout_us=2000)
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(post, error_server, "/v2/models/slow/infer", slow, headers)
-        second = pool.submit(post, error_server, "/v2/models/slow/infer", hurried, hurried_headers)
+        first = pool.submit(post, error_repository_server, "/v2/models/slow/infer", slow, headers)
+        second = pool.submit(post, error_repository_server, "/v2/models/slow/infer", hurried, hurried_headers)
         statuses = {first.result()[0], second.result()[0]}
     assert 504 in statuses or 429 in statuses  # refused at admission when the cost model knows better
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_malformed_http_gets_400_and_the_server_keeps_serving(error_server: ServerProcess) -> None:
-    with socket.create_connection((error_server.host, error_server.http_port), timeout=10) as sock:
+def test_malformed_http_gets_400_and_the_server_keeps_serving(error_repository_server: ServerProcess) -> None:
+    with socket.create_connection(
+        (error_repository_server.host, error_repository_server.http_port), timeout=10
+    ) as sock:
         sock.sendall(b"GARBAGE \x00\x01 HTTP/9.9\r\n\r\n")
         reply = sock.recv(4096)
     assert reply.startswith(b"HTTP/1.1 400")
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_truncated_body_then_disconnect_does_not_hurt(error_server: ServerProcess) -> None:
-    with socket.create_connection((error_server.host, error_server.http_port), timeout=10) as sock:
+def test_truncated_body_then_disconnect_does_not_hurt(error_repository_server: ServerProcess) -> None:
+    with socket.create_connection(
+        (error_repository_server.host, error_repository_server.http_port), timeout=10
+    ) as sock:
         sock.sendall(b'POST /v2/models/failing/infer HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{"inputs":')
-    good_request(error_server)
+    good_request(error_repository_server)
 
 
-def test_typed_inputs_round_trip_in_json_and_binary(error_server: ServerProcess) -> None:
-    client = httpclient.InferenceServerClient(error_server.http_address)
-    values = {
-        "i64": np.array([[1, -2, 3], [2**40, 5, 6]], dtype=np.int64),
-        "flag": np.array([True, False]),
-        "half": np.array([0.5, -1.0, 65504.0, 0.0], dtype=np.float16),
-        "text": np.array(["héllo".encode(), b"world"], dtype=np.object_),
-    }
-    datatypes = {"i64": "INT64", "flag": "BOOL", "half": "FP16", "text": "BYTES"}
-    for binary in (False, True):
-        inputs = []
-        for name, array in values.items():
-            tensor = httpclient.InferInput(name, list(array.shape), datatypes[name])
-            tensor.set_data_from_numpy(array, binary_data=binary)
-            inputs.append(tensor)
-        outputs = [httpclient.InferRequestedOutput(f"{n}_out", binary_data=binary) for n in values]
-        result = client.infer("typed", inputs, outputs=outputs)
-        for name, array in values.items():
-            got = result.as_numpy(f"{name}_out")
-            if name == "text":
-                assert [bytes(x) if isinstance(x, bytes) else str(x).encode() for x in got] == list(array)
-            else:
-                np.testing.assert_array_equal(got, array)
+def test_typed_inputs_round_trip_in_json_and_binary(error_repository_server: ServerProcess) -> None:
+    with contextlib.closing(httpclient.InferenceServerClient(error_repository_server.http_address)) as client:
+        values = {
+            "i64": np.array([[1, -2, 3], [2**40, 5, 6]], dtype=np.int64),
+            "flag": np.array([True, False]),
+            "half": np.array([0.5, -1.0, 65504.0, 0.0], dtype=np.float16),
+            "text": np.array(["héllo".encode(), b"world"], dtype=np.object_),
+        }
+        datatypes = {"i64": "INT64", "flag": "BOOL", "half": "FP16", "text": "BYTES"}
+        for binary in (False, True):
+            inputs = []
+            for name, array in values.items():
+                tensor = httpclient.InferInput(name, list(array.shape), datatypes[name])
+                tensor.set_data_from_numpy(array, binary_data=binary)
+                inputs.append(tensor)
+            outputs = [httpclient.InferRequestedOutput(f"{n}_out", binary_data=binary) for n in values]
+            result = client.infer("typed", inputs, outputs=outputs)
+            for name, array in values.items():
+                got = result.as_numpy(f"{name}_out")
+                if name == "text":
+                    assert [bytes(x) if isinstance(x, bytes) else str(x).encode() for x in got] == list(array)
+                else:
+                    np.testing.assert_array_equal(got, array)

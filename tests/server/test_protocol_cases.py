@@ -12,31 +12,23 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from model_builders import write_error_repository
-from ortserve.testing import ServerProcess, run_server
+from model_builders import ERROR_SERVER_MAX_BODY
+from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
-MAX_BODY = 2_000_000
 TRANSPORTS = ("http", "grpc")
 
 
 @pytest.fixture(scope="module")
-def case_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("case-models")
-    write_error_repository(root)
-    log = tmp_path_factory.mktemp("case-logs") / "server.log"
-    args = ["--no-strict-readiness", "--max-body-bytes", str(MAX_BODY), "--intra-op-threads", "1"]
-    with run_server(root, log, args) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def clients(case_server: ServerProcess) -> dict[str, Any]:
-    return {
-        "http": httpclient.InferenceServerClient(case_server.http_address),
-        "grpc": grpcclient.InferenceServerClient(case_server.grpc_address),
+def clients(error_repository_server: ServerProcess) -> Iterator[dict[str, Any]]:
+    opened = {
+        "http": httpclient.InferenceServerClient(error_repository_server.http_address),
+        "grpc": grpcclient.InferenceServerClient(error_repository_server.grpc_address),
     }
+    yield opened
+    for client in opened.values():
+        client.close()
 
 
 class Transport:
@@ -231,7 +223,7 @@ CASES = [
     ),
     Case(
         "infer larger than the size limit",
-        lambda t: t.infer("failing", {"x": rows(MAX_BODY // 16 + 1)}),
+        lambda t: t.infer("failing", {"x": rows(ERROR_SERVER_MAX_BODY // 16 + 1)}),
         None,
         413,
         "RESOURCE_EXHAUSTED",
