@@ -1,12 +1,14 @@
 """gRPC beside HTTP JSON and HTTP binary, in one run, on both demo models at c = 1, 16, 64.
 
-The server runs pinned to CPU 0 with one intra-op thread; all load runs pinned to CPU 1:
-HTTP with wrk (benchmarks/post.lua), gRPC with this script's own grpc.aio load generator
-(``--worker`` mode: pre-serialized ModelInferRequest with raw_input_contents, one channel per
-process, responses left undecoded as wrk leaves bodies unparsed, every status checked), in 1
-process at c=1 and 2 processes above. Each repeat runs the three transports back to back, so
-noise hits them alike; cells are medians of ``--repeats`` runs. Writes a JSON stamped with
-machine, versions and git revision under benchmarks/out/ and prints a Markdown table.
+The server runs pinned to CPU 0 with one intra-op thread; all load runs pinned to CPU 1, from
+native generators: HTTP with wrk (benchmarks/post.lua), gRPC with h2load (benchmarks/h2load.py:
+one thread, a pre-serialized ModelInferRequest with raw_input_contents, ``c`` connections of
+one stream each at concurrency ``c``, like wrk; ``--streams-per-connection`` multiplexes
+instead). h2load checks only the HTTP status, so each gRPC cell's errors come from the server's
+statistics extension read around the run, and one call per model is first decoded with
+tritonclient. Each repeat runs the three transports back to back, so noise hits them alike;
+cells are medians of ``--repeats`` runs. Writes a JSON stamped with machine, versions and git
+revision under benchmarks/out/ and prints a Markdown table.
 
     python benchmarks/bench_grpc.py --seconds 4 --repeats 3
 """
@@ -14,25 +16,26 @@ machine, versions and git revision under benchmarks/out/ and prints a Markdown t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_core import body
+from h2load import H2loadResult, grpc_frame, h2load_version, run_h2load
 from machine import stamp as machine_stamp
 from wrk import run_wrk
 
-from ortserve.demo import write_demo_repository
+from ortserve.demo import DEMO_MODELS, write_demo_repository
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.testing import ServerProcess, run_server
 
@@ -41,100 +44,82 @@ WIDTHS = {"small_mlp": 64, "heavy_mlp": 512}
 TRANSPORTS = ("http_json", "http_binary", "grpc")
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 LIVE = "/inference.GRPCInferenceService/ServerLive"
+LIVE_RESPONSE_BYTES = 5 + len(pb.ServerLiveResponse(live=True).SerializeToString())
+WARM_UP_S = 0.5
+R = TypeVar("R")
 
 
 def grpc_request(model: str, width: int) -> bytes:
+    """The framed ModelInferRequest h2load sends: the same input as the HTTP bodies."""
     data = np.random.default_rng(1).standard_normal((1, width)).astype(np.float32)
     message = pb.ModelInferRequest(
         model_name=model,
         inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, width])],
         raw_input_contents=[data.tobytes()],
     )
-    return message.SerializeToString()
+    return grpc_frame(message.SerializeToString())
 
 
-async def _load(
-    address: str, method: str, payload: bytes, concurrency: int, seconds: float
-) -> dict[str, object]:
-    """``concurrency`` callers in a closed loop on one channel; latencies of the timed part."""
-    async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(method)  # bytes in, bytes out: no (de)serialization cost
-        latencies: list[float] = []
-        errors = 0
-        warm_until = time.perf_counter() + 0.5
-        stop_at = warm_until + seconds
-
-        async def caller() -> None:
-            nonlocal errors
-            while (start := time.perf_counter()) < stop_at:
-                try:
-                    await call(payload, timeout=10)
-                except grpc.aio.AioRpcError:
-                    errors += 1
-                    continue
-                if start >= warm_until:
-                    latencies.append(time.perf_counter() - start)
-
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
-    return {"latencies": latencies, "errors": errors}
+def server_counts(server: ServerProcess, model: str) -> tuple[int, int]:
+    """The model's successful and failed requests so far, every version, from /stats."""
+    with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}/stats", timeout=10) as reply:
+        entries = json.load(reply)["model_stats"]
+    stats = [entry["inference_stats"] for entry in entries]
+    return sum(s["success"]["count"] for s in stats), sum(s["fail"]["count"] for s in stats)
 
 
-def worker(args: argparse.Namespace) -> None:
-    payload = Path(args.payload).read_bytes()
-    try:
-        import uvloop
+def grpc_errors(result: H2loadResult, success: int, fail: int) -> int:
+    """Failed calls of a run: HTTP-level failures plus calls answered with a gRPC error.
 
-        result = uvloop.run(_load(args.address, args.method, payload, args.concurrency[0], args.seconds))
-    except ImportError:
-        result = asyncio.run(_load(args.address, args.method, payload, args.concurrency[0], args.seconds))
-    json.dump(result, sys.stdout)
+    The server's fail count, or if larger, the 200 responses it did not count as successes (a
+    call refused before it reached a model version is in neither count). Calls h2load cut off
+    at its stop may still succeed on the server, so successes may exceed the responses by that.
+    """
+    answered = result.completed - result.http_errors
+    if success + fail > result.started:
+        print(
+            f"warning: server counted {success + fail} calls, h2load sent {result.started}", file=sys.stderr
+        )
+    return result.http_errors + max(fail, answered - success)
 
 
 def run_grpc(
-    address: str, payload_path: Path, concurrency: int, seconds: float, method: str = INFER
+    server: ServerProcess, model: str, payload: bytes, concurrency: int, args: argparse.Namespace
 ) -> dict[str, float]:
-    """The load generator in 1 (c=1) or 2 worker processes on CPU 1, merged."""
-    processes = 1 if concurrency == 1 else 2
-    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
-    command = [
-        "taskset",
-        "-c",
-        "1",
-        sys.executable,
-        __file__,
-        "--worker",
-        "--address",
-        address,
-        "--payload",
-        str(payload_path),
-        "--seconds",
-        str(seconds),
-        "--method",
-        method,
-    ]
-    children = [
-        subprocess.Popen([*command, "--concurrency", str(share)], stdout=subprocess.PIPE, text=True)
-        for share in shares
-    ]
-    results = [json.loads(child.communicate()[0]) for child in children]
-    latencies = sorted(x for r in results for x in r["latencies"])
-
-    def pct(p: float) -> float:
-        if not latencies:
-            return float("nan")
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1e3
-
+    """One h2load run of ModelInfer, with the server's CPU and its own success/fail counts."""
+    url = f"http://{server.grpc_address}{INFER}"
+    success, fail = server_counts(server, model)
+    result, cpu_s = with_cpu(
+        server.process.pid,
+        lambda: run_h2load(url, payload, concurrency, args.seconds, WARM_UP_S, args.streams_per_connection),
+    )
+    success_after, fail_after = server_counts(server, model)
+    success, fail = success_after - success, fail_after - fail
     return {
-        "requests_per_s": len(latencies) / seconds,
-        "p50_ms": pct(0.50),
-        "p90_ms": pct(0.90),
-        "p99_ms": pct(0.99),
-        "errors": float(sum(r["errors"] for r in results)),
+        **result.as_dict(),
+        "server_success": success,
+        "server_fail": fail,
+        "errors": grpc_errors(result, success, fail),
+        **cpu_ms(cpu_s, result.completed),
     }
 
 
+def run_live(server: ServerProcess, concurrency: int, args: argparse.Namespace) -> dict[str, float]:
+    """Empty ServerLive calls; a call without the 7-byte ``live: true`` answer is an error."""
+    url = f"http://{server.grpc_address}{LIVE}"
+    result, cpu_s = with_cpu(
+        server.process.pid,
+        lambda: run_h2load(
+            url, grpc_frame(b""), concurrency, args.seconds, WARM_UP_S, args.streams_per_connection
+        ),
+    )
+    answered = result.completed - result.http_errors
+    errors = result.http_errors + max(0, answered - result.data_bytes // LIVE_RESPONSE_BYTES)
+    return {**result.as_dict(), "errors": errors, **cpu_ms(cpu_s, result.completed)}
+
+
 def check_answers_agree(server: ServerProcess, model: str, width: int) -> None:
-    """One decoded call per transport: the benchmark measures correct answers."""
+    """One decoded call per transport: the benchmark measures correct answers of the right shape."""
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
@@ -143,7 +128,16 @@ def check_answers_agree(server: ServerProcess, model: str, width: int) -> None:
     for module, address in ((httpclient, server.http_address), (grpcclient, server.grpc_address)):
         tensor = module.InferInput("input", [1, width], "FP32")
         tensor.set_data_from_numpy(data)
-        answers.append(module.InferenceServerClient(address).infer(model, [tensor]).as_numpy("output"))
+        client = module.InferenceServerClient(address)
+        try:
+            answers.append(client.infer(model, [tensor]).as_numpy("output"))
+            if module is grpcclient and not client.is_server_live():
+                raise RuntimeError("gRPC ServerLive answered live: false")
+        finally:
+            client.close()
+    expected = (1, DEMO_MODELS[model][0][-1])
+    if answers[1] is None or answers[1].shape != expected:
+        raise RuntimeError(f"{model} over gRPC: output {answers[1]!r}, expected shape {expected}")
     np.testing.assert_allclose(answers[0], answers[1], rtol=1e-6)
 
 
@@ -154,20 +148,25 @@ def measure(
     path = f"/v2/models/{model}/infer"
     json_body, _ = body(width, binary=False)
     binary_body, header_length = body(width, binary=True)
-    payload_path = OUT / f"grpc-{model}.bin"
-    payload_path.write_bytes(grpc_request(model, width))
+    payload = grpc_request(model, width)
     pid, seconds = server.process.pid, args.seconds
+
+    def wrk(data: bytes, header: int | None = None) -> dict[str, float]:
+        result, cpu_s = with_cpu(
+            pid, lambda: run_wrk(server.http_url, path, data, concurrency, seconds, header_length=header)
+        )
+        # wrk has no warm-up and runs whole seconds, so rate x seconds is the requests of the run.
+        return {**result.as_dict(), **cpu_ms(cpu_s, result.requests_per_s * max(1, round(seconds)))}
+
     calls: dict[str, Callable[[], dict[str, float]]] = {
-        "http_json": lambda: run_wrk(server.http_url, path, json_body, concurrency, seconds).as_dict(),
-        "http_binary": lambda: run_wrk(
-            server.http_url, path, binary_body, concurrency, seconds, header_length=header_length
-        ).as_dict(),
-        "grpc": lambda: run_grpc(server.grpc_address, payload_path, concurrency, seconds),
+        "http_json": lambda: wrk(json_body),
+        "http_binary": lambda: wrk(binary_body, header_length),
+        "grpc": lambda: run_grpc(server, model, payload, concurrency, args),
     }
     runs: dict[str, list[dict[str, float]]] = {t: [] for t in TRANSPORTS}
     for _ in range(args.repeats):
         for transport in TRANSPORTS:
-            runs[transport].append(with_cpu(pid, seconds, calls[transport]))
+            runs[transport].append(calls[transport]())
     cells = {t: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for t, rs in runs.items()}
     print(model, concurrency, json.dumps(cells), flush=True)
     return {"median": cells, "runs": runs}
@@ -178,14 +177,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--address", help=argparse.SUPPRESS)
-    parser.add_argument("--payload", help=argparse.SUPPRESS)
-    parser.add_argument("--method", default=INFER, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--streams-per-connection", type=int, default=1, help="gRPC streams per h2load connection"
+    )
     args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
     OUT.mkdir(exist_ok=True)
     repo = OUT / "models"
     if not (repo / "heavy_mlp").exists():
@@ -193,32 +188,26 @@ def main() -> None:
     report: dict[str, object] = {
         **machine_stamp(),
         "grpcio": grpc.__version__,
+        "h2load": h2load_version(),
+        "grpc_load": f"h2load -t1, {args.streams_per_connection} stream(s)/connection, {WARM_UP_S} s warm-up",
         "intra_op_threads": 1,
         "server_cpu": 0,
         "load_cpu": 1,
         "seconds": args.seconds,
         "repeats": args.repeats,
         "command": " ".join(["python", *sys.argv]),
-        "cells": {},
     }
     cells: dict[str, object] = {}
     floor: dict[str, dict[str, float]] = {}
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1"]
-    with run_server(repo, OUT / "server-grpc.log", server_args) as server:
-        pin_all_threads(server.process.pid, cpu=0)
+    with run_server(repo, OUT / "server-grpc.log", server_args, pin_cpu=0) as server:
         for model, width in WIDTHS.items():
             check_answers_agree(server, model, width)
-            run_grpc(server.grpc_address, _warm_payload(model, width), 16, 1.0)
+            run_h2load(f"http://{server.grpc_address}{INFER}", grpc_request(model, width), 16, 1.0)  # warm
             for concurrency in args.concurrency:
                 cells[f"{model}/c{concurrency}"] = measure(server, model, concurrency, args)
-        empty = OUT / "grpc-empty.bin"
-        empty.write_bytes(b"")
         for concurrency in (1, 16):
-            floor[f"c{concurrency}"] = with_cpu(
-                server.process.pid,
-                args.seconds,
-                lambda c=concurrency: run_grpc(server.grpc_address, empty, c, args.seconds, LIVE),
-            )
+            floor[f"c{concurrency}"] = run_live(server, concurrency, args)
     report["cells"] = cells
     report["grpc_server_live_floor"] = floor
     (OUT / f"grpc-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(report, indent=1))
@@ -231,33 +220,24 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def with_cpu(pid: int, seconds: float, run: Callable[[], dict[str, float]]) -> dict[str, float]:
-    """One measurement, plus the server's CPU milliseconds per request during it.
-
-    The CPU time includes the load generator's short warm-up, so it slightly overstates.
-    """
+def with_cpu(pid: int, run: Callable[[], R]) -> tuple[R, float]:
+    """``run()``, and the CPU seconds the server used meanwhile."""
     before = server_cpu_s(pid)
     result = run()
-    used = server_cpu_s(pid) - before
-    return {**result, "server_cpu_ms": 1e3 * used / max(1.0, result["requests_per_s"] * seconds)}
+    return result, server_cpu_s(pid) - before
 
 
-def pin_all_threads(pid: int, cpu: int) -> None:
-    """Pin every thread of the server (ONNX Runtime's, gRPC's) to one CPU, like taskset at launch."""
-    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True, capture_output=True)
-
-
-def _warm_payload(model: str, width: int) -> Path:
-    path = OUT / f"grpc-{model}.bin"
-    path.write_bytes(grpc_request(model, width))
-    return path
+def cpu_ms(cpu_s: float, requests: float) -> dict[str, float]:
+    """The server's CPU milliseconds per request of a run."""
+    return {"server_cpu_ms": 1e3 * cpu_s / max(1.0, requests)}
 
 
 def print_table(report: dict[str, object]) -> None:
     print(
         f"\n{report['date']} | {report['cpu']} | {report['cores']} cores | ORT {report['onnxruntime']} | "
-        f"grpcio {report['grpcio']} | Python {report['python']} | git {report['git']} | "
-        f"median of {report['repeats']} x {report['seconds']} s\n"
+        f"grpcio {report['grpcio']} | h2load {report['h2load']} | Python {report['python']} | "
+        f"git {report['git']} | median of {report['repeats']} x {report['seconds']} s | "
+        f"gRPC load: {report['grpc_load']}\n"
     )
     print(
         "| model | c | transport | req/s | x JSON | p50 ms | p90 ms | p99 ms | server CPU ms/req | errors |"
@@ -275,10 +255,13 @@ def print_table(report: dict[str, object]) -> None:
                 f"{m['p99_ms']:.3f} | {m['server_cpu_ms']:.3f} | {m['errors']:.0f} |"
             )
 
-    print("\n| gRPC ServerLive (empty call) c | req/s | p50 ms | server CPU ms/req |")
-    print("|---|---|---|---|")
+    print("\n| gRPC ServerLive (empty call) c | req/s | p50 ms | server CPU ms/req | errors |")
+    print("|---|---|---|---|---|")
     for key, m in report["grpc_server_live_floor"].items():  # type: ignore[attr-defined]
-        print(f"| {key[1:]} | {m['requests_per_s']:.0f} | {m['p50_ms']:.3f} | {m['server_cpu_ms']:.3f} |")
+        print(
+            f"| {key[1:]} | {m['requests_per_s']:.0f} | {m['p50_ms']:.3f} | {m['server_cpu_ms']:.3f} | "
+            f"{m['errors']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -45,19 +45,16 @@ def test_message_size_defaults_to_the_http_body_limit() -> None:
     assert options(max_body_bytes=123_456, grpc_max_message_bytes=99).max_message_bytes == 99
 
 
-def test_channel_arguments_carry_keepalive_streams_and_sizes() -> None:
-    args = dict(
-        options(
-            grpc_max_message_bytes=5000,
-            grpc_keepalive_time_s=30.0,
-            grpc_keepalive_timeout_s=2.5,
-            grpc_max_concurrent_streams=7,
-        ).channel_args()
-    )
-    assert args["grpc.max_receive_message_length"] == args["grpc.max_send_message_length"] == 5000
-    assert (args["grpc.keepalive_time_ms"], args["grpc.keepalive_timeout_ms"]) == (30_000, 2_500)
-    assert args["grpc.max_concurrent_streams"] == 7
-    assert args["grpc.so_reuseport"] == 0
+def test_connection_settings_carry_keepalive_streams_and_sizes() -> None:
+    settings = options(
+        grpc_max_message_bytes=5000,
+        grpc_keepalive_time_s=30.0,
+        grpc_keepalive_timeout_s=2.5,
+        grpc_max_concurrent_streams=7,
+    ).connection_settings()
+    assert settings.max_message_bytes == 5000
+    assert (settings.keepalive_time_s, settings.keepalive_timeout_s) == (30.0, 2.5)
+    assert settings.max_concurrent_streams == 7
 
 
 @pytest.fixture

@@ -1,46 +1,66 @@
-"""Turning the error tree into gRPC statuses: the only place gRPC reads ``grpc_code``."""
+"""gRPC status codes, and turning the error tree into them: the only place gRPC reads ``grpc_code``."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import NoReturn
-
-import grpc
+from enum import IntEnum
 
 from ortserve.errors import OrtServeError, Overloaded
 
-__all__ = ["abort_internal", "abort_with", "status_code"]
+__all__ = ["INTERNAL_MESSAGE", "GrpcAbort", "StatusCode", "abort_for", "log_internal"]
 
 logger = logging.getLogger(__name__)
 
 INTERNAL_MESSAGE = "internal server error"
 
 
-def status_code(error: OrtServeError) -> grpc.StatusCode:
-    """The gRPC status the error class owns."""
-    return grpc.StatusCode[error.grpc_code]
+class StatusCode(IntEnum):
+    """gRPC status codes (grpc/doc/statuscodes.md); names match ``grpc.StatusCode``."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
-def _trailers(error: OrtServeError) -> tuple[tuple[str, str], ...]:
+class GrpcAbort(Exception):
+    """Ends a call with a status other than OK; raised by handlers, answered by the call.
+
+    Args:
+        code: the status.
+        message: ``grpc-message`` for the client.
+        trailers: extra trailing metadata (lowercase ASCII names).
+    """
+
+    def __init__(self, code: StatusCode, message: str, trailers: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.trailers = trailers
+
+
+def abort_for(error: OrtServeError) -> GrpcAbort:
+    """The status the error class owns, its message, and retry-after when overloaded."""
+    trailers: tuple[tuple[str, str], ...] = ()
     if isinstance(error, Overloaded):
-        return (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
-    return ()
-
-
-async def abort_with(context: grpc.aio.ServicerContext, error: OrtServeError) -> NoReturn:
-    """End the call with the error's status and message (and retry-after when overloaded)."""
-    await context.abort(status_code(error), error.message, _trailers(error))
-    raise AssertionError("context.abort returned")  # abort always raises
+        trailers = (("retry-after", str(max(1, math.ceil(error.retry_after_s)))),)
+    return GrpcAbort(StatusCode[error.grpc_code], error.message, trailers)
 
 
 def log_internal(exc: BaseException) -> None:
     """Log an unexpected failure once, with its traceback (the client sees no details)."""
     logger.error("internal error while handling a gRPC call", exc_info=exc)
-
-
-async def abort_internal(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
-    """INTERNAL with no details for the client; the traceback goes to the log."""
-    log_internal(exc)
-    await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
-    raise AssertionError("context.abort returned")

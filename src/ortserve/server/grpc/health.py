@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TypeAlias
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.errors import ModelNotFound
+from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.grpc.service import INFERENCE_SERVICE
 
-__all__ = ["INFERENCE_SERVICE", "ReadinessHealth"]
+__all__ = ["HEALTH_SERVICE", "ReadinessHealth"]
 
-INFERENCE_SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
 _SERVING: int = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVICE_UNKNOWN: int = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
-Context: TypeAlias = grpc.aio.ServicerContext
 
-
-class ReadinessHealth(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+class ReadinessHealth:
     """Health of the server ("" or the inference service) or of one model (its name).
 
     ``Check`` reads readiness at call time; ``Watch`` sends the status again whenever
@@ -35,6 +34,13 @@ class ReadinessHealth(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         self._dataplane = dataplane
         self._changed = asyncio.Event()
         self._closed = False
+
+    def routes(self) -> dict[str, Rpc]:
+        """The two methods of grpc.health.v1.Health, by HTTP/2 path."""
+        return {
+            f"/{HEALTH_SERVICE}/Check": Rpc(health_pb2.HealthCheckRequest, unary=self.check),
+            f"/{HEALTH_SERVICE}/Watch": Rpc(health_pb2.HealthCheckRequest, streaming=self.watch),
+        }
 
     def status(self, service: str) -> int:
         """The ServingStatus of a service name (SERVICE_UNKNOWN for one never served)."""
@@ -55,21 +61,23 @@ class ReadinessHealth(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         self._closed = True
         self.notify()
 
-    async def Check(
-        self, request: health_pb2.HealthCheckRequest, context: Context
-    ) -> health_pb2.HealthCheckResponse:
+    def check(self, request: health_pb2.HealthCheckRequest, call: GrpcCall) -> health_pb2.HealthCheckResponse:
         status = self.status(request.service)
         if status == _SERVICE_UNKNOWN:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            raise GrpcAbort(StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
-    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Context) -> None:
+    async def watch(self, call: GrpcCall) -> None:
+        request = await call.read()
+        if request is None:
+            raise GrpcAbort(StatusCode.INVALID_ARGUMENT, "Watch needs a HealthCheckRequest")
+        assert isinstance(request, health_pb2.HealthCheckRequest)
         last = None
         while True:
             changed = self._changed
             status = self.status(request.service)
             if status != last:
-                await context.write(health_pb2.HealthCheckResponse(status=status))
+                call.write(health_pb2.HealthCheckResponse(status=status))
                 last = status
             if self._closed:
                 return

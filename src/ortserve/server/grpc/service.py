@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import TypeAlias, TypeVar
-
-import grpc
+from collections.abc import Coroutine
+from typing import Any, NoReturn
 
 from ortserve.core.dataplane import DataPlane
+from ortserve.core.types import InferResponse
 from ortserve.errors import InternalError, NotImplementedByServer, OrtServeError
 from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
-from ortserve.protocol.grpc import grpc_service_pb2_grpc as pb_grpc
 from ortserve.protocol.grpc.codec import (
     decode_infer_request,
     encode_infer_response,
@@ -23,23 +22,17 @@ from ortserve.protocol.grpc.codec import (
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.grpc.errors import (
-    INTERNAL_MESSAGE,
-    abort_internal,
-    abort_with,
-    log_internal,
-    status_code,
-)
+from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
+from ortserve.server.grpc.errors import INTERNAL_MESSAGE, log_internal
 from ortserve.statistics import ServerStatistics
-from ortserve.telemetry import Telemetry
+from ortserve.telemetry import RequestScope, Telemetry
 
-__all__ = ["InferenceService"]
+__all__ = ["INFERENCE_SERVICE", "InferenceService"]
 
-Context: TypeAlias = grpc.aio.ServicerContext
-_T = TypeVar("_T")
+INFERENCE_SERVICE = "inference.GRPCInferenceService"
 
 
-class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+class InferenceService:
     """The Open Inference Protocol's gRPC calls on the server's one DataPlane.
 
     Args:
@@ -54,196 +47,170 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self._dataplane = dataplane
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
-        self._readers: set[asyncio.Task[None]] = set()
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
 
-    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
+    def routes(self) -> dict[str, Rpc]:
+        """Every method of the service, by its HTTP/2 path."""
+        methods = {
+            "ServerLive": Rpc(pb.ServerLiveRequest, unary=self.server_live),
+            "ServerReady": Rpc(pb.ServerReadyRequest, unary=self.server_ready),
+            "ModelReady": Rpc(pb.ModelReadyRequest, unary=self.model_ready),
+            "ServerMetadata": Rpc(pb.ServerMetadataRequest, unary=self.server_metadata),
+            "ModelMetadata": Rpc(pb.ModelMetadataRequest, unary=self.model_metadata),
+            "ModelInfer": Rpc(pb.ModelInferRequest, unary=self.model_infer),
+            "ModelStreamInfer": Rpc(pb.ModelInferRequest, streaming=self.model_stream_infer),
+            "ModelConfig": Rpc(pb.ModelConfigRequest, unary=_not_offered("ModelConfig")),
+            "ModelStatistics": Rpc(pb.ModelStatisticsRequest, unary=self.model_statistics),
+            "RepositoryIndex": Rpc(pb.RepositoryIndexRequest, unary=_not_offered("RepositoryIndex")),
+            "RepositoryModelLoad": Rpc(pb.RepositoryModelLoadRequest, unary=_not_offered("model control")),
+            "RepositoryModelUnload": Rpc(
+                pb.RepositoryModelUnloadRequest, unary=_not_offered("model control")
+            ),
+        }
+        return {f"/{INFERENCE_SERVICE}/{name}": rpc for name, rpc in methods.items()}
+
+    def server_live(self, request: pb.ServerLiveRequest, call: GrpcCall) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._dataplane.live())
 
-    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
+    def server_ready(self, request: pb.ServerReadyRequest, call: GrpcCall) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self._dataplane.ready())
 
-    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
-        return await _answer(
-            context,
-            lambda: pb.ModelReadyResponse(
-                ready=self._dataplane.model_ready(request.name, request.version or None)
-            ),
-        )
+    def model_ready(self, request: pb.ModelReadyRequest, call: GrpcCall) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self._dataplane.model_ready(request.name, request.version or None))
 
-    async def ServerMetadata(
-        self, request: pb.ServerMetadataRequest, context: Context
-    ) -> pb.ServerMetadataResponse:
+    def server_metadata(self, request: pb.ServerMetadataRequest, call: GrpcCall) -> pb.ServerMetadataResponse:
         return encode_server_metadata(self._dataplane.server_metadata())
 
-    async def ModelMetadata(
-        self, request: pb.ModelMetadataRequest, context: Context
-    ) -> pb.ModelMetadataResponse:
-        return await _answer(
-            context,
-            lambda: encode_model_metadata(
-                self._dataplane.model_metadata(request.name, request.version or None)
-            ),
-        )
+    def model_metadata(self, request: pb.ModelMetadataRequest, call: GrpcCall) -> pb.ModelMetadataResponse:
+        return encode_model_metadata(self._dataplane.model_metadata(request.name, request.version or None))
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+    def model_statistics(
+        self, request: pb.ModelStatisticsRequest, call: GrpcCall
+    ) -> pb.ModelStatisticsResponse:
+        snapshots = self._telemetry.statistics.snapshot(request.name or None, request.version or None)
+        return encode_model_statistics(snapshots)
+
+    def model_infer(
+        self, request: pb.ModelInferRequest, call: GrpcCall
+    ) -> Deferred[InferResponse] | Coroutine[Any, Any, pb.ModelInferResponse]:
+        """Submit at once and answer from the future's callback: no task per call."""
         capture = self.capture
-        record = capture is not None and capture.sampled()
-        arrival = (time.time(), time.monotonic()) if record else (0.0, 0.0)
+        if capture is not None and capture.sampled():
+            return self._captured_infer(capture, request, call)
+        return self._submit(request, call)
+
+    async def _captured_infer(
+        self, capture: Capture, request: pb.ModelInferRequest, call: GrpcCall
+    ) -> pb.ModelInferResponse:
+        """Answer as usual, then record the call in HTTP form (undecodable ones are skipped)."""
+        arrival = (time.time(), time.monotonic())
+        status = 200
         try:
-            answer = await self._infer(request, context)
+            return await self._infer(request, call)
         except OrtServeError as error:
-            if record:
-                self._capture(request, arrival, error.http_status)
-            await abort_with(context, error)
-        if record:
-            self._capture(request, arrival, 200)
-        return answer
-
-    def _capture(self, request: pb.ModelInferRequest, arrival: tuple[float, float], status: int) -> None:
-        """Record a sampled call in HTTP form (undecodable ones cannot be replayed: skipped)."""
-        assert self.capture is not None
-        try:
-            decoded = decode_infer_request(request, self._limits)
-        except OrtServeError:
-            return
-        self.capture.offer_grpc(decoded, arrival, status)
-
-    async def _infer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        """Decode, run and encode one request, accounted like HTTP's.
-
-        Raises:
-            OrtServeError: the request failed (anything unexpected is logged, then INTERNAL).
-        """
-        scope = self._telemetry.begin(
-            "grpc", request.model_name, request.model_version or None, None, self._traceparent(context)
-        )
-        try:
-            infer_request = decode_infer_request(request, self._limits)
-            scope.identify(infer_request)
-            infer_request.timeout_s = request_timeout(infer_request.timeout_s, context.time_remaining())
-            response = await self._dataplane.infer(infer_request)
-            scope.inferred(response.model_version)
-            answer = encode_infer_response(response)
-        except OrtServeError as error:
-            scope.finish(error, status_code(error).name)
+            status = error.http_status
             raise
-        except asyncio.CancelledError:
-            scope.abandon()
-            raise
-        except Exception as exc:
-            with scope.bound():
-                log_internal(exc)
-            internal = InternalError(INTERNAL_MESSAGE)
-            scope.finish(internal, "INTERNAL")
-            raise internal from None
-        scope.finish(None, "OK")
-        return answer
+        finally:
+            try:
+                decoded = decode_infer_request(request, self._limits)
+            except OrtServeError:
+                pass
+            else:
+                capture.offer_grpc(decoded, arrival, status)
 
-    def _traceparent(self, context: Context) -> str | None:
-        """The caller's W3C trace context, read only when tracing is on."""
-        if self._telemetry.tracing is None:
-            return None
-        for key, value in context.invocation_metadata() or ():
-            if key == "traceparent":
-                return str(value)
-        return None
-
-    async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
-    ) -> None:
+    async def model_stream_infer(self, call: GrpcCall) -> None:
         """Answer each request on the stream as soon as it is done, in any order.
 
         Requests run concurrently; each answer carries its request's id, and a failed request
         gets ``error_message`` while the stream stays open for the next ones. On drain the
-        stream stops reading, answers what it holds, and ends with OK.
+        call stops reading, answers what it holds, and ends with OK.
         """
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        writer = asyncio.create_task(_write_answers(context, answers))
+        async with asyncio.TaskGroup() as in_flight:
+            while (request := await call.read()) is not None:
+                assert isinstance(request, pb.ModelInferRequest)
+                in_flight.create_task(self._answer_on_stream(request, call))
+
+    async def _answer_on_stream(self, request: pb.ModelInferRequest, call: GrpcCall) -> None:
         try:
-            async with asyncio.TaskGroup() as in_flight:
-                reader = in_flight.create_task(
-                    self._read_stream(request_iterator, context, answers, in_flight)
-                )
-                self._readers.add(reader)
-                reader.add_done_callback(self._readers.discard)
-            await answers.put(None)
-            await writer
-        finally:
-            writer.cancel()
-
-    def drain(self) -> None:
-        """Stop reading every open stream; their requests in flight are still answered."""
-        for reader in list(self._readers):
-            reader.cancel()
-
-    async def _read_stream(
-        self,
-        request_iterator: AsyncIterator[pb.ModelInferRequest],
-        context: Context,
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
-        in_flight: asyncio.TaskGroup,
-    ) -> None:
-        async for request in request_iterator:
-            in_flight.create_task(self._answer_on_stream(request, context, answers))
-
-    async def _answer_on_stream(
-        self,
-        request: pb.ModelInferRequest,
-        context: Context,
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
-    ) -> None:
-        try:
-            answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, context))
+            answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
         except OrtServeError as error:
             answer = _stream_error(request, error.message)
-        await answers.put(answer)
+        call.write(answer)
 
-    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
-        await abort_with(context, NotImplementedByServer("ModelConfig is not offered by this server"))
+    async def _infer(self, request: pb.ModelInferRequest, call: GrpcCall) -> pb.ModelInferResponse:
+        deferred = self._submit(request, call)
+        pending = deferred.pending
+        try:
+            await asyncio.wait((pending,))
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        answer = deferred.finish(pending)
+        assert isinstance(answer, pb.ModelInferResponse)
+        return answer
 
-    async def ModelStatistics(
-        self, request: pb.ModelStatisticsRequest, context: Context
-    ) -> pb.ModelStatisticsResponse:
-        statistics = self._telemetry.statistics
-        return await _answer(
-            context,
-            lambda: encode_model_statistics(
-                statistics.snapshot(request.name or None, request.version or None)
-            ),
+    def _submit(self, request: pb.ModelInferRequest, call: GrpcCall) -> Deferred[InferResponse]:
+        """Decode and queue one request, accounted like HTTP's.
+
+        Raises:
+            OrtServeError: the request was refused (anything unexpected is logged, then INTERNAL).
+        """
+        scope = self._telemetry.begin(
+            "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
+        try:
+            infer_request = decode_infer_request(request, self._limits)
+            scope.identify(infer_request)
+            infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
+            pending = self._dataplane.submit(infer_request)
+        except Exception as exc:
+            raise _finished_with(scope, exc) from None
+        scope.pending = pending
+        return Deferred(pending, functools.partial(_infer_answer, scope))
 
-    async def RepositoryIndex(
-        self, request: pb.RepositoryIndexRequest, context: Context
-    ) -> pb.RepositoryIndexResponse:
-        await abort_with(context, NotImplementedByServer("RepositoryIndex is not offered by this server"))
-
-    async def RepositoryModelLoad(
-        self, request: pb.RepositoryModelLoadRequest, context: Context
-    ) -> pb.RepositoryModelLoadResponse:
-        await abort_with(context, NotImplementedByServer("model control is not offered by this server"))
-
-    async def RepositoryModelUnload(
-        self, request: pb.RepositoryModelUnloadRequest, context: Context
-    ) -> pb.RepositoryModelUnloadResponse:
-        await abort_with(context, NotImplementedByServer("model control is not offered by this server"))
+    def _traceparent(self, call: GrpcCall) -> str | None:
+        """The caller's W3C trace context, read only when tracing is on."""
+        if self._telemetry.tracing is None:
+            return None
+        for key, value in call.metadata:
+            if key == "traceparent":
+                return value
+        return None
 
 
-async def _answer(context: Context, produce: Callable[[], _T]) -> _T:
+def _infer_answer(scope: RequestScope, done: asyncio.Future[InferResponse]) -> pb.ModelInferResponse:
+    """The answer to a settled inference; the future is cancelled when the client went away."""
+    if done.cancelled():
+        scope.abandon()
+        raise asyncio.CancelledError
     try:
-        return produce()
-    except OrtServeError as error:
-        await abort_with(context, error)
+        response = done.result()
+        scope.inferred(response.model_version)
+        answer = encode_infer_response(response)
     except Exception as exc:
-        await abort_internal(context, exc)
+        raise _finished_with(scope, exc) from None
+    scope.finish(None, "OK")
+    return answer
 
 
-async def _write_answers(
-    context: Context, answers: asyncio.Queue[pb.ModelStreamInferResponse | None]
-) -> None:
-    while (answer := await answers.get()) is not None:
-        await context.write(answer)
+def _finished_with(scope: RequestScope, exc: Exception) -> OrtServeError:
+    """Account for a failed request; what the client is told (unexpected errors are logged)."""
+    if not isinstance(exc, OrtServeError):
+        with scope.bound():
+            log_internal(exc)
+        exc = InternalError(INTERNAL_MESSAGE)
+    scope.finish(exc, exc.grpc_code)
+    return exc
+
+
+def _not_offered(what: str) -> UnaryHandler:
+    """UNIMPLEMENTED until the feature behind the call exists."""
+    return functools.partial(_refuse, f"{what} is not offered by this server")
+
+
+def _refuse(message: str, request: object, call: GrpcCall) -> NoReturn:
+    raise NotImplementedByServer(message)
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -1,0 +1,423 @@
+"""One gRPC call on one HTTP/2 stream: length-prefixed messages in, the handler, messages and status out.
+
+The connection (:mod:`~ortserve.server.grpc.connection`) owns HTTP/2 and hands each stream's
+DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message"),
+decompresses them, runs the method's handler and answers through its :class:`CallOwner`.
+A unary handler may answer at once, with a :class:`Deferred` (a future plus the function
+that turns its result into the answer, so the common inference path needs no task), or
+with a coroutine. A streaming handler is a coroutine that reads and writes messages itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import zlib
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+
+from ortserve.errors import OrtServeError
+from ortserve.server.grpc.errors import INTERNAL_MESSAGE, GrpcAbort, StatusCode, abort_for, log_internal
+from ortserve.server.grpc.headers import (
+    ACCEPT_ENCODING,
+    RESPONSE_HEADERS,
+    RequestHead,
+    trailers,
+    trailers_only,
+)
+
+__all__ = ["CallOwner", "Deferred", "GrpcCall", "Rpc", "StreamHandler", "UnaryHandler"]
+
+_T = TypeVar("_T")
+_PREFIX = 5
+_DECOMPRESSORS = {b"gzip": 31, b"deflate": 15}  # zlib wbits of each grpc-encoding
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred(Generic[_T]):
+    """A unary answer still being computed: ``finish`` turns the settled future into the reply."""
+
+    pending: asyncio.Future[_T]
+    finish: Callable[[asyncio.Future[_T]], Message]
+
+
+UnaryResult: TypeAlias = "Message | Deferred[Any] | Coroutine[Any, Any, Message]"
+# Handlers are typed by their request message; the router only knows it as a Message.
+UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
+StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rpc:
+    """One method: its request type and either a unary or a streaming handler."""
+
+    request_type: type[Message]
+    unary: UnaryHandler | None = None
+    streaming: StreamHandler | None = None
+
+
+class CallOwner(Protocol):
+    """What a call needs from its connection: writing frames under flow control."""
+
+    def send_answer(self, call: GrpcCall, payload: bytes) -> None:
+        """Headers, one message and OK trailers, ending the stream."""
+
+    def send_headers(self, call: GrpcCall, block: bytes) -> None:
+        """The response's first header block (not the end of the stream)."""
+
+    def send_message(self, call: GrpcCall, payload: bytes) -> None:
+        """One more length-prefixed message."""
+
+    def send_trailers(self, call: GrpcCall, block: bytes) -> None:
+        """The closing header block, after every queued message; ends the stream."""
+
+
+class GrpcCall:
+    """A call's gRPC state, and the HTTP/2 stream state the connection keeps on it.
+
+    Handlers see :attr:`metadata`, :meth:`time_remaining`, and for streaming methods
+    :meth:`read` and :meth:`write`.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_compressed",
+        "_deadline",
+        "_failed",
+        "_have",
+        "_inbox",
+        "_length",
+        "_loop",
+        "_max_message",
+        "_owner",
+        "_prefix",
+        "_reader",
+        "_request",
+        "_rpc",
+        "_stop_reading",
+        "_task",
+        "head",
+        "headers_sent",
+        "local_closed",
+        "outbound",
+        "recv_window",
+        "remote_closed",
+        "send_window",
+        "stream_id",
+    )
+
+    def __init__(
+        self,
+        owner: CallOwner,
+        stream_id: int,
+        head: RequestHead,
+        rpc: Rpc,
+        loop: asyncio.AbstractEventLoop,
+        max_message: int,
+        send_window: int,
+        recv_window: int,
+    ) -> None:
+        self.stream_id = stream_id
+        self.head = head
+        self.send_window = send_window
+        self.recv_window = recv_window
+        self.outbound: deque[tuple[bytes | memoryview, bool]] = deque()
+        """Frames waiting for flow-control window: (payload, is_trailers)."""
+        self.remote_closed = False
+        self.local_closed = False
+        self.headers_sent = False
+        self._owner = owner
+        self._rpc = rpc
+        self._loop = loop
+        self._max_message = max_message
+        self._deadline = None if head.timeout_s is None else loop.time() + head.timeout_s
+        self._prefix = b""
+        self._length = -1
+        self._chunks: list[bytes | memoryview] = []
+        self._have = 0
+        self._compressed = False
+        self._request: bytes | memoryview | None = None
+        self._inbox: deque[Message] = deque()
+        self._reader: asyncio.Future[None] | None = None
+        self._stop_reading = False
+        self._task: asyncio.Future[Any] | None = None
+        self._failed = False
+
+    # -- for handlers -----------------------------------------------------------------
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The caller's metadata (lowercase names; ``-bin`` values still base64)."""
+        return self.head.metadata
+
+    def time_remaining(self) -> float | None:
+        """Seconds left before the call's deadline; None when it has none."""
+        if self._deadline is None:
+            return None
+        return self._deadline - self._loop.time()
+
+    async def read(self) -> Message | None:
+        """The next request message of a streaming call; None once the client is done sending."""
+        while not self._inbox:
+            if self.remote_closed or self._stop_reading:
+                return None
+            self._reader = self._loop.create_future()
+            await self._reader
+        return self._inbox.popleft()
+
+    def write(self, message: Message) -> None:
+        """Send one response message of a streaming call (queued under flow control)."""
+        if self.local_closed:
+            return
+        if not self.headers_sent:
+            self._owner.send_headers(self, RESPONSE_HEADERS)
+        self._owner.send_message(self, _framed(message.SerializeToString()))
+
+    def stop_reading(self) -> None:
+        """Drain: :meth:`read` returns None from now on; answers in flight still go out."""
+        self._stop_reading = True
+        self._wake()
+
+    # -- for the connection -----------------------------------------------------------
+    @property
+    def held(self) -> int:
+        """Bytes of a partly received message this call holds."""
+        return len(self._prefix) + self._have
+
+    def start(self) -> None:
+        """Headers arrived: a streaming handler starts now, a unary one when its message is in."""
+        if self._rpc.streaming is not None:
+            task = self._loop.create_task(self._run_streaming(self._rpc.streaming))
+            self._task = task
+
+    def receive(self, payload: memoryview, end_stream: bool) -> None:
+        """Take one DATA frame's payload (padding removed)."""
+        if end_stream:
+            self.remote_closed = True
+        if self.local_closed or self._failed:
+            return
+        try:
+            if payload:
+                self._parse(payload)
+            if end_stream:
+                self._end_of_input()
+        except GrpcAbort as abort:
+            self._fail(abort)
+
+    def cancel(self) -> None:
+        """The client reset the stream or went away: stop the handler, send nothing more."""
+        self.local_closed = True
+        self.outbound.clear()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._wake()
+
+    def fail(self, abort: GrpcAbort) -> None:
+        """End the call with ``abort`` unless it already ended (the connection's own limits)."""
+        self._fail(abort)
+
+    # -- inbound messages -------------------------------------------------------------
+    def _parse(self, payload: memoryview) -> None:
+        pos, end = 0, len(payload)
+        while pos < end:
+            if self._length < 0:
+                need = _PREFIX - len(self._prefix)
+                self._prefix += bytes(payload[pos : pos + need])
+                pos += need
+                if len(self._prefix) < _PREFIX:
+                    return
+                self._begin_message(self._prefix)
+                self._prefix = b""
+                if self._length == 0:
+                    self._complete(b"")
+                continue
+            take = min(self._length - self._have, end - pos)
+            if take == self._length:  # the whole message is in this frame: no copy
+                self._complete(payload[pos : pos + take])
+            else:
+                self._chunks.append(payload[pos : pos + take])
+                self._have += take
+                if self._have == self._length:
+                    self._complete(b"".join(self._chunks))
+            pos += take
+
+    def _begin_message(self, prefix: bytes) -> None:
+        length = int.from_bytes(prefix[1:], "big")
+        if prefix[0] > 1:
+            raise GrpcAbort(StatusCode.INTERNAL, f"invalid message compression flag {prefix[0]}")
+        if length > self._max_message:
+            raise GrpcAbort(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"received message larger than max ({length} vs. {self._max_message})",
+            )
+        self._compressed = prefix[0] == 1
+        self._length = length
+
+    def _complete(self, data: bytes | memoryview) -> None:
+        """One whole message arrived: decompress, then hold it (unary) or queue it (streaming)."""
+        self._length, self._have, self._chunks = -1, 0, []
+        if self._compressed:
+            data = self._decompress(data)
+        if self._rpc.streaming is None:
+            if self._request is not None:
+                raise GrpcAbort(
+                    StatusCode.INVALID_ARGUMENT, "a unary call carries exactly one request message"
+                )
+            self._request = data
+            return
+        self._inbox.append(_parse(self._rpc.request_type, data))
+        self._wake()
+
+    def _decompress(self, data: bytes | memoryview) -> bytes:
+        encoding = self.head.encoding
+        wbits = _DECOMPRESSORS.get(encoding)
+        if wbits is None:
+            if encoding == b"identity":
+                raise GrpcAbort(StatusCode.INTERNAL, "compressed message without grpc-encoding")
+            raise GrpcAbort(
+                StatusCode.UNIMPLEMENTED,
+                f"message compression {encoding.decode('latin-1')!r} is not supported",
+                (("grpc-accept-encoding", ACCEPT_ENCODING.decode()),),
+            )
+        inflater = zlib.decompressobj(wbits)
+        try:
+            # max_length bounds what a small compressed message may expand to.
+            out = inflater.decompress(data, self._max_message + 1)
+        except zlib.error as exc:
+            raise GrpcAbort(StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
+        if len(out) > self._max_message or inflater.unconsumed_tail:
+            raise GrpcAbort(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"decompressed message larger than max ({self._max_message})",
+            )
+        return out
+
+    def _end_of_input(self) -> None:
+        if self._length >= 0 or self._prefix:
+            raise GrpcAbort(StatusCode.INTERNAL, "the stream ended inside a message")
+        if self._rpc.streaming is not None:
+            self._wake()
+            return
+        request = self._request
+        if request is None:
+            raise GrpcAbort(StatusCode.INVALID_ARGUMENT, "a unary call carries exactly one request message")
+        self._request = None
+        self._run_unary(_parse(self._rpc.request_type, request))
+
+    # -- running handlers -------------------------------------------------------------
+    def _run_unary(self, request: Message) -> None:
+        assert self._rpc.unary is not None
+        try:
+            result = self._rpc.unary(request, self)
+        except Exception as exc:
+            self._fail(_abort(exc))
+            return
+        if isinstance(result, Message):
+            self._answer(result)
+        elif isinstance(result, Deferred):
+            self._task = result.pending
+            result.pending.add_done_callback(functools.partial(self._on_deferred, result.finish))
+        else:
+            task = self._loop.create_task(result)
+            self._task = task
+            task.add_done_callback(self._on_unary_task)
+
+    def _on_deferred(
+        self, finish: Callable[[asyncio.Future[Any]], Message], done: asyncio.Future[Any]
+    ) -> None:
+        self._task = None
+        if done.cancelled() or self.local_closed:
+            return
+        try:
+            answer = finish(done)
+        except Exception as exc:
+            self._fail(_abort(exc))
+            return
+        self._answer(answer)
+
+    def _on_unary_task(self, task: asyncio.Future[Any]) -> None:
+        self._task = None
+        if task.cancelled() or self.local_closed:
+            return
+        error = task.exception()
+        if error is not None:
+            self._fail(_abort(error))
+        else:
+            self._answer(task.result())
+
+    def _answer(self, message: Message) -> None:
+        if self.local_closed:
+            return
+        payload = message.SerializeToString()
+        if len(payload) > self._max_message:
+            self._fail(
+                GrpcAbort(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    f"response larger than max ({len(payload)} vs. {self._max_message})",
+                )
+            )
+            return
+        self._owner.send_answer(self, _framed(payload))
+
+    async def _run_streaming(self, handler: StreamHandler) -> None:
+        try:
+            await handler(self)
+        except asyncio.CancelledError:
+            if not self.local_closed:  # cancelled by the server (shutdown), not by the client
+                self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
+            raise
+        except Exception as exc:
+            self._fail(_abort(exc))
+            return
+        if not self.local_closed:
+            if not self.headers_sent:
+                self._owner.send_headers(self, RESPONSE_HEADERS)
+            self._owner.send_trailers(self, trailers(StatusCode.OK))
+
+    def _fail(self, abort: GrpcAbort) -> None:
+        if self.local_closed:
+            return
+        self._failed = True
+        self._inbox.clear()
+        self._request = None
+        self.stop_reading()  # a streaming handler reads no more; its writes are dropped
+        if self.headers_sent:
+            self._owner.send_trailers(self, trailers(abort.code, abort.message, abort.trailers))
+        else:
+            self._owner.send_trailers(self, trailers_only(abort.code, abort.message, abort.trailers))
+        if self._rpc.streaming is None and self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _wake(self) -> None:
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+
+def _parse(kind: type[Message], data: bytes | memoryview) -> Message:
+    message = kind()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        raise GrpcAbort(
+            StatusCode.INVALID_ARGUMENT, f"the request message is not a valid {kind.DESCRIPTOR.full_name}"
+        ) from None
+    return message
+
+
+def _abort(exc: BaseException) -> GrpcAbort:
+    """The status a handler's exception ends its call with; anything unexpected is INTERNAL."""
+    if isinstance(exc, GrpcAbort):
+        return exc
+    if isinstance(exc, OrtServeError):
+        return abort_for(exc)
+    log_internal(exc)
+    return GrpcAbort(StatusCode.INTERNAL, INTERNAL_MESSAGE)
+
+
+def _framed(payload: bytes) -> bytes:
+    """A Length-Prefixed-Message, uncompressed."""
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
