@@ -75,11 +75,39 @@ def typed_model() -> onnx.ModelProto:
     return _model(graph)
 
 
+def bf16_model() -> onnx.ModelProto:
+    """BF16 x [-1, 4] -> y = x * 2 as BF16 (via float) and y_f32 = the same product in FP32."""
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x_f32"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["x_f32", "two"], ["y_f32"]),
+            helper.make_node("Cast", ["y_f32"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["batch", 4]),
+            helper.make_tensor_value_info("y_f32", TensorProto.FLOAT, ["batch", 4]),
+        ],
+        [two],
+    )
+    return _model(graph)
+
+
+def serialized(model: onnx.ModelProto) -> bytes:
+    """A checked model as bytes, for an in-memory ``onnxruntime.InferenceSession``."""
+    model.ir_version = _IR_VERSION
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 def write_error_repository(root: Path) -> None:
     """A repository exercising every error path next to a healthy model."""
     _save(slow_model(), root, "slow", "batching:\n  max_batch_size: 0\n  max_queue_size: 2\n")
     _save(failing_model(), root, "failing", "batching:\n  max_batch_size: 8\nwarmup_batch_sizes: [3, 6]\n")
     _save(typed_model(), root, "typed")
+    _save(bf16_model(), root, "bf16", "batching:\n  max_batch_size: 8\n")
     broken = root / "broken" / "1"
     broken.mkdir(parents=True)
     (broken / "model.onnx").write_bytes(b"this is not an onnx file")

@@ -54,3 +54,15 @@ def test_status_mismatches_are_counted_not_compared() -> None:
     comparison = Comparison()
     comparison.add(_json_reply([[1.0, 2.0]]), Reply(503, b'{"error": "busy"}'))
     assert comparison.status_mismatches == 1 and not comparison.outputs
+
+
+def test_bf16_outputs_compare_as_values_in_json_and_binary() -> None:
+    values = [1.0, -3.0, 0.2001953125]
+    bits = np.array([[0x3F80, 0xC040, 0x3E4D]], dtype=np.uint16)  # the same three in bfloat16
+    entry = {"name": "y", "datatype": "BF16", "shape": [1, 3]}
+    json_body = orjson.dumps({"outputs": [entry | {"data": values}]})
+    header = orjson.dumps({"outputs": [entry | {"parameters": {"binary_data_size": 6}}]})
+    from_json = decode_outputs(Reply(200, json_body))["y"]
+    from_binary = decode_outputs(Reply(200, header + bits.tobytes(), len(header)))["y"]
+    np.testing.assert_array_equal(from_binary, [values])
+    np.testing.assert_array_equal(from_json, from_binary)

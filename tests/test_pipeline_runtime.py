@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from ortserve.core.clock import LoopClock
+from ortserve.core.datatypes import bf16_from_float32
 from ortserve.core.model import ModelState, ServedVersion, VersionInfo
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.scheduler import Scheduler
@@ -62,14 +63,14 @@ class Resolver:
         return True
 
 
-def doubling_model(max_batch_size: int) -> tuple[Resolver, RecordingExecutor]:
+def doubling_model(max_batch_size: int, datatype: str = "FP32") -> tuple[Resolver, RecordingExecutor]:
     loop = asyncio.get_running_loop()
     executor = RecordingExecutor(loop)
     info = VersionInfo(
         "double",
         "1",
-        (TensorSpec("x", "FP32", (-1, 2)),),
-        (TensorSpec("y", "FP32", (-1, 2)),),
+        (TensorSpec("x", datatype, (-1, 2)),),
+        (TensorSpec("y", datatype, (-1, 2)),),
         max_batch_size,
         ("fake",),
     )
@@ -107,6 +108,18 @@ class AsyncEchoPipeline(EchoPipeline):
         return {"y": np.asarray(outputs[0]["y"]).tolist()}
 
 
+class Bf16Pipeline(EchoPipeline):
+    """Feeds bfloat16 bit patterns; answers with what came back, as is."""
+
+    def preprocess(self, rows: list[list[float]]) -> list[ModelCall]:
+        bits = bf16_from_float32(np.asarray(rows, dtype=np.float32).reshape(-1, 2))
+        return [ModelCall("double", {"x": bits})]
+
+    def postprocess(self, outputs: Sequence[ModelOutputs], rows: list[list[float]]) -> JsonObject:
+        y = outputs[0]["y"]
+        return {"dtype": str(y.dtype), "bits": y.tolist()}
+
+
 async def test_rows_from_concurrent_requests_batch_together_on_the_model_scheduler() -> None:
     resolver, executor = doubling_model(max_batch_size=64)
     runner = await PipelineRunner.build(EchoPipeline(), resolver)
@@ -125,6 +138,13 @@ async def test_a_call_larger_than_max_batch_size_is_chunked_and_reassembled_in_o
     answer = await runner.run({"x": rows})
     assert answer["y"] == [[2 * a, 2 * b] for a, b in rows]
     assert max(executor.batches) <= 4 and sum(executor.batches) == 10
+
+
+async def test_uint16_bit_patterns_feed_a_bf16_model_input_as_bf16() -> None:
+    resolver, _ = doubling_model(max_batch_size=4, datatype="BF16")
+    runner = await PipelineRunner.build(Bf16Pipeline(), resolver)
+    answer = await runner.run({"x": [[1.0, 0.5]]})
+    assert answer == {"dtype": "uint16", "bits": [[0x3F80 * 2, 0x3F00 * 2]]}  # the fake doubles the bits
 
 
 async def test_fast_sync_steps_run_inline_and_async_steps_are_awaited() -> None:

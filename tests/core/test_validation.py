@@ -65,3 +65,15 @@ def test_bytes_inputs_become_text_and_must_be_utf8() -> None:
     assert list(feeds["s"]) == ["café", "x"]
     with pytest.raises(InvalidInput, match="not UTF-8"):
         validate_inputs([tensor("s", "BYTES", np.array([b"\xff", b""], dtype=object))], specs, False)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "array"),
+    [("FP16", np.zeros((1, 4), np.float16)), ("UINT16", np.zeros((1, 4), np.uint16))],
+)
+def test_a_bf16_input_takes_only_the_bf16_datatype(datatype: str, array: np.ndarray) -> None:
+    specs = (TensorSpec("x", "BF16", (-1, 4)),)
+    feeds, _ = validate_inputs([tensor("x", "BF16", np.zeros((1, 4), np.uint16))], specs, True)
+    assert feeds["x"].dtype == np.uint16
+    with pytest.raises(InvalidInput, match=f"datatype {datatype}, the model expects BF16"):
+        validate_inputs([tensor("x", datatype, array)], specs, True)

@@ -51,6 +51,24 @@ def test_fp16_travels_in_raw_contents() -> None:
     np.testing.assert_array_equal(data, array)
 
 
+def test_bf16_raw_contents_are_two_little_endian_bytes_an_element() -> None:
+    request = pb.ModelInferRequest(
+        model_name="m",
+        inputs=[Tensor(name="x", datatype="BF16", shape=[1, 3])],
+        raw_input_contents=[b"\x80\x3f\xc0\xbf\xc0\x7f"],
+    )
+    data = decode_infer_request(request, LIMITS).inputs[0].data
+    assert data.dtype == np.uint16 and data.shape == (1, 3)
+    assert data.reshape(-1).tolist() == [0x3F80, 0xBFC0, 0x7FC0]
+
+
+def test_bf16_outputs_travel_as_their_raw_bits() -> None:
+    bits = np.array([0x3F80, 0xC040], dtype=np.uint16)
+    message = encode_infer_response(InferResponse("m", "1", [InferOutput("y", "BF16", (2,), bits)]))
+    assert message.outputs[0].datatype == "BF16"
+    assert message.raw_output_contents[0] == b"\x80\x3f\x40\xc0"
+
+
 def test_raw_bytes_elements_carry_four_byte_length_prefixes() -> None:
     raw = b"".join(struct.pack("<I", len(item)) + item for item in (b"hello", b"", b"w\xc3\xb6rld"))
     request = pb.ModelInferRequest(
@@ -94,6 +112,10 @@ def test_typed_bytes_contents_keep_each_element() -> None:
         (typed_request("FP32", [3], fp32_contents=[1.0, 2.0]), "needs 3"),
         (typed_request("INT8", [1], int_contents=[300]), "out of range for INT8"),
         (typed_request("FP16", [1], fp32_contents=[1.0]), "raw_input_contents"),
+        (
+            typed_request("BF16", [1], fp32_contents=[1.0]),
+            "no field for BF16; send its data in raw_input_contents",
+        ),
         (typed_request("NOPE", [1], fp32_contents=[1.0]), "unsupported datatype"),
         (typed_request("FP32", [1_000_000_000, 64], fp32_contents=[1.0]), "declares"),
         (raw_request(np.zeros(3, np.float32), "FP64"), "needs 24"),

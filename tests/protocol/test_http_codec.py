@@ -184,3 +184,47 @@ def test_non_finite_outputs_are_written_as_json_tokens_not_null() -> None:
     encoded = encode_infer_response(InferResponse("m", "1", [InferOutput("a", "FP32", (3,), out)]), False)
     data = json.loads(bytes(encoded.chunks[0]))["outputs"][0]["data"]
     assert np.isnan(data[0]) and data[1] == float("inf") and data[2] == 1.0
+
+
+def test_bf16_json_numbers_become_bit_patterns_rounded_to_nearest_even() -> None:
+    data = [1.0, 0.1, 1.00390625, 1.01171875, -2, float("nan"), 1e39, 0]
+    request = decode(one_input(datatype="BF16", shape=[2, 4], data=data))
+    array = request.inputs[0].data
+    assert array.dtype == np.uint16 and array.shape == (2, 4)
+    # 1.00390625 and 1.01171875 are ties: to the even 0x3F80, and up to the even 0x3F82.
+    assert array.reshape(-1).tolist() == [0x3F80, 0x3DCD, 0x3F80, 0x3F82, 0xC000, 0x7FC0, 0x7F80, 0x0000]
+
+
+@pytest.mark.parametrize("data", [[True, False, True, False], ["1", "2", "3", "4"]])
+def test_bf16_json_data_must_be_numbers(data: list[object]) -> None:
+    with pytest.raises(InvalidInput, match="BF16 data must be numbers"):
+        decode(one_input(datatype="BF16", data=data))
+
+
+def test_bf16_binary_input_is_two_little_endian_bytes_an_element() -> None:
+    def document(size: int) -> dict[str, object]:
+        tensor = {"name": "x", "datatype": "BF16", "shape": [3], "parameters": {"binary_data_size": size}}
+        return {"inputs": [tensor]}
+
+    request = decode(document(6), b"\x80\x3f\xc0\xbf\xc0\x7f")
+    array = request.inputs[0].data
+    assert array.dtype == np.uint16
+    assert array.tolist() == [0x3F80, 0xBFC0, 0x7FC0]
+    with pytest.raises(InvalidInput, match="8 bytes of binary data, shape \\[3\\] of BF16 needs 6"):
+        decode(document(8), b"\x80\x3f\xc0\xbf\xc0\x7f\x00\x00")
+
+
+def test_bf16_outputs_are_numbers_in_json_and_raw_bits_in_binary() -> None:
+    bits = np.array([0x3F80, 0xC040, 0x7FC0, 0x3E4D], dtype=np.uint16)
+    response = InferResponse(
+        "m",
+        "1",
+        [InferOutput("a", "BF16", (4,), bits), InferOutput("b", "BF16", (4,), bits, {"binary_data": True})],
+    )
+    encoded = encode_infer_response(response, binary_default=False)
+    header = json.loads(bytes(encoded.chunks[0]))
+    first = header["outputs"][0]["data"]
+    assert first[:2] == [1.0, -3.0] and np.isnan(first[2]) and first[3] == 0.2001953125
+    assert header["outputs"][1]["datatype"] == "BF16"
+    assert header["outputs"][1]["parameters"]["binary_data_size"] == 8
+    assert b"".join(bytes(c) for c in encoded.chunks[1:]) == b"\x80\x3f\x40\xc0\xc0\x7f\x4d\x3e"

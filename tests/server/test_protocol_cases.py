@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -107,6 +108,10 @@ TYPED = {
     "text": ("BYTES", np.array([b"h\xc3\xa9llo", b"world"], dtype=np.object_)),
 }
 
+# Exact in bfloat16, and still exact doubled.
+BF16_X = np.array([[1.0, -1.5, 0.5, 3.0], [0.0, -0.0, 65536.0, -0.0078125]], dtype=ml_dtypes.bfloat16)
+BF16_DOUBLED = (BF16_X.astype(np.float32) * 2).tolist()
+
 CASES = [
     Case("server live", lambda t: t.client.is_server_live(), True),
     Case("server ready", lambda t: t.client.is_server_ready(), True),
@@ -142,6 +147,27 @@ CASES = [
         "infer with priority and timeout parameters",
         lambda t: t.infer("failing", {"x": rows(3)}, priority=1, timeout=10_000_000),
         {"y": np.arange(12, dtype=np.float32).reshape(4, 3).tolist()},
+    ),
+    Case(
+        "model metadata of a BF16 model",
+        lambda t: t.model_metadata("bf16"),
+        {
+            "name": "bf16",
+            "inputs": [("x", "BF16", [-1, 4])],
+            "outputs": [("y", "BF16", [-1, 4]), ("y_f32", "FP32", [-1, 4])],
+        },
+    ),
+    Case(
+        "infer BF16",
+        lambda t: t.infer("bf16", {"x": ("BF16", BF16_X)}),
+        {"y": BF16_DOUBLED, "y_f32": BF16_DOUBLED},
+    ),
+    Case(
+        "infer with FP16 data for a BF16 input",
+        lambda t: t.infer("bf16", {"x": ("FP16", BF16_X.astype(np.float16))}),
+        None,
+        400,
+        "INVALID_ARGUMENT",
     ),
     Case("infer on an unknown model", lambda t: t.infer("nope", {"x": rows(3)}), None, 404, "NOT_FOUND"),
     Case(

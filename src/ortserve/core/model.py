@@ -11,7 +11,6 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ortserve.core.datatypes import datatype_of_numpy
 from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
@@ -124,9 +123,9 @@ class ServedVersion:
             return
         arrays = queued.result()
         specs = self.info.outputs
+        # The datatype comes from the graph, not the array: BF16 arrives as uint16 (core/datatypes.py).
         outputs = [
-            InferOutput(specs[i].name, datatype_of_numpy(arrays[i].dtype), arrays[i].shape, arrays[i], p)
-            for i, p in selected
+            InferOutput(specs[i].name, specs[i].datatype, arrays[i].shape, arrays[i], p) for i, p in selected
         ]
         answer.set_result(InferResponse(self.info.name, self.info.version, outputs, request_id))
 

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from ortserve.core.datatypes import BYTES, numpy_dtype
+from ortserve.core.datatypes import BF16, BYTES, bf16_to_float32, numpy_dtype
 from ortserve.loadtest.transports import Reply
 
 __all__ = ["Comparison", "OutputDiff", "decode_outputs"]
@@ -35,14 +35,24 @@ def decode_outputs(reply: Reply) -> dict[str, Array]:
         shape, datatype = tuple(entry["shape"]), entry["datatype"]
         size = (entry.get("parameters") or {}).get("binary_data_size")
         if size is None:
-            data = np.array(entry["data"], dtype=object if datatype == BYTES else numpy_dtype(datatype))
+            data = np.array(entry["data"], dtype=_json_dtype(datatype))
         elif datatype == BYTES:
             data = np.array([bytes(binary[offset : offset + size])], dtype=object)
         else:
             data = np.frombuffer(binary[offset : offset + size], dtype=numpy_dtype(datatype))
+            if datatype == BF16:  # compare the values, not their bit patterns
+                data = bf16_to_float32(data)
         offset += size or 0
         outputs[entry["name"]] = data.reshape(shape) if datatype != BYTES or size is None else data
     return outputs
+
+
+def _json_dtype(datatype: str) -> np.dtype[np.generic]:
+    if datatype == BYTES:
+        return np.dtype(object)
+    if datatype == BF16:  # JSON carries BF16 as numbers
+        return np.dtype(np.float32)
+    return numpy_dtype(datatype)
 
 
 @dataclass(slots=True)

@@ -13,9 +13,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from ortserve.core.datatypes import BYTES, datatype_of_numpy, numpy_dtype
+from ortserve.core.datatypes import BF16, BYTES, bf16_from_float32, datatype_of_numpy, numpy_dtype
 from ortserve.loadtest.transports import HttpTarget, Payload
-from ortserve.protocol.tensors import array_to_binary
+from ortserve.protocol.tensors import array_to_binary, array_to_json_data
 
 __all__ = [
     "Encoding",
@@ -88,6 +88,8 @@ def _random_array(datatype: str, shape: tuple[int, ...], rng: np.random.Generato
     if datatype == BYTES:
         words = rng.integers(0, 10_000, size=shape)
         return np.array([f"w{w}".encode() for w in words.reshape(-1)], dtype=object).reshape(shape)
+    if datatype == BF16:
+        return bf16_from_float32(rng.standard_normal(shape))
     dtype = numpy_dtype(datatype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
@@ -144,7 +146,7 @@ def encode_payload(arrays: Inputs, path: str, encoding: Encoding) -> Payload:
         elif datatype == BYTES:
             entry["data"] = [_text(item) for item in array.reshape(-1)]
         else:
-            entry["data"] = np.ascontiguousarray(array).reshape(-1)
+            entry["data"] = array_to_json_data(array, datatype)
         inputs.append(entry)
     document: dict[str, object] = {"inputs": inputs}
     if encoding == "json":

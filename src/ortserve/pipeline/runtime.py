@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from ortserve.core.dataplane import ModelResolver
-from ortserve.core.datatypes import datatype_of_numpy
+from ortserve.core.datatypes import BF16, datatype_of_numpy, numpy_dtype
 from ortserve.core.model import ModelState, Servable, VersionInfo, select_outputs
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
 from ortserve.errors import ConfigError, InvalidInput, ModelNotReady
@@ -183,11 +183,21 @@ class PipelineRunner(Generic[RequestT]):
 
 
 async def _infer(served: Servable, inputs: ModelOutputs) -> dict[str, Array]:
+    declared = {spec.name: spec.datatype for spec in served.info.inputs}
     tensors = [
-        InferInput(name, datatype_of_numpy(array.dtype), array.shape, array) for name, array in inputs.items()
+        InferInput(name, _datatype(array, declared.get(name)), array.shape, array)
+        for name, array in inputs.items()
     ]
     response = await served.infer(InferRequest(served.info.name, tensors, served.info.version))
     return {output.name: output.data for output in response.outputs}
+
+
+def _datatype(array: Array, declared: str | None) -> str:
+    """The model's own datatype when the array is in its form (a BF16 input takes uint16 bit
+    patterns, which would otherwise read as UINT16), else the array's."""
+    if declared == BF16 and array.dtype == numpy_dtype(BF16):
+        return BF16
+    return datatype_of_numpy(array.dtype)
 
 
 def decode_document(raw: object) -> object:

@@ -233,7 +233,7 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
             entry["parameters"] = {"binary_data_size": sum(len(c) for c in chunks)}
             binary_chunks.extend(chunks)
         else:
-            entry["data"] = array_to_json_data(output.data)
+            entry["data"] = array_to_json_data(output.data, output.datatype)
         outputs.append(entry)
     document: dict[str, Any] = {
         "model_name": response.model_name,

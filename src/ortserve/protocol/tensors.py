@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ortserve.core.datatypes import BYTES, numpy_dtype
+from ortserve.core.datatypes import BF16, BYTES, bf16_from_float32, bf16_to_float32, numpy_dtype
 from ortserve.errors import InvalidInput
 
 __all__ = [
@@ -117,9 +117,12 @@ def _numeric_array(name: str, flat: list[Any], datatype: str) -> Array:
         if kind != "b":
             raise InvalidInput(f"input {name!r}: BOOL data must be true/false")
         return parsed
-    if dtype.kind == "f":
+    if dtype.kind == "f" or datatype == BF16:
         if kind not in _FLOAT_KINDS:
             raise InvalidInput(f"input {name!r}: {datatype} data must be numbers")
+        if datatype == BF16:  # JSON carries the numbers; the server holds their bit patterns
+            with np.errstate(over="ignore"):  # beyond float32 is beyond bfloat16: infinity
+                return bf16_from_float32(parsed.astype(np.float32))
         return parsed.astype(dtype, copy=False)
     if kind not in _INT_KINDS:
         raise InvalidInput(f"input {name!r}: {datatype} data must be integers")
@@ -191,8 +194,13 @@ def _as_text(item: object) -> str:
     return str(item)
 
 
-def array_to_json_data(array: Array) -> object:
-    """A row-major flat list (or an ndarray orjson writes natively) for a JSON ``data``."""
+def array_to_json_data(array: Array, datatype: str) -> object:
+    """A row-major flat list (or an ndarray orjson writes natively) for a JSON ``data``.
+
+    BF16 bit patterns are written as the numbers they stand for.
+    """
+    if datatype == BF16:
+        return bf16_to_float32(array).reshape(-1)
     if array.dtype.kind == "O" or array.dtype.kind in "SU":
         try:
             return [_as_text(item) for item in array.reshape(-1)]

@@ -109,7 +109,10 @@ def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         numpy_dtype(datatype)  # an unknown datatype is named as such
-        raise InvalidInput(f"input {name!r}: {datatype} data must be sent in raw_input_contents")
+        raise InvalidInput(
+            f"input {name!r}: InferTensorContents has no field for {datatype}; "
+            "send its data in raw_input_contents"
+        )
     contents = tensor.contents
     for other in _ALL_CONTENTS_FIELDS - {field}:
         if len(getattr(contents, other)):

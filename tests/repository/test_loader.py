@@ -1,0 +1,64 @@
+"""Loading a version folder into a served version: a BF16 graph warms up, advertises and batches."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+
+from model_builders import bf16_model, serialized
+from ortserve.core.datatypes import bf16_from_float32, bf16_to_float32
+from ortserve.core.observer import BatchRecord
+from ortserve.core.types import InferInput, InferRequest, TensorSpec
+from ortserve.errors import OrtServeError
+from ortserve.repository.config import load_model_config
+from ortserve.repository.loader import load_version
+from ortserve.settings import ServerSettings
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.records: list[BatchRecord] = []
+
+    def on_batch(self, record: BatchRecord) -> None:
+        self.records.append(record)
+
+    def on_rejected(self, error: OrtServeError) -> None:
+        pass
+
+
+def bf16_request(values: list[list[float]]) -> InferRequest:
+    bits = bf16_from_float32(np.array(values, dtype=np.float32))
+    return InferRequest("bf16", [InferInput("x", "BF16", bits.shape, bits)])
+
+
+async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tmp_path: Path) -> None:
+    folder = tmp_path / "bf16" / "1"
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(serialized(bf16_model()))
+    (tmp_path / "bf16" / "config.yaml").write_text(
+        "batching:\n  max_batch_size: 8\n  max_queue_delay_ms: 5000\n"
+    )
+    recorder = Recorder()
+    settings = ServerSettings(model_repository=tmp_path, intra_op_threads=1)
+    served = await load_version(
+        "bf16", 1, folder / "model.onnx", load_model_config(tmp_path / "bf16"), settings, recorder
+    )
+    try:
+        assert served.info.inputs == (TensorSpec("x", "BF16", (-1, 4)),)
+        assert [(s.name, s.datatype) for s in served.info.outputs] == [("y", "BF16"), ("y_f32", "FP32")]
+        rows = [[[1.0, 2.0, 3.0, 4.0]], [[0.1, -0.5, 1e30, float("nan")], [5, 6, 7, 8]], [[-1, -2, -3, -4]]]
+        # The first request runs at once; the next two wait for the busy instance and go together.
+        answers = [served.submit(bf16_request(values)) for values in rows]
+        responses = await asyncio.gather(*answers)
+    finally:
+        await served.unload(5.0)
+    assert [record.requests for record in recorder.records] == [1, 2]
+    for values, response in zip(rows, responses):
+        doubled = bf16_to_float32(bf16_from_float32(np.array(values, dtype=np.float32))) * 2
+        y, y_f32 = response.outputs
+        assert (y.name, y.datatype, y.shape, y.data.dtype) == ("y", "BF16", doubled.shape, np.uint16)
+        np.testing.assert_array_equal(y.data, bf16_from_float32(doubled))
+        assert (y_f32.datatype, y_f32.data.dtype) == ("FP32", np.float32)
+        np.testing.assert_array_equal(y_f32.data, doubled)
