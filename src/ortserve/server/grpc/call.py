@@ -35,6 +35,9 @@ __all__ = ["CallOwner", "Deferred", "GrpcCall", "Rpc", "StreamHandler", "UnaryHa
 _T = TypeVar("_T")
 _PREFIX = 5
 _DECOMPRESSORS = {b"gzip": 31, b"deflate": 15}  # zlib wbits of each grpc-encoding
+# The call's own deadline timer is a backstop for handlers that do not watch the deadline;
+# it fires a little late so a handler that does (the scheduler) answers and accounts first.
+_DEADLINE_SLACK_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ class CallOwner(Protocol):
     def send_trailers(self, call: GrpcCall, block: bytes) -> None:
         """The closing header block, after every queued message; ends the stream."""
 
+    def drained(self, call: GrpcCall) -> None:
+        """The handler took every queued request message: the client may send more."""
+
 
 class GrpcCall:
     """A call's gRPC state, and the HTTP/2 stream state the connection keeps on it.
@@ -84,26 +90,28 @@ class GrpcCall:
     """
 
     __slots__ = (
-        "_chunks",
         "_compressed",
         "_deadline",
         "_failed",
-        "_have",
         "_inbox",
         "_length",
         "_loop",
         "_max_message",
         "_owner",
+        "_partial",
         "_prefix",
         "_reader",
         "_request",
         "_rpc",
         "_stop_reading",
         "_task",
+        "_timer",
+        "counted_held",
         "head",
         "headers_sent",
         "local_closed",
         "outbound",
+        "outbound_bytes",
         "recv_window",
         "remote_closed",
         "send_window",
@@ -127,6 +135,10 @@ class GrpcCall:
         self.recv_window = recv_window
         self.outbound: deque[tuple[bytes | memoryview, bool]] = deque()
         """Frames waiting for flow-control window: (payload, is_trailers)."""
+        self.outbound_bytes = 0
+        """Message bytes in :attr:`outbound`, kept by the connection."""
+        self.counted_held = 0
+        """:attr:`held` as the connection last counted it."""
         self.remote_closed = False
         self.local_closed = False
         self.headers_sent = False
@@ -137,14 +149,14 @@ class GrpcCall:
         self._deadline = None if head.timeout_s is None else loop.time() + head.timeout_s
         self._prefix = b""
         self._length = -1
-        self._chunks: list[bytes | memoryview] = []
-        self._have = 0
+        self._partial = bytearray()  # copied: a view would pin the whole read buffer it came in
         self._compressed = False
-        self._request: bytes | memoryview | None = None
+        self._request: bytes | bytearray | memoryview | None = None
         self._inbox: deque[Message] = deque()
         self._reader: asyncio.Future[None] | None = None
         self._stop_reading = False
         self._task: asyncio.Future[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._failed = False
 
     # -- for handlers -----------------------------------------------------------------
@@ -166,7 +178,10 @@ class GrpcCall:
                 return None
             self._reader = self._loop.create_future()
             await self._reader
-        return self._inbox.popleft()
+        message = self._inbox.popleft()
+        if not self._inbox:
+            self._owner.drained(self)
+        return message
 
     def write(self, message: Message) -> None:
         """Send one response message of a streaming call (queued under flow control)."""
@@ -184,11 +199,23 @@ class GrpcCall:
     # -- for the connection -----------------------------------------------------------
     @property
     def held(self) -> int:
-        """Bytes of a partly received message this call holds."""
-        return len(self._prefix) + self._have
+        """Request bytes received but not yet handed to the handler (a partial message, or a
+        unary request waiting for the end of the stream)."""
+        request = self._request
+        return len(self._prefix) + len(self._partial) + (0 if request is None else len(request))
+
+    @property
+    def backlogged(self) -> bool:
+        """Messages wait for the handler: the client gets no more window until it takes them."""
+        return bool(self._inbox) or self._request is not None
 
     def start(self) -> None:
-        """Headers arrived: a streaming handler starts now, a unary one when its message is in."""
+        """Headers arrived: a streaming handler starts now, a unary one when its message is in.
+
+        A call with a deadline ends with DEADLINE_EXCEEDED when it passes.
+        """
+        if self._deadline is not None:
+            self._timer = self._loop.call_at(self._deadline + _DEADLINE_SLACK_S, self._on_deadline)
         if self._rpc.streaming is not None:
             task = self._loop.create_task(self._run_streaming(self._rpc.streaming))
             self._task = task
@@ -206,11 +233,18 @@ class GrpcCall:
                 self._end_of_input()
         except GrpcAbort as abort:
             self._fail(abort)
+            return
+        request = self._request
+        # A request waiting for the end of its stream must not pin a much larger read buffer.
+        if isinstance(request, memoryview) and 2 * len(request) < memoryview(request.obj).nbytes:
+            self._request = bytes(request)
 
     def cancel(self) -> None:
         """The client reset the stream or went away: stop the handler, send nothing more."""
         self.local_closed = True
+        self._stop_timer()
         self.outbound.clear()
+        self.outbound_bytes = 0
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._wake()
@@ -234,14 +268,14 @@ class GrpcCall:
                 if self._length == 0:
                     self._complete(b"")
                 continue
-            take = min(self._length - self._have, end - pos)
+            take = min(self._length - len(self._partial), end - pos)
             if take == self._length:  # the whole message is in this frame: no copy
                 self._complete(payload[pos : pos + take])
             else:
-                self._chunks.append(payload[pos : pos + take])
-                self._have += take
-                if self._have == self._length:
-                    self._complete(b"".join(self._chunks))
+                self._partial += payload[pos : pos + take]
+                if len(self._partial) == self._length:
+                    data, self._partial = self._partial, bytearray()
+                    self._complete(data)
             pos += take
 
     def _begin_message(self, prefix: bytes) -> None:
@@ -256,9 +290,9 @@ class GrpcCall:
         self._compressed = prefix[0] == 1
         self._length = length
 
-    def _complete(self, data: bytes | memoryview) -> None:
+    def _complete(self, data: bytes | bytearray | memoryview) -> None:
         """One whole message arrived: decompress, then hold it (unary) or queue it (streaming)."""
-        self._length, self._have, self._chunks = -1, 0, []
+        self._length = -1
         if self._compressed:
             data = self._decompress(data)
         if self._rpc.streaming is None:
@@ -271,7 +305,7 @@ class GrpcCall:
         self._inbox.append(_parse(self._rpc.request_type, data))
         self._wake()
 
-    def _decompress(self, data: bytes | memoryview) -> bytes:
+    def _decompress(self, data: bytes | bytearray | memoryview) -> bytes:
         encoding = self.head.encoding
         wbits = _DECOMPRESSORS.get(encoding)
         if wbits is None:
@@ -293,6 +327,8 @@ class GrpcCall:
                 StatusCode.RESOURCE_EXHAUSTED,
                 f"decompressed message larger than max ({self._max_message})",
             )
+        if not inflater.eof:  # zlib returns what it could of a cut stream, without an error
+            raise GrpcAbort(StatusCode.INTERNAL, "cannot decompress the message: it is truncated")
         return out
 
     def _end_of_input(self) -> None:
@@ -351,6 +387,7 @@ class GrpcCall:
     def _answer(self, message: Message) -> None:
         if self.local_closed:
             return
+        self._stop_timer()
         payload = message.SerializeToString()
         if len(payload) > self._max_message:
             self._fail(
@@ -373,6 +410,7 @@ class GrpcCall:
             self._fail(_abort(exc))
             return
         if not self.local_closed:
+            self._stop_timer()
             if not self.headers_sent:
                 self._owner.send_headers(self, RESPONSE_HEADERS)
             self._owner.send_trailers(self, trailers(StatusCode.OK))
@@ -381,6 +419,7 @@ class GrpcCall:
         if self.local_closed:
             return
         self._failed = True
+        self._stop_timer()
         self._inbox.clear()
         self._request = None
         self.stop_reading()  # a streaming handler reads no more; its writes are dropped
@@ -388,8 +427,19 @@ class GrpcCall:
             self._owner.send_trailers(self, trailers(abort.code, abort.message, abort.trailers))
         else:
             self._owner.send_trailers(self, trailers_only(abort.code, abort.message, abort.trailers))
-        if self._rpc.streaming is None and self._task is not None and not self._task.done():
-            self._task.cancel()
+        task = self._task
+        # The handler's work is no longer wanted; a handler failing in its own task just ends.
+        if task is not None and not task.done() and task is not asyncio.current_task(self._loop):
+            task.cancel()
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        self._fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _wake(self) -> None:
         reader = self._reader
@@ -397,7 +447,7 @@ class GrpcCall:
             reader.set_result(None)
 
 
-def _parse(kind: type[Message], data: bytes | memoryview) -> Message:
+def _parse(kind: type[Message], data: bytes | bytearray | memoryview) -> Message:
     message = kind()
     try:
         message.ParseFromString(data)

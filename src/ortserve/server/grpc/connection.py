@@ -76,7 +76,8 @@ class ConnectionSettings:
 
     @property
     def max_held_bytes(self) -> int:
-        """Partly received messages one connection may hold before its newest stream is failed."""
+        """Request bytes no handler has taken yet (partial messages, unary requests waiting for the
+        end of their stream) that one connection may hold before the stream adding more is failed."""
         return 2 * self.max_message_bytes + _STREAM_WINDOW
 
 
@@ -123,7 +124,11 @@ class Http2Connection(asyncio.Protocol):
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         self._decoder = HeaderBlockDecoder(settings.max_header_list_bytes)
-        self._buffer = b""
+        # Bytes of an incomplete frame, kept as a list and joined once the frame is whole, so a
+        # large frame arriving in many reads is copied once rather than once per read.
+        self._partial: list[bytes] = []
+        self._partial_size = 0
+        self._partial_needed = 0
         self._preface_seen = False
         self._streams: dict[int, GrpcCall] = {}
         self._last_stream_id = 0
@@ -188,15 +193,24 @@ class Http2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
-        buffer = self._buffer + data if self._buffer else data
+        if self._partial:
+            self._partial.append(data)
+            self._partial_size += len(data)
+            if self._partial_size < self._partial_needed:
+                return
+            buffer = b"".join(self._partial)
+            self._partial = []
+        else:
+            buffer = data
         if not self._preface_seen:
             if not (buffer.startswith(PREFACE) or PREFACE.startswith(buffer)):
                 self._fail_connection(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                 return
             if len(buffer) < len(PREFACE):
-                self._buffer = buffer
+                self._keep_partial(buffer, len(PREFACE))
                 return
             self._preface_seen = True
+            self._restart_timer(self._settings.keepalive_time_s)  # the preface deadline is met
             buffer = buffer[len(PREFACE) :]
         self._out = []
         try:
@@ -210,8 +224,16 @@ class Http2Connection(asyncio.Protocol):
             self._flush_out()
             self._fail_connection(ErrorCode.INTERNAL_ERROR, "internal error")
             return
-        self._buffer = buffer[pos:]
+        if pos < len(buffer):
+            rest = buffer[pos:]
+            length = (rest[0] << 16 | rest[1] << 8 | rest[2]) if len(rest) >= 9 else 0
+            self._keep_partial(rest, 9 + length)
         self._flush_out()
+
+    def _keep_partial(self, rest: bytes, needed: int) -> None:
+        self._partial = [rest]
+        self._partial_size = len(rest)
+        self._partial_needed = needed
 
     # -- reading ----------------------------------------------------------------------
     def _read_frames(self, buffer: bytes) -> int:
@@ -249,6 +271,8 @@ class Http2Connection(asyncio.Protocol):
         elif kind == FrameType.GOAWAY:
             if stream_id != 0:
                 raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
+            if len(payload) < 8:
+                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY too short")
             self._going_away = True
             self._close_if_done()
         elif kind == FrameType.PRIORITY:
@@ -287,16 +311,42 @@ class Http2Connection(asyncio.Protocol):
             self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
             return
         end_stream = bool(flags & Flag.END_STREAM)
-        held = call.held
-        call.receive(payload, end_stream)
-        self._held += call.held - held
-        if self._held > self._settings.max_held_bytes and call.held:
-            call.fail(GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "too many partly received messages"))
-        if not end_stream and not call.remote_closed and call.recv_window < _STREAM_WINDOW // 2:
-            self._write(window_update_frame(stream_id, _STREAM_WINDOW - call.recv_window))
-            call.recv_window = _STREAM_WINDOW
+        self._receive(call, payload, end_stream)
         if end_stream:
             self._remote_done(call)
+        else:
+            self._grant(call)
+
+    def _receive(self, call: GrpcCall, payload: memoryview, end_stream: bool) -> None:
+        """Hand request bytes to the call, holding the connection to its memory bound."""
+        call.receive(payload, end_stream)
+        self._recount(call)
+        if self._held > self._settings.max_held_bytes and call.held:
+            call.fail(
+                GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "too much request data held on this connection")
+            )
+
+    def _recount(self, call: GrpcCall) -> None:
+        if call.held != call.counted_held and self._streams.get(call.stream_id) is call:
+            self._held += call.held - call.counted_held
+            call.counted_held = call.held
+
+    def _grant(self, call: GrpcCall) -> None:
+        """Open the stream's receive window again, unless its handler is behind.
+
+        A handler that has not taken the messages it has, or whose answers wait for the
+        client's window, gets no more: flow control, not memory, makes the client wait.
+        """
+        if (
+            call.remote_closed
+            or call.recv_window >= _STREAM_WINDOW // 2
+            or call.backlogged
+            or call.outbound_bytes > _STREAM_WINDOW
+            or self._streams.get(call.stream_id) is not call
+        ):
+            return
+        self._write(window_update_frame(call.stream_id, _STREAM_WINDOW - call.recv_window))
+        call.recv_window = _STREAM_WINDOW
 
     def _headers(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
@@ -332,7 +382,7 @@ class Http2Connection(asyncio.Protocol):
             elif not end_stream or call.remote_closed:  # trailers must end the stream
                 self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
             else:
-                call.receive(memoryview(b""), True)
+                self._receive(call, memoryview(b""), True)
                 self._remote_done(call)
             return
         self._last_stream_id = stream_id
@@ -357,20 +407,17 @@ class Http2Connection(asyncio.Protocol):
 
     def _open(self, stream_id: int, head: RequestHead, end_stream: bool) -> None:
         """Answer what cannot be a call at once; otherwise start the call."""
+        # As gRPC servers do, a peer that makes calls may ping again (ping strikes restart).
+        self._ping_strikes = 0
+        self._last_peer_ping = -_PING_STRIKE_INTERVAL_S
         refusal = _refusal(head)
         rpc = self._routes.get(head.path) if refusal is None else None
         if rpc is None:
             if refusal is None:
                 refusal = (200, StatusCode.UNIMPLEMENTED, f"unknown method {head.path}")
             status, code, message = refusal
-            self._write(
-                frame(
-                    FrameType.HEADERS,
-                    Flag.END_HEADERS | Flag.END_STREAM,
-                    stream_id,
-                    trailers_only(code, message, http_status=status),
-                )
-            )
+            block = trailers_only(code, message, http_status=status)
+            self._write(_header_frames(stream_id, block, True, self._peer_max_frame))
             if not end_stream:
                 self._write(rst_stream_frame(stream_id, ErrorCode.NO_ERROR))
             return
@@ -387,7 +434,7 @@ class Http2Connection(asyncio.Protocol):
         self._streams[stream_id] = call
         call.start()
         if end_stream:
-            call.receive(memoryview(b""), True)
+            self._receive(call, memoryview(b""), True)
             self._remote_done(call)
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
@@ -442,28 +489,36 @@ class Http2Connection(asyncio.Protocol):
             return
         if len(payload) % 6:
             raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of the wrong size")
+        grown = False
         for offset in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HL", payload, offset)
-            self._apply_setting(key, value)
+            grown = self._apply_setting(key, value) or grown
+        # The ACK goes first: the peer counts on the new values only once it has it.
         self._write(frame(FrameType.SETTINGS, Flag.ACK, 0))
+        if grown:
+            for call in list(self._streams.values()):
+                self._flush(call)
 
-    def _apply_setting(self, key: int, value: int) -> None:
+    def _apply_setting(self, key: int, value: int) -> bool:
+        """Apply one setting; True when stream send windows grew."""
         if key == Setting.INITIAL_WINDOW_SIZE:
             if value > MAX_WINDOW:
                 raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
             delta = value - self._peer_initial_window
             self._peer_initial_window = value
-            for call in list(self._streams.values()):
+            for call in self._streams.values():
                 call.send_window += delta
-                if delta > 0:
-                    self._flush(call)
-        elif key == Setting.MAX_FRAME_SIZE:
+                if call.send_window > MAX_WINDOW:
+                    raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed")
+            return delta > 0
+        if key == Setting.MAX_FRAME_SIZE:
             if not DEFAULT_MAX_FRAME_SIZE <= value <= 16_777_215:
                 raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
             self._peer_max_frame = value
         elif key == Setting.ENABLE_PUSH and value > 1:
             raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "ENABLE_PUSH must be 0 or 1")
         # HEADER_TABLE_SIZE: our answers never index headers. Others do not concern a server.
+        return False
 
     def _rst_stream(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -472,7 +527,7 @@ class Http2Connection(asyncio.Protocol):
             raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         call = self._streams.pop(stream_id, None)
         if call is not None:
-            self._held -= call.held
+            self._held -= call.counted_held
             self._blocked.pop(stream_id, None)
             call.cancel()
             self._close_if_done()
@@ -489,13 +544,20 @@ class Http2Connection(asyncio.Protocol):
         if size <= call.send_window and size <= self._send_window and size <= self._peer_max_frame:
             call.send_window -= size
             self._send_window -= size
-            self._write(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, RESPONSE_HEADERS))
-            self._write_many(data_frame(stream_id, payload, False))
-            self._write(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers(0)))
+            header, data = data_frame(stream_id, payload, False)
+            self._write_many(
+                [
+                    frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, RESPONSE_HEADERS),
+                    header,
+                    data,
+                    frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers(0)),
+                ]
+            )
             self._local_done(call)
             return
         self._write(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, RESPONSE_HEADERS))
         call.outbound.append((payload, False))
+        call.outbound_bytes += size
         call.outbound.append((trailers(0), True))
         self._flush(call)
 
@@ -503,12 +565,13 @@ class Http2Connection(asyncio.Protocol):
         if call.local_closed or self._closed:
             return
         call.headers_sent = True
-        self._write(frame(FrameType.HEADERS, Flag.END_HEADERS, call.stream_id, block))
+        self._write(_header_frames(call.stream_id, block, False, self._peer_max_frame))
 
     def send_message(self, call: GrpcCall, payload: bytes) -> None:
         if call.local_closed or self._closed:
             return
         call.outbound.append((payload, False))
+        call.outbound_bytes += len(payload)
         self._flush(call)
 
     def send_trailers(self, call: GrpcCall, block: bytes) -> None:
@@ -526,27 +589,29 @@ class Http2Connection(asyncio.Protocol):
             payload, is_trailers = outbound[0]
             if is_trailers:
                 outbound.popleft()
-                self._write(
-                    frame(
-                        FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, call.stream_id, bytes(payload)
-                    )
-                )
+                self._write(_header_frames(call.stream_id, bytes(payload), True, self._peer_max_frame))
                 self._blocked.pop(call.stream_id, None)
                 self._local_done(call)
                 return
             room = min(call.send_window, self._send_window, self._peer_max_frame)
             if room <= 0:
                 self._blocked[call.stream_id] = call
+                self._grant(call)
                 return
             chunk = payload if len(payload) <= room else memoryview(payload)[:room]
             call.send_window -= len(chunk)
             self._send_window -= len(chunk)
+            call.outbound_bytes -= len(chunk)
             self._write_many(data_frame(call.stream_id, chunk, False))
             if len(chunk) == len(payload):
                 outbound.popleft()
             else:
                 outbound[0] = (memoryview(payload)[room:], False)
         self._blocked.pop(call.stream_id, None)
+        self._grant(call)
+
+    def drained(self, call: GrpcCall) -> None:
+        self._grant(call)
 
     def _local_done(self, call: GrpcCall) -> None:
         """Our side of the stream ended; a client still sending is told to stop."""
@@ -561,13 +626,13 @@ class Http2Connection(asyncio.Protocol):
 
     def _forget(self, call: GrpcCall) -> None:
         if self._streams.pop(call.stream_id, None) is not None:
-            self._held -= call.held
+            self._held -= call.counted_held
             self._close_if_done()
 
     def _reset(self, stream_id: int, code: ErrorCode) -> None:
         call = self._streams.pop(stream_id, None)
         if call is not None:
-            self._held -= call.held
+            self._held -= call.counted_held
             self._blocked.pop(stream_id, None)
             call.cancel()
         self._write(rst_stream_frame(stream_id, code))
@@ -628,6 +693,11 @@ class Http2Connection(asyncio.Protocol):
             self._closed = True
             self._transport.close()
 
+    def _restart_timer(self, delay: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
     def _on_timer(self) -> None:
         """Preface deadline, then keepalive: ping an idle peer, drop one that does not answer."""
         self._timer = None
@@ -650,6 +720,18 @@ class Http2Connection(asyncio.Protocol):
             self._timer = self._loop.call_later(self._settings.keepalive_timeout_s, self._on_timer)
         else:
             self._timer = self._loop.call_later(self._settings.keepalive_time_s - idle, self._on_timer)
+
+
+def _header_frames(stream_id: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
+    """A header block as HEADERS, then CONTINUATION frames when it is larger than the peer's frames."""
+    flags = Flag.END_STREAM if end_stream else 0
+    if len(block) <= max_frame:
+        return frame(FrameType.HEADERS, flags | Flag.END_HEADERS, stream_id, block)
+    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
+    frames = [frame(FrameType.HEADERS, flags, stream_id, parts[0])]
+    frames += [frame(FrameType.CONTINUATION, 0, stream_id, part) for part in parts[1:-1]]
+    frames.append(frame(FrameType.CONTINUATION, Flag.END_HEADERS, stream_id, parts[-1]))
+    return b"".join(frames)
 
 
 def _unpad(payload: memoryview) -> memoryview:

@@ -37,7 +37,15 @@ _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b
 _RESERVED = frozenset(
     (b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding", b"user-agent")
 )
+# Fields HTTP/2 forbids in a request (RFC 9113 8.2.2); ``te`` is allowed only as "trailers".
+_CONNECTION_SPECIFIC = frozenset(
+    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
+)
 _CACHE_ENTRIES = 64
+# grpc-message is cut to this many encoded bytes: clients bound the size of trailers
+# (grpc-core: 8 KiB by default), and a message that echoes a long name must not break the call.
+_MAX_MESSAGE_BYTES = 2048
+_MESSAGE_SAFE = " !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~"
 
 
 class HeaderError(Exception):
@@ -188,6 +196,8 @@ def _request_head(fields: list[tuple[bytes, bytes]]) -> RequestHead:
         regular_seen = True
         if name != name.lower():
             raise MalformedRequest("header names must be lowercase")
+        if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
+            raise MalformedRequest(f"connection-specific header {name!r}")
         if name == b"content-type":
             content_type = value
         elif name == b"grpc-timeout":
@@ -196,8 +206,8 @@ def _request_head(fields: list[tuple[bytes, bytes]]) -> RequestHead:
             encoding = value
         elif name not in _RESERVED:
             metadata.append((name.decode("latin-1"), value.decode("latin-1")))
-    if b":method" not in pseudo or b":path" not in pseudo or b":scheme" not in pseudo:
-        raise MalformedRequest("a request needs :method, :scheme and :path")
+    if b":method" not in pseudo or not pseudo.get(b":path") or b":scheme" not in pseudo:
+        raise MalformedRequest("a request needs :method, :scheme and a non-empty :path")
     return RequestHead(
         pseudo[b":method"],
         pseudo[b":path"].decode("latin-1"),
@@ -250,8 +260,15 @@ def _status(http_status: int) -> bytes:
 
 
 def _message(message: str) -> bytes:
-    """``grpc-message`` is percent-encoded UTF-8 (gRPC over HTTP/2, "Responses")."""
-    return quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
+    """``grpc-message`` is percent-encoded UTF-8 (gRPC over HTTP/2, "Responses"), cut to a bound.
+
+    The cut is made on the text, before encoding, so it never splits a character or an escape.
+    """
+    encoded = quote(message, safe=_MESSAGE_SAFE)
+    while len(encoded) > _MAX_MESSAGE_BYTES:
+        message = message[: max(0, len(message) * _MAX_MESSAGE_BYTES // len(encoded) - 1)]
+        encoded = quote(message, safe=_MESSAGE_SAFE)
+    return encoded.encode("ascii")
 
 
 def trailers(code: int, message: str = "", extra: tuple[tuple[str, str], ...] = ()) -> bytes:
