@@ -30,7 +30,7 @@ import grpc
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import body
+from bench_core import body, in_process
 from h2load import H2loadResult, grpc_frame, h2load_version, run_h2load
 from machine import stamp as machine_stamp
 from wrk import run_wrk
@@ -200,6 +200,10 @@ def main() -> None:
     cells: dict[str, object] = {}
     floor: dict[str, dict[str, float]] = {}
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1"]
+    # ONNX Runtime alone on the server's core: what no transport can beat.
+    report["in_process"] = {
+        model: in_process(repo / model / "1" / "model.onnx", width, 2.0) for model, width in WIDTHS.items()
+    }
     with run_server(repo, OUT / "server-grpc.log", server_args, pin_cpu=0) as server:
         for model, width in WIDTHS.items():
             check_answers_agree(server, model, width)
@@ -254,6 +258,21 @@ def print_table(report: dict[str, object]) -> None:
                 f"{m['requests_per_s'] / base:.2f} | {m['p50_ms']:.3f} | {m['p90_ms']:.3f} | "
                 f"{m['p99_ms']:.3f} | {m['server_cpu_ms']:.3f} | {m['errors']:.0f} |"
             )
+
+    print(
+        "\n| model | in-process ORT batch 32 rows/s | ms/row | c=64 JSON server CPU ms/req | ceiling of x JSON |"
+    )
+    print("|---|---|---|---|---|")
+    for model, alone in report["in_process"].items():  # type: ignore[attr-defined]
+        cell = report["cells"].get(f"{model}/c64")  # type: ignore[attr-defined]
+        if cell is None:
+            continue
+        row_ms = 1e3 / alone["batch32_samples_per_s"]
+        json_ms = cell["median"]["http_json"]["server_cpu_ms"]
+        # With the core saturated, req/s = 1 / CPU per request; no transport costs less than ORT alone.
+        print(
+            f"| {model} | {alone['batch32_samples_per_s']:.0f} | {row_ms:.3f} | {json_ms:.3f} | {json_ms / row_ms:.2f} |"
+        )
 
     print("\n| gRPC ServerLive (empty call) c | req/s | p50 ms | server CPU ms/req | errors |")
     print("|---|---|---|---|---|")
