@@ -791,6 +791,17 @@ async def test_many_streams_opened_and_reset_at_once_leave_nothing_behind(server
     await assert_serves(client)
 
 
+async def test_a_rapid_reset_flood_is_told_to_calm_down(server: Server) -> None:
+    client = await server.connect()
+    for _ in range(2500):  # far more than the 2000-reset burst, faster than 1000 a second
+        stream_id = client.start(INFER)
+        client.conn.reset_stream(stream_id)
+    client.flush()
+    await client.until(lambda: client.goaway is not None)
+    assert client.goaway is not None and client.goaway[0] == ErrorCodes.ENHANCE_YOUR_CALM
+    await assert_serves(await server.connect())
+
+
 async def test_streams_over_the_concurrency_limit_are_refused(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:

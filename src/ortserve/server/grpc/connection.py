@@ -57,6 +57,10 @@ _STREAM_WINDOW = 4 << 20
 _PREFACE_TIMEOUT_S = 10.0
 _PING_STRIKE_INTERVAL_S = 10.0
 _MAX_PING_STRIKES = 2
+# Streams a client may reset (or make us reset) per second on one connection, and the burst
+# allowed above that: a "rapid reset" flood (CVE-2023-44487) costs the server work per stream.
+_RESET_RATE = 1000.0
+_RESET_BURST = 2000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,8 @@ class Http2Connection(asyncio.Protocol):
         self._ping_sent_at: float | None = None
         self._last_peer_ping = -_PING_STRIKE_INTERVAL_S
         self._ping_strikes = 0
+        self._reset_tokens = _RESET_BURST
+        self._reset_refilled = 0.0
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -530,7 +536,17 @@ class Http2Connection(asyncio.Protocol):
             self._held -= call.counted_held
             self._blocked.pop(stream_id, None)
             call.cancel()
+            self._charge_reset()
             self._close_if_done()
+
+    def _charge_reset(self) -> None:
+        """Count one stream reset against the connection's budget (a token bucket)."""
+        now = self._loop.time()
+        elapsed = now - self._reset_refilled
+        self._reset_refilled = now
+        self._reset_tokens = min(_RESET_BURST, self._reset_tokens + elapsed * _RESET_RATE) - 1
+        if self._reset_tokens < 0:
+            raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many stream resets")
 
     # -- writing (CallOwner) ----------------------------------------------------------
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
@@ -630,6 +646,8 @@ class Http2Connection(asyncio.Protocol):
             self._close_if_done()
 
     def _reset(self, stream_id: int, code: ErrorCode) -> None:
+        """Reset a stream the client got wrong; that counts against its reset budget too."""
+        self._charge_reset()
         call = self._streams.pop(stream_id, None)
         if call is not None:
             self._held -= call.counted_held
