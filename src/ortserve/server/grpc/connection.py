@@ -1,10 +1,12 @@
 """HTTP/2 for gRPC over asyncio: one protocol object per connection (RFC 9113, cleartext, prior knowledge).
 
-Our own instead of grpcio's server: grpc.aio costs about 0.4 ms of CPU for an empty call on
+Our own instead of grpcio's server: grpc.aio costs 0.4-0.6 ms of CPU for an empty call on
 this machine, more than a whole small-model inference over our HTTP/1.1 path, and the gRPC
-targets are made of that overhead (benchmarks/RESULTS.md). The connection does framing,
-HPACK (through :mod:`~ortserve.server.grpc.headers`), both directions of flow control,
-SETTINGS, PING, RST_STREAM and GOAWAY; each stream's gRPC semantics live in
+targets are made of that overhead (benchmarks/RESULTS.md). This module is the receiving state
+machine: the preface, frames, HPACK blocks (through :mod:`~ortserve.server.grpc.headers`), the
+stream table, receive-side flow control, SETTINGS, PING, RST_STREAM, GOAWAY and keepalive.
+Sending under the peer's windows is :mod:`~ortserve.server.grpc.outbound`, flood limits are
+:mod:`~ortserve.server.grpc.guards`, and each stream's gRPC semantics live in
 :class:`~ortserve.server.grpc.call.GrpcCall`. Writes made while one read is processed go out
 in one system call.
 """
@@ -29,23 +31,25 @@ from ortserve.server.grpc.frames import (
     ErrorCode,
     Flag,
     FrameType,
+    Http2Error,
     Setting,
-    data_frame,
     frame,
     goaway_frame,
+    header_frames,
     rst_stream_frame,
     settings_frame,
+    unpad,
     window_update_frame,
 )
+from ortserve.server.grpc.guards import PingStrikes, ResetBudget
 from ortserve.server.grpc.headers import (
-    RESPONSE_HEADERS,
     HeaderBlockDecoder,
     HeaderError,
     MalformedRequest,
     RequestHead,
-    trailers,
     trailers_only,
 )
+from ortserve.server.grpc.outbound import Outbound
 
 __all__ = ["ConnectionSet", "ConnectionSettings", "Http2Connection"]
 
@@ -55,12 +59,6 @@ _U32 = struct.Struct(">L")
 _MAX_FRAME_SIZE = 1 << 20
 _STREAM_WINDOW = 4 << 20
 _PREFACE_TIMEOUT_S = 10.0
-_PING_STRIKE_INTERVAL_S = 10.0
-_MAX_PING_STRIKES = 2
-# Streams a client may reset (or make us reset) per second on one connection, and the burst
-# allowed above that: a "rapid reset" flood (CVE-2023-44487) costs the server work per stream.
-_RESET_RATE = 1000.0
-_RESET_BURST = 2000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +95,6 @@ class ConnectionSet:
         self.connections.discard(connection)
         if self.closing and not self.connections:
             self.all_closed.set()
-
-
-class _ConnectionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Http2Connection(asyncio.Protocol):
@@ -144,19 +136,14 @@ class Http2Connection(asyncio.Protocol):
         # Flow control: what the peer may still send us, and what we may still send it.
         self._recv_window = settings.connection_window
         self._recv_unacked = 0
-        self._send_window = DEFAULT_WINDOW
-        self._peer_initial_window = DEFAULT_WINDOW
-        self._peer_max_frame = DEFAULT_MAX_FRAME_SIZE
-        self._blocked: dict[int, GrpcCall] = {}
+        self._outbound = Outbound(self)
         self._held = 0
         # Keepalive and ping abuse.
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._ping_sent_at: float | None = None
-        self._last_peer_ping = -_PING_STRIKE_INTERVAL_S
-        self._ping_strikes = 0
-        self._reset_tokens = _RESET_BURST
-        self._reset_refilled = 0.0
+        self._pings = PingStrikes()
+        self._resets = ResetBudget()
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -184,7 +171,7 @@ class Http2Connection(asyncio.Protocol):
         for call in list(self._streams.values()):
             call.cancel()
         self._streams.clear()
-        self._blocked.clear()
+        self._outbound.clear()
 
     def pause_writing(self) -> None:
         # The peer is not reading: stop reading its requests so it cannot make us buffer answers.
@@ -221,7 +208,7 @@ class Http2Connection(asyncio.Protocol):
         self._out = []
         try:
             pos = self._read_frames(buffer)
-        except _ConnectionError as error:
+        except Http2Error as error:
             self._flush_out()
             self._fail_connection(error.code, str(error))
             return
@@ -251,7 +238,7 @@ class Http2Connection(asyncio.Protocol):
             high, low, kind, flags, stream_id = unpack(buffer, pos)
             length = (high << 8) | low
             if length > _MAX_FRAME_SIZE:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+                raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
             stop = pos + 9 + length
             if stop > end:
                 break
@@ -276,38 +263,38 @@ class Http2Connection(asyncio.Protocol):
             self._rst_stream(stream_id, payload)
         elif kind == FrameType.GOAWAY:
             if stream_id != 0:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
             if len(payload) < 8:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY too short")
+                raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY too short")
             self._going_away = True
             self._close_if_done()
         elif kind == FrameType.PRIORITY:
             if stream_id == 0:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
             if len(payload) != 5:
                 self._reset(stream_id, ErrorCode.FRAME_SIZE_ERROR)
         elif kind in (FrameType.PUSH_PROMISE, FrameType.CONTINUATION):
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, f"unexpected {FrameType(kind).name}")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, f"unexpected {FrameType(kind).name}")
         # Unknown frame types are ignored (RFC 9113 5.5).
 
     def _data(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)
         self._recv_window -= size
         if self._recv_window < 0:
-            raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+            raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_unacked += size
         if self._recv_unacked >= self._settings.connection_window // 2:
-            self._write(window_update_frame(0, self._recv_unacked))
+            self.write(window_update_frame(0, self._recv_unacked))
             self._recv_window += self._recv_unacked
             self._recv_unacked = 0
         if flags & Flag.PADDED:
-            payload = _unpad(payload)
+            payload = unpad(payload)
         call = self._streams.get(stream_id)
         if call is None:
             if stream_id > self._last_stream_id:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
             return  # a stream already ended or reset: the frame was in flight
         if call.remote_closed:
             self._reset(stream_id, ErrorCode.STREAM_CLOSED)
@@ -321,7 +308,7 @@ class Http2Connection(asyncio.Protocol):
         if end_stream:
             self._remote_done(call)
         else:
-            self._grant(call)
+            self.grant(call)
 
     def _receive(self, call: GrpcCall, payload: memoryview, end_stream: bool) -> None:
         """Hand request bytes to the call, holding the connection to its memory bound."""
@@ -337,7 +324,7 @@ class Http2Connection(asyncio.Protocol):
             self._held += call.held - call.counted_held
             call.counted_held = call.held
 
-    def _grant(self, call: GrpcCall) -> None:
+    def grant(self, call: GrpcCall) -> None:
         """Open the stream's receive window again, unless its handler is behind.
 
         A handler that has not taken the messages it has, or whose answers wait for the
@@ -351,14 +338,14 @@ class Http2Connection(asyncio.Protocol):
             or self._streams.get(call.stream_id) is not call
         ):
             return
-        self._write(window_update_frame(call.stream_id, _STREAM_WINDOW - call.recv_window))
+        self.write(window_update_frame(call.stream_id, _STREAM_WINDOW - call.recv_window))
         call.recv_window = _STREAM_WINDOW
 
     def _headers(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
         if flags & Flag.PADDED:
-            payload = _unpad(payload)
+            payload = unpad(payload)
         if flags & Flag.PRIORITY:
             payload = payload[5:]
         if flags & Flag.END_HEADERS:
@@ -370,10 +357,10 @@ class Http2Connection(asyncio.Protocol):
         assert self._headers_in_progress is not None
         first_stream, first_flags, parts = self._headers_in_progress
         if kind != FrameType.CONTINUATION or stream_id != first_stream:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted")
         parts.append(bytes(payload))
         if sum(map(len, parts)) > 2 * self._settings.max_header_list_bytes:
-            raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
         if flags & Flag.END_HEADERS:
             self._headers_in_progress = None
             self._header_block(first_flags, stream_id, b"".join(parts))
@@ -399,7 +386,7 @@ class Http2Connection(asyncio.Protocol):
         try:
             head = self._decoder.decode(block)
         except HeaderError as exc:
-            raise _ConnectionError(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
+            raise Http2Error(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
         except MalformedRequest:
             self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
@@ -409,13 +396,11 @@ class Http2Connection(asyncio.Protocol):
         try:
             self._decoder.decode_and_discard(block)
         except HeaderError as exc:
-            raise _ConnectionError(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
+            raise Http2Error(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
 
     def _open(self, stream_id: int, head: RequestHead, end_stream: bool) -> None:
         """Answer what cannot be a call at once; otherwise start the call."""
-        # As gRPC servers do, a peer that makes calls may ping again (ping strikes restart).
-        self._ping_strikes = 0
-        self._last_peer_ping = -_PING_STRIKE_INTERVAL_S
+        self._pings.forgive()
         refusal = _refusal(head)
         rpc = self._routes.get(head.path) if refusal is None else None
         if rpc is None:
@@ -423,18 +408,18 @@ class Http2Connection(asyncio.Protocol):
                 refusal = (200, StatusCode.UNIMPLEMENTED, f"unknown method {head.path}")
             status, code, message = refusal
             block = trailers_only(code, message, http_status=status)
-            self._write(_header_frames(stream_id, block, True, self._peer_max_frame))
+            self.write(header_frames(stream_id, block, True, self._outbound.max_frame))
             if not end_stream:
-                self._write(rst_stream_frame(stream_id, ErrorCode.NO_ERROR))
+                self.write(rst_stream_frame(stream_id, ErrorCode.NO_ERROR))
             return
         call = GrpcCall(
-            self,
+            self._outbound,
             stream_id,
             head,
             rpc,
             self._loop,
             self._settings.max_message_bytes,
-            self._peer_initial_window,
+            self._outbound.initial_window,
             _STREAM_WINDOW,
         )
         self._streams[stream_id] = call
@@ -445,194 +430,94 @@ class Http2Connection(asyncio.Protocol):
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
-            raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
+            raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
         increment = _U32.unpack(payload)[0] & 0x7FFF_FFFF
         if stream_id == 0:
             if increment == 0:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            self._send_window += increment
-            if self._send_window > MAX_WINDOW:
-                raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
-            for blocked in list(self._blocked.values()):
-                self._flush(blocked)
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self._outbound.grow_connection_window(increment)
             return
         call = self._streams.get(stream_id)
         if call is None:
             if stream_id > self._last_stream_id:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream")
             return
         if increment == 0:
             self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
-        call.send_window += increment
-        if call.send_window > MAX_WINDOW:
+        if not self._outbound.grow_stream_window(call, increment):
             self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
-            return
-        self._flush(call)
 
     def _ping(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id != 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
         if len(payload) != 8:
-            raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "PING of the wrong size")
+            raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "PING of the wrong size")
         if flags & Flag.ACK:
             self._ping_sent_at = None
             return
-        now = self._loop.time()
-        if not self._streams and now - self._last_peer_ping < _PING_STRIKE_INTERVAL_S:
-            self._ping_strikes += 1
-            if self._ping_strikes > _MAX_PING_STRIKES:
-                raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too_many_pings")
-        self._last_peer_ping = now
-        self._write(frame(FrameType.PING, Flag.ACK, 0, bytes(payload)))
+        if self._pings.ping(self._loop.time(), bool(self._streams)):
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "too_many_pings")
+        self.write(frame(FrameType.PING, Flag.ACK, 0, bytes(payload)))
 
     def _peer_settings(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id != 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & Flag.ACK:
             if payload:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+                raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
             return
         if len(payload) % 6:
-            raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of the wrong size")
+            raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of the wrong size")
         grown = False
         for offset in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HL", payload, offset)
             grown = self._apply_setting(key, value) or grown
         # The ACK goes first: the peer counts on the new values only once it has it.
-        self._write(frame(FrameType.SETTINGS, Flag.ACK, 0))
+        self.write(frame(FrameType.SETTINGS, Flag.ACK, 0))
         if grown:
             for call in list(self._streams.values()):
-                self._flush(call)
+                self._outbound.flush(call)
 
     def _apply_setting(self, key: int, value: int) -> bool:
         """Apply one setting; True when stream send windows grew."""
         if key == Setting.INITIAL_WINDOW_SIZE:
-            if value > MAX_WINDOW:
-                raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
-            delta = value - self._peer_initial_window
-            self._peer_initial_window = value
-            for call in self._streams.values():
-                call.send_window += delta
-                if call.send_window > MAX_WINDOW:
-                    raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed")
-            return delta > 0
+            return self._outbound.set_initial_window(value, self._streams.values())
         if key == Setting.MAX_FRAME_SIZE:
             if not DEFAULT_MAX_FRAME_SIZE <= value <= 16_777_215:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
-            self._peer_max_frame = value
+                raise Http2Error(ErrorCode.PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
+            self._outbound.max_frame = value
         elif key == Setting.ENABLE_PUSH and value > 1:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "ENABLE_PUSH must be 0 or 1")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "ENABLE_PUSH must be 0 or 1")
         # HEADER_TABLE_SIZE: our answers never index headers. Others do not concern a server.
         return False
 
     def _rst_stream(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
-            raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
+            raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
         if stream_id == 0 or stream_id > self._last_stream_id:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+            raise Http2Error(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         call = self._streams.pop(stream_id, None)
         if call is not None:
             self._held -= call.counted_held
-            self._blocked.pop(stream_id, None)
+            self._outbound.forget(call)
             call.cancel()
             self._charge_reset()
             self._close_if_done()
 
     def _charge_reset(self) -> None:
-        """Count one stream reset against the connection's budget (a token bucket)."""
-        now = self._loop.time()
-        elapsed = now - self._reset_refilled
-        self._reset_refilled = now
-        self._reset_tokens = min(_RESET_BURST, self._reset_tokens + elapsed * _RESET_RATE) - 1
-        if self._reset_tokens < 0:
-            raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many stream resets")
+        if self._resets.charge(self._loop.time()):
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "too many stream resets")
 
-    # -- writing (CallOwner) ----------------------------------------------------------
-    def send_answer(self, call: GrpcCall, payload: bytes) -> None:
-        """Headers, one message and OK trailers; one write when the windows allow."""
-        if call.local_closed or self._closed:
-            return
-        call.headers_sent = True
-        call.local_closed = True
-        size = len(payload)
-        stream_id = call.stream_id
-        if size <= call.send_window and size <= self._send_window and size <= self._peer_max_frame:
-            call.send_window -= size
-            self._send_window -= size
-            header, data = data_frame(stream_id, payload, False)
-            self._write_many(
-                [
-                    frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, RESPONSE_HEADERS),
-                    header,
-                    data,
-                    frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers(0)),
-                ]
-            )
-            self._local_done(call)
-            return
-        self._write(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, RESPONSE_HEADERS))
-        call.outbound.append((payload, False))
-        call.outbound_bytes += size
-        call.outbound.append((trailers(0), True))
-        self._flush(call)
+    # -- streams and writing (StreamOwner) ---------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-    def send_headers(self, call: GrpcCall, block: bytes) -> None:
-        if call.local_closed or self._closed:
-            return
-        call.headers_sent = True
-        self._write(_header_frames(call.stream_id, block, False, self._peer_max_frame))
-
-    def send_message(self, call: GrpcCall, payload: bytes) -> None:
-        if call.local_closed or self._closed:
-            return
-        call.outbound.append((payload, False))
-        call.outbound_bytes += len(payload)
-        self._flush(call)
-
-    def send_trailers(self, call: GrpcCall, block: bytes) -> None:
-        if call.local_closed or self._closed:
-            return
-        call.headers_sent = True
-        call.local_closed = True
-        call.outbound.append((block, True))
-        self._flush(call)
-
-    def _flush(self, call: GrpcCall) -> None:
-        """Send what the windows allow of a stream's queued messages, then its trailers."""
-        outbound = call.outbound
-        while outbound:
-            payload, is_trailers = outbound[0]
-            if is_trailers:
-                outbound.popleft()
-                self._write(_header_frames(call.stream_id, bytes(payload), True, self._peer_max_frame))
-                self._blocked.pop(call.stream_id, None)
-                self._local_done(call)
-                return
-            room = min(call.send_window, self._send_window, self._peer_max_frame)
-            if room <= 0:
-                self._blocked[call.stream_id] = call
-                self._grant(call)
-                return
-            chunk = payload if len(payload) <= room else memoryview(payload)[:room]
-            call.send_window -= len(chunk)
-            self._send_window -= len(chunk)
-            call.outbound_bytes -= len(chunk)
-            self._write_many(data_frame(call.stream_id, chunk, False))
-            if len(chunk) == len(payload):
-                outbound.popleft()
-            else:
-                outbound[0] = (memoryview(payload)[room:], False)
-        self._blocked.pop(call.stream_id, None)
-        self._grant(call)
-
-    def drained(self, call: GrpcCall) -> None:
-        self._grant(call)
-
-    def _local_done(self, call: GrpcCall) -> None:
+    def local_done(self, call: GrpcCall) -> None:
         """Our side of the stream ended; a client still sending is told to stop."""
         if not call.remote_closed:
-            self._write(rst_stream_frame(call.stream_id, ErrorCode.NO_ERROR))
+            self.write(rst_stream_frame(call.stream_id, ErrorCode.NO_ERROR))
             call.remote_closed = True
         self._forget(call)
 
@@ -651,18 +536,18 @@ class Http2Connection(asyncio.Protocol):
         call = self._streams.pop(stream_id, None)
         if call is not None:
             self._held -= call.counted_held
-            self._blocked.pop(stream_id, None)
+            self._outbound.forget(call)
             call.cancel()
-        self._write(rst_stream_frame(stream_id, code))
+        self.write(rst_stream_frame(stream_id, code))
         self._close_if_done()
 
-    def _write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         if self._out is not None:
             self._out.append(data)
         elif self._transport is not None and not self._closed:
             self._transport.write(data)
 
-    def _write_many(self, chunks: list[bytes | memoryview]) -> None:
+    def write_many(self, chunks: list[bytes | memoryview]) -> None:
         if self._out is not None:
             self._out.extend(chunks)
         elif self._transport is not None and not self._closed:
@@ -689,7 +574,7 @@ class Http2Connection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         self._going_away = True
-        self._write(goaway_frame(self._last_stream_id, ErrorCode.NO_ERROR))
+        self.write(goaway_frame(self._last_stream_id, ErrorCode.NO_ERROR))
         for call in list(self._streams.values()):
             call.stop_reading()
         self._close_if_done()
@@ -738,27 +623,6 @@ class Http2Connection(asyncio.Protocol):
             self._timer = self._loop.call_later(self._settings.keepalive_timeout_s, self._on_timer)
         else:
             self._timer = self._loop.call_later(self._settings.keepalive_time_s - idle, self._on_timer)
-
-
-def _header_frames(stream_id: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
-    """A header block as HEADERS, then CONTINUATION frames when it is larger than the peer's frames."""
-    flags = Flag.END_STREAM if end_stream else 0
-    if len(block) <= max_frame:
-        return frame(FrameType.HEADERS, flags | Flag.END_HEADERS, stream_id, block)
-    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
-    frames = [frame(FrameType.HEADERS, flags, stream_id, parts[0])]
-    frames += [frame(FrameType.CONTINUATION, 0, stream_id, part) for part in parts[1:-1]]
-    frames.append(frame(FrameType.CONTINUATION, Flag.END_HEADERS, stream_id, parts[-1]))
-    return b"".join(frames)
-
-
-def _unpad(payload: memoryview) -> memoryview:
-    if not payload:
-        raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "padded frame without a pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - pad]
 
 
 def _refusal(head: RequestHead) -> tuple[int, StatusCode, str] | None:

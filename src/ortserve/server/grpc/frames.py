@@ -7,18 +7,22 @@ from enum import IntEnum
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_WINDOW",
     "FRAME_HEADER",
     "MAX_WINDOW",
     "PREFACE",
     "ErrorCode",
     "Flag",
     "FrameType",
+    "Http2Error",
     "Setting",
     "data_frame",
     "frame",
     "goaway_frame",
+    "header_frames",
     "rst_stream_frame",
     "settings_frame",
+    "unpad",
     "window_update_frame",
 ]
 
@@ -110,3 +114,37 @@ def rst_stream_frame(stream_id: int, code: ErrorCode) -> bytes:
 
 def goaway_frame(last_stream_id: int, code: ErrorCode, debug: bytes = b"") -> bytes:
     return frame(FrameType.GOAWAY, 0, 0, struct.pack(">LL", last_stream_id, code) + debug)
+
+
+class Http2Error(Exception):
+    """A connection error (RFC 9113 5.4.1): the connection ends with GOAWAY and this code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def header_frames(stream_id: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
+    """A header block as HEADERS, then CONTINUATION frames when it is larger than the peer's frames."""
+    flags = Flag.END_STREAM if end_stream else 0
+    if len(block) <= max_frame:
+        return frame(FrameType.HEADERS, flags | Flag.END_HEADERS, stream_id, block)
+    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)]
+    frames = [frame(FrameType.HEADERS, flags, stream_id, parts[0])]
+    frames += [frame(FrameType.CONTINUATION, 0, stream_id, part) for part in parts[1:-1]]
+    frames.append(frame(FrameType.CONTINUATION, Flag.END_HEADERS, stream_id, parts[-1]))
+    return b"".join(frames)
+
+
+def unpad(payload: memoryview) -> memoryview:
+    """A PADDED frame's payload without its pad length byte and padding.
+
+    Raises:
+        Http2Error: the padding is longer than the frame.
+    """
+    if not payload:
+        raise Http2Error(ErrorCode.PROTOCOL_ERROR, "padded frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise Http2Error(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame")
+    return payload[1 : len(payload) - pad]

@@ -1,0 +1,54 @@
+"""Limits on what a peer may make one connection do for nothing: ping floods and reset floods."""
+
+from __future__ import annotations
+
+__all__ = ["PingStrikes", "ResetBudget"]
+
+
+class PingStrikes:
+    """gRPC's ping policy: a peer with no calls open may ping at most every ``interval_s``.
+
+    Each ping sooner than that is a strike; more than ``max_strikes`` ends the connection
+    (ENHANCE_YOUR_CALM, "too_many_pings"). Opening a call forgives every strike, as gRPC
+    servers do, so a client that pings between calls is never punished.
+    """
+
+    def __init__(self, interval_s: float = 10.0, max_strikes: int = 2) -> None:
+        self._interval_s = interval_s
+        self._max_strikes = max_strikes
+        self._last = -interval_s
+        self._strikes = 0
+
+    def forgive(self) -> None:
+        """A call opened."""
+        self._strikes = 0
+        self._last = -self._interval_s
+
+    def ping(self, now: float, calls_open: bool) -> bool:
+        """Record a ping at ``now``; True when the peer has struck out."""
+        if not calls_open and now - self._last < self._interval_s:
+            self._strikes += 1
+        self._last = now
+        return self._strikes > self._max_strikes
+
+
+class ResetBudget:
+    """A token bucket of stream resets, against "rapid reset" floods (CVE-2023-44487).
+
+    Every stream the peer resets, and every stream it makes the server reset, costs a token;
+    tokens come back at ``rate`` per second up to ``burst``. Cancelled work is cheap but not
+    free, so a peer that outruns the bucket loses the connection.
+    """
+
+    def __init__(self, rate: float = 1000.0, burst: float = 2000.0) -> None:
+        self._rate = rate
+        self._burst = burst
+        self._tokens = burst
+        self._refilled = 0.0
+
+    def charge(self, now: float) -> bool:
+        """Spend one token at ``now``; True when the budget is exhausted."""
+        elapsed = now - self._refilled
+        self._refilled = now
+        self._tokens = min(self._burst, self._tokens + elapsed * self._rate) - 1
+        return self._tokens < 0
