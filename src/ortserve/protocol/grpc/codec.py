@@ -65,6 +65,8 @@ _ALL_CONTENTS_FIELDS = frozenset(_CONTENTS_FIELD.values())
 def decode_parameters(parameters: Mapping[str, pb.InferParameter], where: str) -> Parameters:
     """A protobuf parameter map as plain values (an unset oneof is refused)."""
     decoded: Parameters = {}
+    if not parameters:  # the common case; iterating an empty map still costs a few us
+        return decoded
     for key, parameter in parameters.items():
         choice = parameter.WhichOneof("parameter_choice")
         if choice is None:
@@ -178,19 +180,19 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: TensorLimits) ->
     """
     if len(message.id) > _MAX_ID_LENGTH:
         raise InvalidInput("'id' must be at most 1024 characters")
-    if not message.inputs:
+    tensors = message.inputs
+    if not tensors:
         raise InvalidInput("'inputs' must not be empty")
     raws = message.raw_input_contents
-    if raws and len(raws) != len(message.inputs):
+    if raws and len(raws) != len(tensors):
         raise InvalidInput(
-            f"raw_input_contents has {len(raws)} entries for {len(message.inputs)} inputs; "
+            f"raw_input_contents has {len(raws)} entries for {len(tensors)} inputs; "
             "when used it must carry every input"
         )
     parameters = decode_parameters(message.parameters, "request")
     priority, timeout_s = schedule_fields(parameters)
     inputs = [
-        _decode_input(tensor, raws[index] if raws else None, limits)
-        for index, tensor in enumerate(message.inputs)
+        _decode_input(tensor, raws[index] if raws else None, limits) for index, tensor in enumerate(tensors)
     ]
     return InferRequest(
         message.model_name,
