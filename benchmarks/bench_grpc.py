@@ -107,11 +107,10 @@ def run_grpc(
 def run_live(server: ServerProcess, concurrency: int, args: argparse.Namespace) -> dict[str, float]:
     """Empty ServerLive calls; a call without the 7-byte ``live: true`` answer is an error."""
     url = f"http://{server.grpc_address}{LIVE}"
+    streams = args.streams_per_connection if concurrency % args.streams_per_connection == 0 else 1
     result, cpu_s = with_cpu(
         server.process.pid,
-        lambda: run_h2load(
-            url, grpc_frame(b""), concurrency, args.seconds, WARM_UP_S, args.streams_per_connection
-        ),
+        lambda: run_h2load(url, grpc_frame(b""), concurrency, args.seconds, WARM_UP_S, streams),
     )
     answered = result.completed - result.http_errors
     errors = result.http_errors + max(0, answered - result.data_bytes // LIVE_RESPONSE_BYTES)
