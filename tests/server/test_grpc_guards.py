@@ -1,8 +1,8 @@
-"""The flood limits: gRPC's ping strikes and the stream-reset token bucket, on a hand-driven clock."""
+"""The connection guards on a hand-driven clock: ping strikes, the stream-reset bucket, keepalive."""
 
 from __future__ import annotations
 
-from ortserve.server.grpc.guards import PingStrikes, ResetBudget
+from ortserve.server.grpc.guards import Keepalive, KeepaliveStep, PingStrikes, ResetBudget
 
 
 def test_pings_spaced_by_the_interval_never_strike() -> None:
@@ -47,3 +47,18 @@ def test_the_bucket_refills_at_its_rate_up_to_the_burst() -> None:
     assert budget.charge(50.1)
     # A long pause refills only up to the burst.
     assert [budget.charge(1000.0) for _ in range(6)] == [False] * 5 + [True]
+
+
+def test_keepalive_waits_out_the_quiet_time_then_pings() -> None:
+    keepalive = Keepalive(time_s=30.0, timeout_s=5.0)
+    assert keepalive.step(now=110.0, last_read=100.0) == (KeepaliveStep.WAIT, 20.0)
+    assert keepalive.step(now=130.0, last_read=100.0) == (KeepaliveStep.PING, 5.0)
+
+
+def test_an_unanswered_ping_closes_and_an_answered_one_starts_over() -> None:
+    keepalive = Keepalive(time_s=30.0, timeout_s=5.0)
+    keepalive.step(now=130.0, last_read=100.0)  # ping sent at 130
+    assert keepalive.step(now=133.0, last_read=100.0) == (KeepaliveStep.WAIT, 5.0)
+    assert keepalive.step(now=135.0, last_read=100.0) == (KeepaliveStep.CLOSE, 0.0)
+    keepalive.acknowledged()
+    assert keepalive.step(now=136.0, last_read=136.0) == (KeepaliveStep.WAIT, 30.0)

@@ -45,16 +45,16 @@ def test_message_size_defaults_to_the_http_body_limit() -> None:
     assert options(max_body_bytes=123_456, grpc_max_message_bytes=99).max_message_bytes == 99
 
 
-def test_connection_settings_carry_keepalive_streams_and_sizes() -> None:
-    settings = options(
+def test_options_carry_keepalive_streams_and_sizes() -> None:
+    grpc_options = options(
         grpc_max_message_bytes=5000,
         grpc_keepalive_time_s=30.0,
         grpc_keepalive_timeout_s=2.5,
         grpc_max_concurrent_streams=7,
-    ).connection_settings()
-    assert settings.max_message_bytes == 5000
-    assert (settings.keepalive_time_s, settings.keepalive_timeout_s) == (30.0, 2.5)
-    assert settings.max_concurrent_streams == 7
+    )
+    assert grpc_options.max_message_bytes == 5000
+    assert (grpc_options.keepalive_time_s, grpc_options.keepalive_timeout_s) == (30.0, 2.5)
+    assert grpc_options.max_concurrent_streams == 7
 
 
 @pytest.fixture

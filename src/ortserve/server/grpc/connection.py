@@ -18,7 +18,6 @@ import logging
 import os
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -41,7 +40,7 @@ from ortserve.server.grpc.frames import (
     unpad,
     window_update_frame,
 )
-from ortserve.server.grpc.guards import PingStrikes, ResetBudget
+from ortserve.server.grpc.guards import Keepalive, KeepaliveStep, PingStrikes, ResetBudget
 from ortserve.server.grpc.headers import (
     HeaderBlockDecoder,
     HeaderError,
@@ -49,9 +48,10 @@ from ortserve.server.grpc.headers import (
     RequestHead,
     trailers_only,
 )
+from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.outbound import Outbound
 
-__all__ = ["ConnectionSet", "ConnectionSettings", "Http2Connection"]
+__all__ = ["ConnectionSet", "Http2Connection"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,28 +59,6 @@ _U32 = struct.Struct(">L")
 _MAX_FRAME_SIZE = 1 << 20
 _STREAM_WINDOW = 4 << 20
 _PREFACE_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionSettings:
-    """Bounds and timers of every connection of one listener."""
-
-    max_message_bytes: int
-    max_concurrent_streams: int
-    keepalive_time_s: float
-    keepalive_timeout_s: float
-    max_header_list_bytes: int = 64 * 1024
-
-    @property
-    def connection_window(self) -> int:
-        """Room for the largest message plus a stream window, so a big message never stalls."""
-        return min(MAX_WINDOW, max(16 << 20, self.max_message_bytes + _STREAM_WINDOW))
-
-    @property
-    def max_held_bytes(self) -> int:
-        """Request bytes no handler has taken yet (partial messages, unary requests waiting for the
-        end of their stream) that one connection may hold before the stream adding more is failed."""
-        return 2 * self.max_message_bytes + _STREAM_WINDOW
 
 
 class ConnectionSet:
@@ -110,7 +88,7 @@ class Http2Connection(asyncio.Protocol):
     def __init__(
         self,
         routes: Mapping[str, Rpc],
-        settings: ConnectionSettings,
+        settings: GrpcOptions,
         connections: ConnectionSet,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
@@ -133,15 +111,19 @@ class Http2Connection(asyncio.Protocol):
         self._closed = False
         self._going_away = False
         self._reading = True
-        # Flow control: what the peer may still send us, and what we may still send it.
-        self._recv_window = settings.connection_window
+        # Receive flow control: room for the largest message plus a stream window, so a big
+        # message never stalls; past twice the largest message in bytes no handler has taken
+        # yet (partial messages, unary requests awaiting their end of stream), the stream
+        # adding more is failed. The send side is self._outbound.
+        self._connection_window = min(MAX_WINDOW, max(16 << 20, settings.max_message_bytes + _STREAM_WINDOW))
+        self._max_held = 2 * settings.max_message_bytes + _STREAM_WINDOW
+        self._recv_window = self._connection_window
         self._recv_unacked = 0
         self._outbound = Outbound(self)
         self._held = 0
-        # Keepalive and ping abuse.
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._ping_sent_at: float | None = None
+        self._keepalive = Keepalive(settings.keepalive_time_s, settings.keepalive_timeout_s)
         self._pings = PingStrikes()
         self._resets = ResetBudget()
 
@@ -158,7 +140,7 @@ class Http2Connection(asyncio.Protocol):
             Setting.MAX_HEADER_LIST_SIZE: self._settings.max_header_list_bytes,
             Setting.ENABLE_PUSH: 0,
         }
-        grow = self._settings.connection_window - DEFAULT_WINDOW
+        grow = self._connection_window - DEFAULT_WINDOW
         self._transport.write(settings_frame(settings) + window_update_frame(0, grow))
         self._timer = self._loop.call_later(_PREFACE_TIMEOUT_S, self._on_timer)
 
@@ -285,7 +267,7 @@ class Http2Connection(asyncio.Protocol):
         if self._recv_window < 0:
             raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_unacked += size
-        if self._recv_unacked >= self._settings.connection_window // 2:
+        if self._recv_unacked >= self._connection_window // 2:
             self.write(window_update_frame(0, self._recv_unacked))
             self._recv_window += self._recv_unacked
             self._recv_unacked = 0
@@ -314,7 +296,7 @@ class Http2Connection(asyncio.Protocol):
         """Hand request bytes to the call, holding the connection to its memory bound."""
         call.receive(payload, end_stream)
         self._recount(call)
-        if self._held > self._settings.max_held_bytes and call.held:
+        if self._held > self._max_held and call.held:
             call.fail(
                 GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "too much request data held on this connection")
             )
@@ -401,7 +383,7 @@ class Http2Connection(asyncio.Protocol):
     def _open(self, stream_id: int, head: RequestHead, end_stream: bool) -> None:
         """Answer what cannot be a call at once; otherwise start the call."""
         self._pings.forgive()
-        refusal = _refusal(head)
+        refusal = head.refusal()
         rpc = self._routes.get(head.path) if refusal is None else None
         if rpc is None:
             if refusal is None:
@@ -454,7 +436,7 @@ class Http2Connection(asyncio.Protocol):
         if len(payload) != 8:
             raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "PING of the wrong size")
         if flags & Flag.ACK:
-            self._ping_sent_at = None
+            self._keepalive.acknowledged()
             return
         if self._pings.ping(self._loop.time(), bool(self._streams)):
             raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "too_many_pings")
@@ -602,33 +584,17 @@ class Http2Connection(asyncio.Protocol):
         self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
-        """Preface deadline, then keepalive: ping an idle peer, drop one that does not answer."""
+        """Preface deadline, then keepalive: ping a quiet peer, drop one that does not answer."""
         self._timer = None
         if self._closed or self._transport is None:
             return
-        now = self._loop.time()
         if not self._preface_seen:
             self._fail_connection(ErrorCode.PROTOCOL_ERROR, "no connection preface")
             return
-        if self._ping_sent_at is not None:
-            if now - self._ping_sent_at >= self._settings.keepalive_timeout_s:
-                self._fail_connection(ErrorCode.NO_ERROR, "keepalive ping not answered")
-                return
-            self._timer = self._loop.call_later(self._settings.keepalive_timeout_s, self._on_timer)
+        step, delay = self._keepalive.step(self._loop.time(), self._last_read)
+        if step is KeepaliveStep.CLOSE:
+            self._fail_connection(ErrorCode.NO_ERROR, "keepalive ping not answered")
             return
-        idle = now - self._last_read
-        if idle >= self._settings.keepalive_time_s:
-            self._ping_sent_at = now
+        if step is KeepaliveStep.PING:
             self._transport.write(frame(FrameType.PING, 0, 0, os.urandom(8)))
-            self._timer = self._loop.call_later(self._settings.keepalive_timeout_s, self._on_timer)
-        else:
-            self._timer = self._loop.call_later(self._settings.keepalive_time_s - idle, self._on_timer)
-
-
-def _refusal(head: RequestHead) -> tuple[int, StatusCode, str] | None:
-    """HTTP status, gRPC status and message for a request that is not a gRPC call."""
-    if head.method != b"POST":
-        return 405, StatusCode.UNIMPLEMENTED, "gRPC calls use POST"
-    if not head.is_grpc:
-        return 415, StatusCode.INTERNAL, f"content-type {head.content_type.decode('latin-1')!r} is not gRPC"
-    return None
+        self._timer = self._loop.call_later(delay, self._on_timer)

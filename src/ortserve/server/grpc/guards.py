@@ -1,8 +1,10 @@
-"""Limits on what a peer may make one connection do for nothing: ping floods and reset floods."""
+"""What a peer may make one connection do for nothing (ping and reset floods), and keepalive."""
 
 from __future__ import annotations
 
-__all__ = ["PingStrikes", "ResetBudget"]
+from enum import Enum
+
+__all__ = ["Keepalive", "KeepaliveStep", "PingStrikes", "ResetBudget"]
 
 
 class PingStrikes:
@@ -52,3 +54,40 @@ class ResetBudget:
         self._refilled = now
         self._tokens = min(self._burst, self._tokens + elapsed * self._rate) - 1
         return self._tokens < 0
+
+
+class KeepaliveStep(Enum):
+    PING = "ping"
+    CLOSE = "close"
+    WAIT = "wait"
+
+
+class Keepalive:
+    """When to ping a quiet peer, and when to give up on one that does not answer.
+
+    Args:
+        time_s: quiet seconds before a ping.
+        timeout_s: seconds a ping may go unanswered.
+    """
+
+    def __init__(self, time_s: float, timeout_s: float) -> None:
+        self._time_s = time_s
+        self._timeout_s = timeout_s
+        self._ping_sent_at: float | None = None
+
+    def acknowledged(self) -> None:
+        """The peer answered our ping."""
+        self._ping_sent_at = None
+
+    def step(self, now: float, last_read: float) -> tuple[KeepaliveStep, float]:
+        """What to do at ``now`` (the peer last sent something at ``last_read``), and the
+        seconds until the next check."""
+        if self._ping_sent_at is not None:
+            if now - self._ping_sent_at >= self._timeout_s:
+                return KeepaliveStep.CLOSE, 0.0
+            return KeepaliveStep.WAIT, self._timeout_s
+        quiet = now - last_read
+        if quiet >= self._time_s:
+            self._ping_sent_at = now
+            return KeepaliveStep.PING, self._timeout_s
+        return KeepaliveStep.WAIT, self._time_s - quiet

@@ -21,6 +21,8 @@ from urllib.parse import quote
 import hpack
 from hpack.exceptions import HPACKError
 
+from ortserve.server.grpc.errors import StatusCode
+
 __all__ = [
     "RESPONSE_HEADERS",
     "HeaderBlockDecoder",
@@ -68,6 +70,18 @@ class RequestHead:
     encoding: bytes
     """``grpc-encoding`` of the request messages (``identity`` when absent)."""
     metadata: tuple[tuple[str, str], ...]
+
+    def refusal(self) -> tuple[int, StatusCode, str] | None:
+        """HTTP status, gRPC status and message when the request cannot be a gRPC call."""
+        if self.method != b"POST":
+            return 405, StatusCode.UNIMPLEMENTED, "gRPC calls use POST"
+        if not self.is_grpc:
+            return (
+                415,
+                StatusCode.INTERNAL,
+                f"content-type {self.content_type.decode('latin-1')!r} is not gRPC",
+            )
+        return None
 
     @property
     def is_grpc(self) -> bool:

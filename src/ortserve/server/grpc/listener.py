@@ -5,47 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from dataclasses import dataclass
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.call import Rpc
-from ortserve.server.grpc.connection import ConnectionSet, ConnectionSettings, Http2Connection
+from ortserve.server.grpc.connection import ConnectionSet, Http2Connection
 from ortserve.server.grpc.health import ReadinessHealth
+from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
 from ortserve.server.grpc.service import InferenceService
-from ortserve.settings import ServerSettings
 from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
-
-
-@dataclass(frozen=True, slots=True)
-class GrpcOptions:
-    """Transport knobs of the gRPC listener (see :class:`~ortserve.settings.ServerSettings`)."""
-
-    max_message_bytes: int
-    keepalive_time_s: float
-    keepalive_timeout_s: float
-    max_concurrent_streams: int
-
-    @classmethod
-    def from_settings(cls, settings: ServerSettings) -> GrpcOptions:
-        message = settings.grpc_max_message_bytes
-        return cls(
-            max_message_bytes=settings.max_body_bytes if message is None else message,
-            keepalive_time_s=settings.grpc_keepalive_time_s,
-            keepalive_timeout_s=settings.grpc_keepalive_timeout_s,
-            max_concurrent_streams=settings.grpc_max_concurrent_streams,
-        )
-
-    def connection_settings(self) -> ConnectionSettings:
-        return ConnectionSettings(
-            max_message_bytes=self.max_message_bytes,
-            max_concurrent_streams=self.max_concurrent_streams,
-            keepalive_time_s=self.keepalive_time_s,
-            keepalive_timeout_s=self.keepalive_timeout_s,
-        )
 
 
 class GrpcListener:
@@ -68,7 +39,7 @@ class GrpcListener:
         options: GrpcOptions,
         telemetry: Telemetry | None = None,
     ) -> None:
-        self._settings = options.connection_settings()
+        self._options = options
         self.service = InferenceService(dataplane, limits, telemetry)
         self.health = ReadinessHealth(dataplane)
         self._routes: dict[str, Rpc] = {
@@ -89,7 +60,7 @@ class GrpcListener:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: Http2Connection(self._routes, self._settings, self._connections, loop),
+                lambda: Http2Connection(self._routes, self._options, self._connections, loop),
                 host,
                 port,
                 reuse_address=True,
