@@ -1,4 +1,4 @@
-"""Regenerate the gRPC Python modules from src/ortserve/protocol/grpc/grpc_service.proto.
+"""Regenerate the message modules from src/ortserve/protocol/grpc/grpc_service.proto.
 
 Usage: ``python scripts/gen_proto.py`` (rewrite them) or ``--check`` (exit 1 if they are stale).
 
@@ -6,6 +6,9 @@ The generated message module registers its file in a private descriptor pool ins
 protobuf's default one: the package must be ``inference`` for wire compatibility, and
 tritonclient's own stubs define the same symbols, so both in one process (tests, tools) would
 otherwise collide with "duplicate symbol".
+
+No grpcio service stubs are generated: the server is ortserve's own HTTP/2 front (it routes
+by method path to handlers), and clients bring their own stubs (tritonclient).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_ROOT = ROOT / "src"
 PROTO = Path("ortserve/protocol/grpc/grpc_service.proto")
-OUTPUTS = ("grpc_service_pb2.py", "grpc_service_pb2.pyi", "grpc_service_pb2_grpc.py")
+OUTPUTS = ("grpc_service_pb2.py", "grpc_service_pb2.pyi")
 _DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
 _PRIVATE_POOL = (
     "# A private pool: tritonclient defines the same 'inference' symbols in the default one.\n"
@@ -37,7 +40,6 @@ def generate(out_dir: Path) -> dict[str, str]:
             f"-I{SOURCE_ROOT}",
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
             str(PROTO),
         ]
     )
