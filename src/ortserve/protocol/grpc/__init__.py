@@ -1,1 +1,1 @@
-"""The Open Inference Protocol over gRPC: the .proto, its generated stubs, and the codec."""
+"""The Open Inference Protocol over gRPC: the .proto, its generated message classes, and the codec."""
