@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -178,3 +179,24 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
     names = {s.name for s in listed.list_services_response.service}
     assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= names
     assert described.file_descriptor_response.file_descriptor_proto
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_answers_under_both_service_names(channel: grpc.Channel, version: str) -> None:
+    # grpcurl asks v1 first; v1 and v1alpha messages are the same on the wire.
+    info = channel.stream_stream(
+        f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(file_by_filename="ortserve/protocol/grpc/grpc_service.proto"),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.such.Symbol"),
+    ]
+    found, missing = list(info(iter(requests), timeout=10))
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in found.file_descriptor_response.file_descriptor_proto
+    ]
+    assert any(f.package == "inference" and f.service[0].name == "GRPCInferenceService" for f in files)
+    assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
