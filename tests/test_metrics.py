@@ -52,6 +52,8 @@ def idle_metrics(buckets: tuple[float, ...] = (0.001, 0.01, 0.1)) -> ServerMetri
 class FakeExecutor:
     """Batches finish when the test says so; outputs are the inputs."""
 
+    inline_below_s = 0.0  # never inline: these tests drive runs by hand
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.running: list[tuple[Feeds, asyncio.Future[tuple[list[np.ndarray], float]]]] = []
@@ -60,7 +62,9 @@ class FakeExecutor:
     def instances(self) -> int:
         return 1
 
-    def execute(self, feeds: Feeds) -> asyncio.Future[tuple[list[np.ndarray], float]]:
+    def execute(
+        self, feeds: Feeds, expected_s: float = 0.0
+    ) -> asyncio.Future[tuple[list[np.ndarray], float]]:
         future: asyncio.Future[tuple[list[np.ndarray], float]] = self._loop.create_future()
         self.running.append((feeds, future))
         return future

@@ -31,6 +31,8 @@ Array = np.ndarray
 class RecordingExecutor:
     """Doubles its input; records the rows of every batch and the thread it was asked from."""
 
+    inline_below_s = 0.0  # never inline: these tests drive runs by hand
+
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.batches: list[int] = []
         self._loop = loop
@@ -39,7 +41,9 @@ class RecordingExecutor:
     def instances(self) -> int:
         return 1
 
-    def execute(self, feeds: dict[str, Array]) -> asyncio.Future[tuple[list[Array], float]]:
+    def execute(
+        self, feeds: dict[str, Array], expected_s: float = 0.0
+    ) -> asyncio.Future[tuple[list[Array], float]]:
         self.batches.append(len(feeds["x"]))
         future: asyncio.Future[tuple[list[Array], float]] = self._loop.create_future()
         self._loop.call_soon(future.set_result, ([feeds["x"] * 2], 0.0001))

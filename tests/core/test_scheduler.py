@@ -20,18 +20,24 @@ Feeds = dict[str, np.ndarray]
 class FakeExecutor:
     """Records each batch; the test decides when it finishes (outputs = inputs * 2)."""
 
+    inline_below_s = 0.0  # never inline: these tests drive runs by hand
+
     def __init__(self, loop: asyncio.AbstractEventLoop, instances: int = 1) -> None:
         self._loop = loop
         self._instances = instances
         self.batches: list[Feeds] = []
+        self.expected: list[float] = []
         self.running: list[tuple[Feeds, asyncio.Future[tuple[list[np.ndarray], float]]]] = []
 
     @property
     def instances(self) -> int:
         return self._instances
 
-    def execute(self, feeds: Feeds) -> asyncio.Future[tuple[list[np.ndarray], float]]:
+    def execute(
+        self, feeds: Feeds, expected_s: float = 0.0
+    ) -> asyncio.Future[tuple[list[np.ndarray], float]]:
         future: asyncio.Future[tuple[list[np.ndarray], float]] = self._loop.create_future()
+        self.expected.append(expected_s)
         self.batches.append(feeds)
         self.running.append((feeds, future))
         return future
@@ -91,6 +97,32 @@ async def test_idle_runner_runs_a_request_at_once() -> None:
     executor.finish()
     result = await future
     np.testing.assert_array_equal(result[0], rows(1)["x"] * 2)
+
+
+async def test_a_batch_that_runs_inline_waits_for_the_rest_of_the_loops_tick() -> None:
+    # The executor would run a full batch inline (blocking the loop), so an idle scheduler
+    # starts it at the end of the tick: requests read in the same tick share it.
+    cost = BatchCostModel()
+    cost.observe(8, 20e-6)
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), cost=cost)
+    executor.inline_below_s = 100e-6
+    futures = [scheduler.submit(rows(1, 10 * i), 1) for i in range(3)]
+    assert executor.batches == []
+    await settle()
+    assert [batch["x"].shape for batch in executor.batches] == [(3, 4)]
+    assert executor.expected[0] == pytest.approx(cost.predict(3))
+    executor.finish()
+    for i, future in enumerate(futures):
+        np.testing.assert_array_equal((await future)[0], rows(1, 10 * i)["x"] * 2)
+
+
+async def test_a_batch_too_long_to_run_inline_starts_at_once() -> None:
+    cost = BatchCostModel()
+    cost.observe(8, 500e-6)  # a full batch would block the loop for 0.5 ms
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), cost=cost)
+    executor.inline_below_s = 100e-6
+    scheduler.submit(rows(1), 1)
+    assert len(executor.batches) == 1
 
 
 async def test_requests_gather_while_busy_and_each_gets_only_its_rows() -> None:

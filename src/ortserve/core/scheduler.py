@@ -47,8 +47,12 @@ class BatchExecutor(Protocol):
     @property
     def instances(self) -> int: ...
 
-    def execute(self, feeds: Feeds) -> asyncio.Future[tuple[list[Array], float]]:
-        """Start a run; the future gives the outputs and the seconds the run took."""
+    inline_below_s: float
+    """Batches expected to be shorter than this run inline in ``execute`` (0: never)."""
+
+    def execute(self, feeds: Feeds, expected_s: float) -> asyncio.Future[tuple[list[Array], float]]:
+        """Start a run expected to take ``expected_s`` (inf when unknown); the future gives
+        the outputs and the seconds the run took."""
         ...
 
 
@@ -106,6 +110,7 @@ class Scheduler:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
         self._closing = False
+        self._dispatch_soon: asyncio.Handle | None = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -158,8 +163,24 @@ class Scheduler:
         self._queued_requests += 1
         self._queued_rows += rows
         self._idle.clear()
-        self._dispatch()
+        if self._busy == 0 and self._runs_inline():
+            # The run will block the loop: let the rest of this tick's requests join it first.
+            if self._dispatch_soon is None:
+                self._dispatch_soon = self._loop.call_soon(self._dispatch_at_tick_end)
+        else:
+            self._dispatch()
         return future
+
+    def _runs_inline(self) -> bool:
+        """Whether a full batch is expected to run inline, on the loop's thread."""
+        model = self.cost_model
+        return (
+            model.fitted and model.predict(self._policy.max_batch_size or 1) < self._executor.inline_below_s
+        )
+
+    def _dispatch_at_tick_end(self) -> None:
+        self._dispatch_soon = None
+        self._dispatch()
 
     def _lane_index(self, priority: int) -> int:
         levels = self._policy.priority_levels
@@ -337,11 +358,12 @@ class Scheduler:
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in names}
         assembled = self._clock.now()
         rows = sum(p.rows for p in batch)
-        expected_end = assembled + self.cost_model.predict(rows)
+        predicted = self.cost_model.predict(rows)
+        expected_end = assembled + predicted
         self._busy += 1
         self._busy_until.append(expected_end)
         try:
-            run = self._executor.execute(feeds)
+            run = self._executor.execute(feeds, predicted if self.cost_model.fitted else math.inf)
         except Exception as exc:  # the executor could not even start: fail this batch only
             self._busy -= 1
             self._busy_until.remove(expected_end)
