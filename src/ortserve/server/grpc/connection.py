@@ -19,6 +19,7 @@ import os
 import struct
 from collections.abc import Mapping
 
+from ortserve.server.connections import ConnectionSet
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.frames import (
@@ -51,7 +52,7 @@ from ortserve.server.grpc.headers import (
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.outbound import Outbound
 
-__all__ = ["ConnectionSet", "Http2Connection"]
+__all__ = ["Http2Connection"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,20 +60,6 @@ _U32 = struct.Struct(">L")
 _MAX_FRAME_SIZE = 1 << 20
 _STREAM_WINDOW = 4 << 20
 _PREFACE_TIMEOUT_S = 10.0
-
-
-class ConnectionSet:
-    """The connections of one listener, so shutdown can send GOAWAY and wait for them."""
-
-    def __init__(self) -> None:
-        self.connections: set[Http2Connection] = set()
-        self.closing = False
-        self.all_closed = asyncio.Event()
-
-    def discard(self, connection: Http2Connection) -> None:
-        self.connections.discard(connection)
-        if self.closing and not self.connections:
-            self.all_closed.set()
 
 
 class Http2Connection(asyncio.Protocol):
@@ -89,7 +76,7 @@ class Http2Connection(asyncio.Protocol):
         self,
         routes: Mapping[str, Rpc],
         settings: GrpcOptions,
-        connections: ConnectionSet,
+        connections: ConnectionSet[Http2Connection],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._routes = routes

@@ -8,8 +8,9 @@ import socket
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.connections import ConnectionSet
 from ortserve.server.grpc.call import Rpc
-from ortserve.server.grpc.connection import ConnectionSet, Http2Connection
+from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.health import ReadinessHealth
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
@@ -47,7 +48,7 @@ class GrpcListener:
             **self.health.routes(),
             **Reflection().routes(),
         }
-        self._connections = ConnectionSet()
+        self._connections: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
 

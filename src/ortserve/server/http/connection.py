@@ -23,9 +23,10 @@ from urllib.parse import unquote
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
+from ortserve.server.connections import ConnectionSet
 from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
 
-__all__ = ["ConnectionLimits", "Handler", "HttpConnection", "ServerState"]
+__all__ = ["ConnectionLimits", "Handler", "HttpConnection"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,20 +59,6 @@ class ConnectionLimits:
     keepalive_timeout_s: float = 75.0
 
 
-class ServerState:
-    """Connections of one listener, so shutdown can close the idle ones and wait for the rest."""
-
-    def __init__(self) -> None:
-        self.connections: set[HttpConnection] = set()
-        self.closing = False
-        self.all_closed = asyncio.Event()
-
-    def discard(self, connection: HttpConnection) -> None:
-        self.connections.discard(connection)
-        if self.closing and not self.connections:
-            self.all_closed.set()
-
-
 class _TooLarge(Exception):
     pass
 
@@ -84,7 +71,11 @@ class HttpConnection(asyncio.Protocol):
     """Parses requests, runs the handler, writes responses in request order."""
 
     def __init__(
-        self, handler: Handler, limits: ConnectionLimits, state: ServerState, loop: asyncio.AbstractEventLoop
+        self,
+        handler: Handler,
+        limits: ConnectionLimits,
+        state: ConnectionSet[HttpConnection],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._handler = handler
         self._limits = limits

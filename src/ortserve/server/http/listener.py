@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from ortserve.server.http.connection import ConnectionLimits, Handler, HttpConnection, ServerState
+from ortserve.server.connections import ConnectionSet
+from ortserve.server.http.connection import ConnectionLimits, Handler, HttpConnection
 
 __all__ = ["HttpListener"]
 
@@ -21,7 +22,7 @@ class HttpListener:
     def __init__(self, handler: Handler, limits: ConnectionLimits) -> None:
         self._handler = handler
         self._limits = limits
-        self._state = ServerState()
+        self._state: ConnectionSet[HttpConnection] = ConnectionSet()
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
