@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.connections import ConnectionSet
+from ortserve.server.connections import ConnectionSet, listen
 from ortserve.server.grpc.call import Rpc
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.health import ReadinessHealth
@@ -60,18 +59,11 @@ class GrpcListener:
         """
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: Http2Connection(self._routes, self._options, self._connections, loop),
-                host,
-                port,
-                reuse_address=True,
-                backlog=2048,
+            self._server = await listen(
+                lambda: Http2Connection(self._routes, self._options, self._connections, loop), host, port
             )
         except OSError as exc:
             raise OSError(exc.errno, f"gRPC cannot listen on {host}:{port}: {exc.strerror}") from None
-        for sock in self._server.sockets:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return int(self._server.sockets[0].getsockname()[1])
 
     def readiness_changed(self) -> None:

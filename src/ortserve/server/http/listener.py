@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
-from ortserve.server.connections import ConnectionSet
+from ortserve.server.connections import ConnectionSet, listen
 from ortserve.server.http.connection import ConnectionLimits, Handler, HttpConnection
 
 __all__ = ["HttpListener"]
@@ -28,16 +27,9 @@ class HttpListener:
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: HttpConnection(self._handler, self._limits, self._state, loop),
-            host,
-            port,
-            reuse_address=True,
-            backlog=2048,
+        self._server = await listen(
+            lambda: HttpConnection(self._handler, self._limits, self._state, loop), host, port
         )
-        for sock in self._server.sockets:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return int(self._server.sockets[0].getsockname()[1])
 
     def stop_accepting(self) -> None:
