@@ -463,14 +463,20 @@ async def test_request_trailers_end_the_request(server: Server) -> None:
 
 
 # -- flow control and frame sizes -----------------------------------------------------------
-async def test_an_answer_larger_than_the_clients_window_waits_for_window_updates(server: Server) -> None:
+async def blocked_echo(server: Server, payload: bytes) -> tuple[Client, int, Stream]:
+    """A client with a 1 KiB window whose echo call has filled it; it acknowledges nothing itself."""
     client = await server.connect(window=1024)
     client.auto_ack = False
-    payload = os.urandom(40_000)
     stream_id = client.start(INFER)
     client.send(stream_id, framed(infer_request("echo", payload)), end_stream=True)
     stream = client.streams[stream_id]
     await client.until(lambda: len(stream.data) == 1024)
+    return client, stream_id, stream
+
+
+async def test_an_answer_larger_than_the_clients_window_waits_for_window_updates(server: Server) -> None:
+    payload = os.urandom(40_000)
+    client, stream_id, stream = await blocked_echo(server, payload)
     await client.sync()
     assert len(stream.data) == 1024 and not stream.done  # the server waits within the window
     while not stream.done:
@@ -487,13 +493,8 @@ async def test_an_answer_larger_than_the_clients_window_waits_for_window_updates
 
 
 async def test_a_larger_initial_window_mid_stream_releases_the_rest(server: Server) -> None:
-    client = await server.connect(window=1024)
-    client.auto_ack = False
     payload = os.urandom(40_000)
-    stream_id = client.start(INFER)
-    client.send(stream_id, framed(infer_request("echo", payload)), end_stream=True)
-    stream = client.streams[stream_id]
-    await client.until(lambda: len(stream.data) == 1024)
+    client, stream_id, _ = await blocked_echo(server, payload)
     # h2 trusts the new window only once the server acknowledged it: DATA sent before that
     # ACK would be a flow-control error here.
     client.conn.update_settings({INITIAL_WINDOW_SIZE: 1 << 20})
@@ -503,12 +504,7 @@ async def test_a_larger_initial_window_mid_stream_releases_the_rest(server: Serv
 
 
 async def test_a_smaller_initial_window_mid_stream_stops_the_answer(server: Server) -> None:
-    client = await server.connect(window=1024)
-    client.auto_ack = False
-    stream_id = client.start(INFER)
-    client.send(stream_id, framed(infer_request("echo", os.urandom(40_000))), end_stream=True)
-    stream = client.streams[stream_id]
-    await client.until(lambda: len(stream.data) == 1024)
+    client, stream_id, stream = await blocked_echo(server, os.urandom(40_000))
     client.conn.update_settings({INITIAL_WINDOW_SIZE: 0})  # the stream's window goes to -1024
     client.flush()
     client.conn.increment_flow_control_window(1024, stream_id)  # back to 0: still nothing to send
