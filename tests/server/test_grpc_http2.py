@@ -452,6 +452,26 @@ async def test_a_header_block_split_into_continuation_frames_is_reassembled(serv
     await assert_serves(client)
 
 
+async def test_a_continuation_flood_is_cut_off_after_a_bounded_number_of_frames(server: Server) -> None:
+    """CVE-2024-27316's class: a header block that never ends, in 16,000 empty CONTINUATION frames."""
+    client = await server.connect()
+    flood = raw_frame(HEADERS, 0, 1, b"\x83") + raw_frame(CONTINUATION, 0, 1) * 16_000
+    client.raw(flood)
+    await client.until(lambda: client.goaway is not None)
+    assert client.goaway is not None and client.goaway[0] == ErrorCodes.ENHANCE_YOUR_CALM
+    await client.until(lambda: client.closed)
+    await assert_serves(await server.connect())
+
+
+async def test_a_header_block_in_more_continuation_frames_than_allowed_is_refused(server: Server) -> None:
+    client = await server.connect()
+    client.conn.max_outbound_frame_size = 16
+    client.start(INFER, metadata=(("x-note", "n" * 1600),))  # 100 frames of 16 bytes or more
+    await client.until(lambda: client.goaway is not None)
+    assert client.goaway is not None and client.goaway[0] == ErrorCodes.ENHANCE_YOUR_CALM
+    await assert_serves(await server.connect())
+
+
 async def test_request_trailers_end_the_request(server: Server) -> None:
     client = await server.connect()
     stream_id = client.start(INFER)

@@ -18,6 +18,7 @@ import logging
 import os
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ortserve.server.connections import ConnectionSet
 from ortserve.server.grpc.call import GrpcCall, Rpc
@@ -60,6 +61,19 @@ _U32 = struct.Struct(">L")
 _MAX_FRAME_SIZE = 1 << 20
 _STREAM_WINDOW = 4 << 20
 _PREFACE_TIMEOUT_S = 10.0
+# A header block may span this many CONTINUATION frames at most (h2's cap too). Real clients
+# need one or two; the limit stops a flood of empty frames that would otherwise never end the
+# block (CVE-2024-27316's class).
+MAX_CONTINUATION_FRAMES = 64
+
+
+@dataclass(slots=True)
+class _OpenHeaderBlock:
+    stream_id: int
+    flags: int
+    parts: list[bytes]
+    size: int
+    continuations: int = 0
 
 
 class Http2Connection(asyncio.Protocol):
@@ -93,7 +107,9 @@ class Http2Connection(asyncio.Protocol):
         self._preface_seen = False
         self._streams: dict[int, GrpcCall] = {}
         self._last_stream_id = 0
-        self._headers_in_progress: tuple[int, int, list[bytes]] | None = None  # stream, flags, parts
+        # A header block still open: stream, flags of its HEADERS frame, its fragments, and
+        # their running size and CONTINUATION count, so each frame costs O(its own length).
+        self._headers_in_progress: _OpenHeaderBlock | None = None
         self._out: list[bytes | memoryview] | None = None
         self._closed = False
         self._going_away = False
@@ -320,19 +336,23 @@ class Http2Connection(asyncio.Protocol):
         if flags & Flag.END_HEADERS:
             self._header_block(flags, stream_id, bytes(payload))
         else:
-            self._headers_in_progress = (stream_id, flags, [bytes(payload)])
+            self._headers_in_progress = _OpenHeaderBlock(stream_id, flags, [bytes(payload)], len(payload))
 
     def _continuation(self, kind: int, flags: int, stream_id: int, payload: memoryview) -> None:
-        assert self._headers_in_progress is not None
-        first_stream, first_flags, parts = self._headers_in_progress
-        if kind != FrameType.CONTINUATION or stream_id != first_stream:
+        block = self._headers_in_progress
+        assert block is not None
+        if kind != FrameType.CONTINUATION or stream_id != block.stream_id:
             raise Http2Error(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted")
-        parts.append(bytes(payload))
-        if sum(map(len, parts)) > 2 * self._settings.max_header_list_bytes:
+        block.continuations += 1
+        if block.continuations > MAX_CONTINUATION_FRAMES:
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
+        block.size += len(payload)
+        if block.size > 2 * self._settings.max_header_list_bytes:
             raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
+        block.parts.append(bytes(payload))
         if flags & Flag.END_HEADERS:
             self._headers_in_progress = None
-            self._header_block(first_flags, stream_id, b"".join(parts))
+            self._header_block(block.flags, stream_id, b"".join(block.parts))
 
     def _header_block(self, flags: int, stream_id: int, block: bytes) -> None:
         end_stream = bool(flags & Flag.END_STREAM)
