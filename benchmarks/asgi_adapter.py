@@ -24,7 +24,10 @@ async def _startup() -> None:
     global _server
     settings = ServerSettings(
         model_repository=Path(os.environ["ORTSERVE_MODEL_REPOSITORY"]),
-        http_port=0, grpc_port=-1, metrics_port=-1, intra_op_threads=1,
+        http_port=0,
+        grpc_port=-1,
+        metrics_port=-1,
+        intra_op_threads=1,
     )
     _server = Server(settings)
     await _server.registry.load_repository(settings)
@@ -59,8 +62,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     request = HttpRequest(
-        scope["method"], scope["path"], scope["query_string"].decode("latin-1"),
-        {name.lower(): value for name, value in scope["headers"]}, b"".join(chunks),
+        scope["method"],
+        scope["path"],
+        scope["query_string"].decode("latin-1"),
+        {name.lower(): value for name, value in scope["headers"]},
+        b"".join(chunks),
     )
     response = await _respond(request)
     headers = [(b"content-type", response.content_type), *response.headers]

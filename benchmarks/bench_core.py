@@ -58,13 +58,25 @@ def in_process(model_path: Path, width: int, seconds: float) -> dict[str, float]
 def body(width: int, binary: bool) -> tuple[bytes, int | None]:
     data = np.random.default_rng(1).standard_normal((1, width)).astype(np.float32)
     if not binary:
-        document = {"inputs": [{"name": "input", "shape": [1, width], "datatype": "FP32", "data": data.ravel().tolist()}]}
+        document = {
+            "inputs": [
+                {"name": "input", "shape": [1, width], "datatype": "FP32", "data": data.ravel().tolist()}
+            ]
+        }
         return json.dumps(document).encode(), None
-    header = json.dumps({
-        "inputs": [{"name": "input", "shape": [1, width], "datatype": "FP32",
-                    "parameters": {"binary_data_size": data.nbytes}}],
-        "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
-    }).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, width],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": data.nbytes},
+                }
+            ],
+            "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     return header + data.tobytes(), len(header)
 
 
@@ -84,11 +96,19 @@ def main() -> None:
     repo = OUT / "models"
     if not (repo / "heavy_mlp").exists():
         write_demo_repository(repo)
-    widths = {name: sizes[0] for name, (sizes, _) in DEMO_MODELS.items() if name in ("small_mlp", "heavy_mlp")}
+    widths = {
+        name: sizes[0] for name, (sizes, _) in DEMO_MODELS.items() if name in ("small_mlp", "heavy_mlp")
+    }
     report: dict[str, object] = {
-        **machine_stamp(), "intra_op_threads": 1,
-        "server_cpu": 0, "load_cpu": 1, "seconds": args.seconds, "repeats": args.repeats,
-        "payload": "binary" if args.binary else "json", "in_process": {}, "server": {},
+        **machine_stamp(),
+        "intra_op_threads": 1,
+        "server_cpu": 0,
+        "load_cpu": 1,
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "payload": "binary" if args.binary else "json",
+        "in_process": {},
+        "server": {},
     }
     for name, width in widths.items():
         report["in_process"][name] = in_process(repo / name / "1" / "model.onnx", width, args.seconds)  # type: ignore[index]
@@ -100,8 +120,12 @@ def main() -> None:
             path = f"/v2/models/{name}/infer"
             run_wrk(server.http_url, path, payload, 16, 2, header_length=header_length)  # warm
             for concurrency in args.concurrency:
-                runs = [run_wrk(server.http_url, path, payload, concurrency, args.seconds, header_length=header_length)
-                        for _ in range(args.repeats)]
+                runs = [
+                    run_wrk(
+                        server.http_url, path, payload, concurrency, args.seconds, header_length=header_length
+                    )
+                    for _ in range(args.repeats)
+                ]
                 report["server"][f"{name}/c{concurrency}"] = median_result(runs)  # type: ignore[index]
                 print(name, concurrency, report["server"][f"{name}/c{concurrency}"], flush=True)  # type: ignore[index]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -110,19 +134,25 @@ def main() -> None:
 
 
 def print_table(report: dict[str, object]) -> None:
-    print(f"\n{report['date']} | {report['cpu']} | ORT {report['onnxruntime']} | git {report['git']} | "
-          f"payload {report['payload']} | median of {report['repeats']} x {report['seconds']} s\n")
+    print(
+        f"\n{report['date']} | {report['cpu']} | ORT {report['onnxruntime']} | git {report['git']} | "
+        f"payload {report['payload']} | median of {report['repeats']} x {report['seconds']} s\n"
+    )
     print("| model | concurrency | req/s | p50 ms | p90 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")
     for key, cell in report["server"].items():  # type: ignore[attr-defined]
         name, conc = key.split("/c")
-        print(f"| {name} | {conc} | {cell['requests_per_s']:.0f} | {cell['p50_ms']:.2f} | {cell['p90_ms']:.2f} | "
-              f"{cell['p99_ms']:.2f} | {cell['errors']:.0f} |")
+        print(
+            f"| {name} | {conc} | {cell['requests_per_s']:.0f} | {cell['p50_ms']:.2f} | {cell['p90_ms']:.2f} | "
+            f"{cell['p99_ms']:.2f} | {cell['errors']:.0f} |"
+        )
     print("\n| model | in-process batch 1 p50 ms | batch 1 samples/s | batch 32 samples/s |")
     print("|---|---|---|---|")
     for name, cell in report["in_process"].items():  # type: ignore[attr-defined]
-        print(f"| {name} | {cell['batch1_p50_ms']:.3f} | {cell['batch1_samples_per_s']:.0f} | "
-              f"{cell['batch32_samples_per_s']:.0f} |")
+        print(
+            f"| {name} | {cell['batch1_p50_ms']:.3f} | {cell['batch1_samples_per_s']:.0f} | "
+            f"{cell['batch32_samples_per_s']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -25,13 +25,17 @@ OUT = Path(__file__).parent / "out"
 
 
 async def run(model: str, width: int, requests: int, burst: int) -> float:
-    settings = ServerSettings(model_repository=OUT / "models", http_port=0, grpc_port=-1, metrics_port=-1,
-                              intra_op_threads=1)
+    settings = ServerSettings(
+        model_repository=OUT / "models", http_port=0, grpc_port=-1, metrics_port=-1, intra_op_threads=1
+    )
     server = Server(settings)
     await server.registry.load_repository(settings)
-    body = json.dumps({"inputs": [{"name": "input", "shape": [1, width], "datatype": "FP32",
-                                   "data": [0.1] * width}]}).encode()
-    request = HttpRequest("POST", f"/v2/models/{model}/infer", "", {b"content-type": b"application/json"}, body)
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, width], "datatype": "FP32", "data": [0.1] * width}]}
+    ).encode()
+    request = HttpRequest(
+        "POST", f"/v2/models/{model}/infer", "", {b"content-type": b"application/json"}, body
+    )
 
     async def one() -> HttpResponse:
         result = server.http_app(request)

@@ -31,13 +31,51 @@ BIN = Path(sys.executable).parent
 
 def command(stack: str, port: int, repo: Path) -> list[str]:
     if stack == "ortserve":
-        return [str(BIN / "ortserve"), "serve", "--model-repository", str(repo), "--http-port", str(port),
-                "--grpc-port", "-1", "--metrics-port", "-1", "--intra-op-threads", "1", "--log-level", "WARNING"]
+        return [
+            str(BIN / "ortserve"),
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            str(port),
+            "--grpc-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+            "--intra-op-threads",
+            "1",
+            "--log-level",
+            "WARNING",
+        ]
     if stack == "uvicorn":
-        return [str(BIN / "uvicorn"), "asgi_adapter:app", "--port", str(port), "--loop", "uvloop",
-                "--http", "httptools", "--no-access-log", "--log-level", "warning"]
-    return [str(BIN / "granian"), "--interface", "asgi", "--port", str(port), "--workers", "1",
-            "--loop", "uvloop", "--no-ws", "--log-level", "warning", "asgi_adapter:app"]
+        return [
+            str(BIN / "uvicorn"),
+            "asgi_adapter:app",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+    return [
+        str(BIN / "granian"),
+        "--interface",
+        "asgi",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--loop",
+        "uvloop",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        "asgi_adapter:app",
+    ]
 
 
 def wait_ready(port: int) -> None:
@@ -60,23 +98,38 @@ def main() -> None:
     repo = HERE / "out" / "models"
     if not (repo / "small_mlp").exists():
         write_demo_repository(repo)
-    body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
-                                   "data": [0.1] * 64}]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.1] * 64}]}
+    ).encode()
     rows = []
     for stack in ("ortserve", "uvicorn", "granian"):
         port = free_port()
         env = {**os.environ, "ORTSERVE_MODEL_REPOSITORY": str(repo.resolve())}
-        process = subprocess.Popen(["taskset", "-c", "0", *command(stack, port, repo.resolve())], cwd=HERE, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            ["taskset", "-c", "0", *command(stack, port, repo.resolve())],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             wait_ready(port)
             url = f"http://127.0.0.1:{port}"
             for concurrency in (1, 64):
-                runs = [run_wrk(url, "/v2/models/small_mlp/infer", body, concurrency, args.seconds)
-                        for _ in range(args.repeats)]
-                rows.append((stack, concurrency, statistics.median(r.requests_per_s for r in runs),
-                             statistics.median(r.p50_ms for r in runs), statistics.median(r.p99_ms for r in runs),
-                             sum(r.errors for r in runs)))
+                runs = [
+                    run_wrk(url, "/v2/models/small_mlp/infer", body, concurrency, args.seconds)
+                    for _ in range(args.repeats)
+                ]
+                rows.append(
+                    (
+                        stack,
+                        concurrency,
+                        statistics.median(r.requests_per_s for r in runs),
+                        statistics.median(r.p50_ms for r in runs),
+                        statistics.median(r.p99_ms for r in runs),
+                        sum(r.errors for r in runs),
+                    )
+                )
                 print(rows[-1], flush=True)
         finally:
             process.terminate()

@@ -61,11 +61,26 @@ def run_wrk(
     with tempfile.NamedTemporaryFile(suffix=".body") as handle:
         handle.write(body)
         handle.flush()
-        env = {**os.environ, "BODY": handle.name, "URL_PATH": path,
-               "HEADER_LENGTH": "" if header_length is None else str(header_length)}
+        env = {
+            **os.environ,
+            "BODY": handle.name,
+            "URL_PATH": path,
+            "HEADER_LENGTH": "" if header_length is None else str(header_length),
+        }
         command = [
-            "taskset", "-c", str(cpu), "wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency",
-            "--timeout", "5s", "-s", str(POST_LUA), url,
+            "taskset",
+            "-c",
+            str(cpu),
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "--timeout",
+            "5s",
+            "-s",
+            str(POST_LUA),
+            url,
         ]
         output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return parse(output)

@@ -99,7 +99,7 @@ def serialized(model: onnx.ModelProto) -> bytes:
     """A checked model as bytes, for an in-memory ``onnxruntime.InferenceSession``."""
     model.ir_version = _IR_VERSION
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 def write_error_repository(root: Path) -> None:

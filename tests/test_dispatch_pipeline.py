@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -35,7 +36,7 @@ def order(identifier: str, lat: float, lon: float, minutes: int = 45) -> dict[st
 
 
 async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarness) -> None:
-    answer = await harness.call(
+    answer: Any = await harness.call(
         "dispatch",
         {
             "orders": [order("o1", 39.9219, 116.4436)],
@@ -45,7 +46,7 @@ async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarne
             ],
         },
     )
-    [result] = answer["orders"]  # type: ignore[misc]
+    [result] = answer["orders"]
     assert result["courier_id"] == "near"
     scores = [c["score"] for c in result["candidates"]]
     assert result["candidates"][0]["courier_id"] == "near" and scores == sorted(scores, reverse=True)
@@ -54,14 +55,16 @@ async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarne
 
 async def test_a_tight_deadline_lowers_the_on_time_probability(harness: PipelineHarness) -> None:
     couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
-    relaxed = await harness.call(
+    relaxed: Any = await harness.call(
         "dispatch", {"orders": [order("o1", 39.92, 116.44, 90)], "couriers": couriers}
     )
-    tight = await harness.call("dispatch", {"orders": [order("o1", 39.92, 116.44, 12)], "couriers": couriers})
-    relaxed_on_time = relaxed["orders"][0]["candidates"][0]["on_time"]  # type: ignore[index]
+    tight: Any = await harness.call(
+        "dispatch", {"orders": [order("o1", 39.92, 116.44, 12)], "couriers": couriers}
+    )
+    relaxed_on_time = relaxed["orders"][0]["candidates"][0]["on_time"]
     assert relaxed_on_time > 0.9
-    assert tight["orders"][0]["courier_id"] is None  # type: ignore[index]
-    assert tight["unassigned"][0]["reason"].startswith("no courier with room can deliver")  # type: ignore[index]
+    assert tight["orders"][0]["courier_id"] is None
+    assert tight["unassigned"][0]["reason"].startswith("no courier with room can deliver")
 
 
 async def test_capacity_holds_across_orders_and_the_rest_are_unassigned_with_a_reason(
@@ -72,13 +75,13 @@ async def test_capacity_holds_across_orders_and_the_rest_are_unassigned_with_a_r
         {"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3, "load": 1},
         {"id": "c2", "lat": 39.925, "lon": 116.442, "capacity": 1},
     ]
-    answer = await harness.call("dispatch", {"orders": orders, "couriers": couriers, "top_k": 2})
-    assigned = [o["courier_id"] for o in answer["orders"]]  # type: ignore[attr-defined]
+    answer: Any = await harness.call("dispatch", {"orders": orders, "couriers": couriers, "top_k": 2})
+    assigned = [o["courier_id"] for o in answer["orders"]]
     assert assigned.count("c1") == 2 and assigned.count("c2") == 1
-    assert len(answer["unassigned"]) == 2  # type: ignore[arg-type]
+    assert len(answer["unassigned"]) == 2
     assert {u["order_id"] for u in answer["unassigned"]} == {
         o["order_id"] for o in answer["orders"] if o["courier_id"] is None
-    }  # type: ignore[attr-defined,index]
+    }
 
 
 async def test_orders_given_by_address_are_placed_and_routed(harness: PipelineHarness) -> None:
@@ -93,7 +96,7 @@ async def test_orders_given_by_address_are_placed_and_routed(harness: PipelineHa
         ],
         "couriers": [{"id": "c1", "lat": 39.96, "lon": 116.30, "capacity": 2}],
     }
-    answer = await harness.post("/v1/route", orjson.dumps(document))
-    [result] = answer["orders"]  # type: ignore[misc]
+    answer: Any = await harness.post("/v1/route", orjson.dumps(document))
+    [result] = answer["orders"]
     assert result["placed_in"] == "海淀区" and result["courier_id"] == "c1"
     assert result["candidates"][0]["distance_km"] < 1.0

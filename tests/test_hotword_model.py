@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -41,43 +42,43 @@ async def harness(hotword_repository: Path) -> AsyncIterator[PipelineHarness]:
         yield loaded
 
 
-def scores(answer: dict[str, object]) -> dict[str, float]:
-    return {h["word"]: h["score"] for h in answer["hotwords"]}  # type: ignore[attr-defined,index]
+def scores(answer: dict[str, Any]) -> dict[str, float]:
+    return {h["word"]: h["score"] for h in answer["hotwords"]}
 
 
 async def test_near_national_day_a_travel_query_ranks_holiday_travel_hotwords_higher(
     harness: PipelineHarness,
 ) -> None:
-    golden = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2025, 9, 27)})
-    march = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2026, 3, 11)})
+    golden: Any = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2025, 9, 27)})
+    march: Any = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2026, 3, 11)})
     near, ordinary = scores(golden), scores(march)
     assert set(list(near)[:2]) <= HOLIDAY_TRAVEL
     ordinary_rank = list(ordinary).index("国庆旅游攻略") if "国庆旅游攻略" in ordinary else len(ordinary)
     assert list(near).index("国庆旅游攻略") < ordinary_rank
     assert near["国庆旅游攻略"] > 2 * ordinary.get("国庆旅游攻略", 0.0)
     assert sum(near.get(w, 0.0) for w in HOLIDAY_TRAVEL) > sum(ordinary.get(w, 0.0) for w in HOLIDAY_TRAVEL)
-    assert all("holiday" in h["tags"] for h in golden["hotwords"] if h["word"] in HOLIDAY_TRAVEL)  # type: ignore[attr-defined]
-    assert not any("holiday" in h["tags"] for h in march["hotwords"])  # type: ignore[attr-defined]
+    assert all("holiday" in h["tags"] for h in golden["hotwords"] if h["word"] in HOLIDAY_TRAVEL)
+    assert not any("holiday" in h["tags"] for h in march["hotwords"])
 
 
 async def test_a_beijing_region_lifts_beijing_hotwords_and_tags_them_regional(
     harness: PipelineHarness,
 ) -> None:
     query = {"query": "旅游攻略门票", "timestamp": at(2026, 3, 11)}
-    beijing = await harness.call("hotword", {**query, "region_id": 110105})
-    shanghai = await harness.call("hotword", {**query, "region_id": 310000})
+    beijing: Any = await harness.call("hotword", {**query, "region_id": 110105})
+    shanghai: Any = await harness.call("hotword", {**query, "region_id": 310000})
     in_beijing, in_shanghai = scores(beijing), scores(shanghai)
     assert set(list(in_beijing)[:2]) <= BEIJING
     assert sum(in_beijing.get(w, 0.0) for w in BEIJING) > 3 * sum(in_shanghai.get(w, 0.0) for w in BEIJING)
-    tagged = {h["word"] for h in beijing["hotwords"] if "regional" in h["tags"]}  # type: ignore[attr-defined]
+    tagged = {h["word"] for h in beijing["hotwords"] if "regional" in h["tags"]}
     assert tagged and tagged <= BEIJING
-    assert not any("regional" in h["tags"] and h["word"] in BEIJING for h in shanghai["hotwords"])  # type: ignore[attr-defined]
+    assert not any("regional" in h["tags"] and h["word"] in BEIJING for h in shanghai["hotwords"])
 
 
 async def test_answers_are_ranked_scores_between_0_and_1_with_the_model_version(
     harness: PipelineHarness,
 ) -> None:
-    answer = await harness.post("/v1/predict", '{"query": "天气", "timestamp": 1759017600000}'.encode())
+    answer: Any = await harness.post("/v1/predict", '{"query": "天气", "timestamp": 1759017600000}'.encode())
     values = list(scores(answer).values())
     assert values == sorted(values, reverse=True) and all(0.0 <= v <= 1.0 for v in values)
     assert answer["model_version"] == "1"

@@ -21,7 +21,7 @@ from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.demo import build_mlp
 from ortserve.errors import ConfigError, InvalidInput, ModelNotFound
 from ortserve.pipeline import runtime
-from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
+from ortserve.pipeline.contract import JsonObject, MaybeAwaitable, ModelCall, ModelOutputs, PipelineContext
 from ortserve.pipeline.runtime import PipelineRunner, import_pipeline, load_pipeline
 from ortserve.testing import pipeline_harness
 
@@ -85,7 +85,7 @@ def doubling_model(max_batch_size: int, datatype: str = "FP32") -> tuple[Resolve
 class EchoPipeline:
     """{"x": [[a, b], ...]} -> {"y": doubled rows}; records the threads its steps ran on."""
 
-    route = "/v1/echo"
+    route: str | None = "/v1/echo"
 
     def __init__(self, context: PipelineContext | None = None) -> None:
         self.threads: list[int] = []
@@ -99,7 +99,9 @@ class EchoPipeline:
         self.threads.append(threading.get_ident())
         return [ModelCall("double", {"x": np.asarray(rows, dtype=np.float32).reshape(-1, 2)})]
 
-    def postprocess(self, outputs: Sequence[ModelOutputs], rows: list[list[float]]) -> JsonObject:
+    def postprocess(
+        self, outputs: Sequence[ModelOutputs], rows: list[list[float]]
+    ) -> MaybeAwaitable[JsonObject]:
         return {"y": np.asarray(outputs[0]["y"]).tolist()}
 
     def example(self) -> JsonObject:

@@ -74,21 +74,36 @@ async def never(tmp_path: Path) -> AsyncIterator[Served]:
     await registry.unload_all(5.0)
 
 
+def interval(span: ReadableSpan) -> tuple[int, int]:
+    assert span.start_time is not None and span.end_time is not None
+    return span.start_time, span.end_time
+
+
+def attribute(span: ReadableSpan, key: str) -> object:
+    assert span.attributes is not None
+    return span.attributes[key]
+
+
 async def test_a_request_is_traced_as_decode_queue_batch_execution_and_encode(always: Served) -> None:
     response = await always.infer({})
     assert response.status == 200
     spans = always.spans()
     root = spans["http infer tiny"]
     assert set(spans) == {"http infer tiny", "decode", "queue", "batch execution", "encode"}
+    root_start, root_end = interval(root)
     for name in ("decode", "queue", "batch execution", "encode"):
-        assert spans[name].parent is not None
-        assert spans[name].parent.span_id == root.context.span_id
-        assert root.start_time <= spans[name].start_time <= spans[name].end_time <= root.end_time
-    assert spans["decode"].end_time <= spans["queue"].start_time <= spans["batch execution"].start_time
-    assert spans["batch execution"].end_time <= spans["encode"].start_time
-    assert spans["batch execution"].attributes["ortserve.batch.rows"] == 1
-    assert root.attributes["ortserve.version"] == "1"
-    assert root.attributes["ortserve.outcome"] == "success"
+        parent = spans[name].parent
+        assert parent is not None and root.context is not None
+        assert parent.span_id == root.context.span_id
+        start, end = interval(spans[name])
+        assert root_start <= start <= end <= root_end
+    assert (
+        interval(spans["decode"])[1] <= interval(spans["queue"])[0] <= interval(spans["batch execution"])[0]
+    )
+    assert interval(spans["batch execution"])[1] <= interval(spans["encode"])[0]
+    assert attribute(spans["batch execution"], "ortserve.batch.rows") == 1
+    assert attribute(root, "ortserve.version") == "1"
+    assert attribute(root, "ortserve.outcome") == "success"
 
 
 async def test_the_callers_traceparent_is_continued(always: Served) -> None:
@@ -106,7 +121,7 @@ async def test_a_failed_request_has_an_error_status_and_no_queue_span(always: Se
     assert set(spans) == {"http infer tiny", "decode"}
     root = spans["http infer tiny"]
     assert not root.status.is_ok
-    assert root.attributes["ortserve.request_id"] == "bad-1"
+    assert attribute(root, "ortserve.request_id") == "bad-1"
 
 
 async def test_ratio_zero_traces_only_requests_whose_caller_sampled_them(never: Served) -> None:

@@ -17,7 +17,7 @@ from ortserve.core.datatypes import (
 
 
 def float32_of_bits(bits: int) -> np.float32:
-    return np.array([bits], dtype=np.uint32).view(np.float32)[0]
+    return np.float32(np.array([bits], dtype=np.uint32).view(np.float32)[0])
 
 
 def test_bf16_is_carried_as_uint16_and_uint16_arrays_still_read_as_uint16() -> None:

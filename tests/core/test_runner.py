@@ -44,7 +44,7 @@ async def test_an_unknown_or_long_run_goes_to_a_worker(session: ort.InferenceSes
         ran_on.append(threading.current_thread().name)
         return original(batch)
 
-    runner.run_blocking = recording  # type: ignore[method-assign]
+    runner.run_blocking = recording  # type: ignore[method-assign, assignment]
     try:
         for expected in (math.inf, runner.inline_below_s * 10):
             future = runner.execute(feeds(3), expected_s=expected)

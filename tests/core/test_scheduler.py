@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def rows(n: int, start: float = 0.0, width: int = 4) -> Feeds:
 
 
 def make(
-    loop: asyncio.AbstractEventLoop, instances: int = 1, cost: BatchCostModel | None = None, **policy: object
+    loop: asyncio.AbstractEventLoop, instances: int = 1, cost: BatchCostModel | None = None, **policy: Any
 ) -> tuple[Scheduler, FakeExecutor, FakeClock, Recorder]:
     executor = FakeExecutor(loop, instances)
     clock = FakeClock()
@@ -80,7 +81,7 @@ def make(
         clock,
         loop,
         cost,
-        recorder,  # type: ignore[arg-type]
+        recorder,
     )
     return scheduler, executor, clock, recorder
 

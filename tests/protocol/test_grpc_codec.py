@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def raw_request(array: np.ndarray, datatype: str = "FP32", name: str = "x") -> p
     )
 
 
-def typed_request(datatype: str, shape: list[int], **contents: object) -> pb.ModelInferRequest:
+def typed_request(datatype: str, shape: list[int], **contents: Any) -> pb.ModelInferRequest:
     tensor = Tensor(name="x", datatype=datatype, shape=shape, contents=pb.InferTensorContents(**contents))
     return pb.ModelInferRequest(model_name="m", inputs=[tensor])
 
@@ -169,7 +170,8 @@ def test_a_negative_timeout_is_refused() -> None:
 def test_requested_outputs_keep_their_parameters_and_classification_is_refused() -> None:
     request = raw_request(np.zeros(1, np.float32))
     request.outputs.add(name="y").parameters["hint"].bool_param = True
-    assert decode_infer_request(request, LIMITS).outputs[0].parameters == {"hint": True}
+    outputs = decode_infer_request(request, LIMITS).outputs
+    assert outputs is not None and outputs[0].parameters == {"hint": True}
     request.outputs[0].parameters["classification"].int64_param = 2
     with pytest.raises(InvalidInput, match="classification"):
         decode_infer_request(request, LIMITS)

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from ortserve.core.types import InferOutput, InferResponse
+from ortserve.core.types import InferOutput, InferRequest, InferResponse
 from ortserve.errors import InvalidInput
 from ortserve.protocol.http_codec import decode_infer_request, encode_infer_response
 from ortserve.protocol.tensors import TensorLimits
@@ -17,13 +17,13 @@ from ortserve.protocol.tensors import TensorLimits
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 
 
-def decode(document: object, binary: bytes = b"") -> object:
+def decode(document: object, binary: bytes = b"") -> InferRequest:
     header = json.dumps(document).encode()
     return decode_infer_request(header + binary, len(header) if binary else None, "m", None, LIMITS)
 
 
 def one_input(**fields: object) -> dict[str, object]:
-    tensor = {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}
+    tensor: dict[str, object] = {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}
     tensor.update(fields)
     return {"inputs": [tensor]}
 

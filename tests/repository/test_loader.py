@@ -48,7 +48,11 @@ async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tm
     try:
         assert served.info.inputs == (TensorSpec("x", "BF16", (-1, 4)),)
         assert [(s.name, s.datatype) for s in served.info.outputs] == [("y", "BF16"), ("y_f32", "FP32")]
-        rows = [[[1.0, 2.0, 3.0, 4.0]], [[0.1, -0.5, 1e30, float("nan")], [5, 6, 7, 8]], [[-1, -2, -3, -4]]]
+        rows: list[list[list[float]]] = [
+            [[1.0, 2.0, 3.0, 4.0]],
+            [[0.1, -0.5, 1e30, float("nan")], [5, 6, 7, 8]],
+            [[-1, -2, -3, -4]],
+        ]
         # The first request runs at once; the next two wait for the busy instance and go together.
         answers = [served.submit(bf16_request(values)) for values in rows]
         responses = await asyncio.gather(*answers)
@@ -58,7 +62,7 @@ async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tm
     for values, response in zip(rows, responses):
         doubled = bf16_to_float32(bf16_from_float32(np.array(values, dtype=np.float32))) * 2
         y, y_f32 = response.outputs
-        assert (y.name, y.datatype, y.shape, y.data.dtype) == ("y", "BF16", doubled.shape, np.uint16)
+        assert (y.name, y.datatype, y.shape) == ("y", "BF16", doubled.shape) and y.data.dtype == np.uint16
         np.testing.assert_array_equal(y.data, bf16_from_float32(doubled))
-        assert (y_f32.datatype, y_f32.data.dtype) == ("FP32", np.float32)
+        assert y_f32.datatype == "FP32" and y_f32.data.dtype == np.float32
         np.testing.assert_array_equal(y_f32.data, doubled)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+from typing import Any
 
 import grpc
 import ml_dtypes
@@ -24,7 +25,7 @@ X_BITS = np.array([[0x3F80, 0xBFC0, 0x3DCD, 0x7FC0], [0x7F80, 0xFF80, 0x8000, 0x
 Y_BITS = np.array([[0x4000, 0xC040, 0x3E4D, 0x7FC0], [0x7F80, 0xFF80, 0x8000, 0x0002]], dtype=np.uint16)
 
 
-def post_json(server: ServerProcess, document: object) -> tuple[int, dict[str, object]]:
+def post_json(server: ServerProcess, document: object) -> tuple[int, dict[str, Any]]:
     connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
     try:
         connection.request("POST", "/v2/models/bf16/infer", json.dumps(document).encode())

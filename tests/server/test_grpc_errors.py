@@ -53,7 +53,7 @@ def request(
 
 
 def slow_request(**parameters: int) -> service_pb2.ModelInferRequest:
-    return request("slow", np.full((1, 256, 256), 0.001, np.float32), **parameters)
+    return request("slow", np.full((1, 256, 256), 0.001, np.float32), "x", **parameters)
 
 
 def good_call(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:

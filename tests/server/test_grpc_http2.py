@@ -15,6 +15,7 @@ import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -389,11 +390,11 @@ def framed(payload: bytes, flag: int = 0) -> bytes:
     return bytes((flag,)) + len(payload).to_bytes(4, "big") + payload
 
 
-def infer_request(model: str, data: bytes, **fields: str) -> bytes:
+def infer_request(model: str, data: bytes, **fields: Any) -> bytes:
     message = pb.ModelInferRequest(model_name=model, **fields)
     message.inputs.add(name="x", datatype="UINT8", shape=[len(data)])
     message.raw_input_contents.append(data)
-    return message.SerializeToString()
+    return bytes(message.SerializeToString())
 
 
 def echoed(stream: Stream) -> bytes:

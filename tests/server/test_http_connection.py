@@ -24,7 +24,7 @@ def body_for(value: float) -> bytes:
 def read_responses(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
     """Read ``count`` responses (status line, body) framed by Content-Length."""
     buffer = b""
-    responses = []
+    responses: list[tuple[bytes, bytes]] = []
     while len(responses) < count:
         while b"\r\n\r\n" not in buffer:
             chunk = sock.recv(65536)

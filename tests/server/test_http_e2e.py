@@ -31,7 +31,8 @@ def infer(client: httpclient.InferenceServerClient, model: str, data: np.ndarray
     tensor.set_data_from_numpy(data, binary_data=binary)
     wanted = httpclient.InferRequestedOutput("output", binary_data=binary)
     result = client.infer(model, [tensor], outputs=[wanted])
-    return result.as_numpy("output")
+    output: np.ndarray = result.as_numpy("output")
+    return output
 
 
 def test_health_and_server_metadata(client: httpclient.InferenceServerClient) -> None:

@@ -39,7 +39,7 @@ def good_request(server: ServerProcess) -> None:
 
 
 def failing_body(**tensor: object) -> bytes:
-    base = {"name": "x", "shape": [3, 4], "datatype": "FP32", "data": list(range(12))}
+    base: dict[str, object] = {"name": "x", "shape": [3, 4], "datatype": "FP32", "data": list(range(12))}
     base.update(tensor)
     return json.dumps({"inputs": [base]}).encode()
 
