@@ -118,7 +118,8 @@ def test_typed_bytes_contents_keep_each_element() -> None:
             "no field for BF16; send its data in raw_input_contents",
         ),
         (typed_request("NOPE", [1], fp32_contents=[1.0]), "unsupported datatype"),
-        (typed_request("FP32", [1_000_000_000, 64], fp32_contents=[1.0]), "declares"),
+        (typed_request("FP32", [1_000_000_000, 64], fp32_contents=[1.0]), "exceeds the limit"),
+        (typed_request("FP32", [2**32, 2**32, 0], fp32_contents=[]), "exceeds the limit"),
         (raw_request(np.zeros(3, np.float32), "FP64"), "needs 24"),
     ],
 )

@@ -62,8 +62,26 @@ def test_malformed_tensors_are_refused_with_a_named_reason(fields: dict[str, obj
 
 
 def test_huge_declared_shape_is_refused_before_any_allocation() -> None:
-    with pytest.raises(InvalidInput, match="declares 64000000000 elements"):
+    with pytest.raises(InvalidInput, match="exceeds the limit"):
         decode(one_input(shape=[1_000_000_000, 64], data=[1.0] * 64))
+
+
+def test_a_shape_whose_nonzero_dimensions_overflow_is_refused_even_with_no_elements() -> None:
+    with pytest.raises(InvalidInput, match=r"shape \[4294967296, 4294967296, 0\] exceeds the limit"):
+        decode(one_input(shape=[2**32, 2**32, 0], data=[]))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id":"\\ud800","inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]}',
+        b'{"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["\\udfff"]}]}',
+        b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[NaN]}],"id":"\\ud800"}',
+    ],
+)
+def test_strings_that_are_not_unicode_text_are_refused_while_decoding(body: bytes) -> None:
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        decode_infer_request(body, None, "m", None, TensorLimits())
 
 
 def test_integer_types_are_range_checked() -> None:

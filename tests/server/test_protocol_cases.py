@@ -79,6 +79,13 @@ class Transport:
         names = outputs or [o["name"] for o in self.outputs_of(result)]
         return {n: result.as_numpy(n).tolist() for n in names}
 
+    def infer_declaring(self, model: str, name: str, shape: list[int]) -> object:
+        """Infer with an empty FP32 tensor whose declared shape is ``shape`` (any zero dim)."""
+        tensor = self.module.InferInput(name, [0], "FP32")
+        tensor.set_data_from_numpy(np.zeros(0, np.float32))
+        tensor.set_shape(shape)
+        return self.client.infer(model, [tensor])
+
     def outputs_of(self, result: Any) -> list[dict[str, Any]]:
         if self.name == "http":
             return list(result.get_response()["outputs"])
@@ -222,6 +229,13 @@ CASES = [
     Case(
         "infer with a priority outside the lanes",
         lambda t: t.infer("failing", {"x": rows(3)}, priority=9),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer with a shape whose non-zero dimensions overflow 64 bits",
+        lambda t: t.infer_declaring("failing", "x", [2**32, 2**32, 0]),
         None,
         400,
         "INVALID_ARGUMENT",

@@ -62,9 +62,21 @@ def parse_json_body(raw: bytes | memoryview) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as fast_error:
         try:
-            return json.loads(bytes(raw))  # the stdlib reads NaN/Infinity tokens
+            document = json.loads(bytes(raw))  # the stdlib reads NaN/Infinity tokens
         except (ValueError, RecursionError):
             raise InvalidInput(f"request body is not valid JSON: {fast_error}") from None
+    # The stdlib also accepts escaped lone surrogates ("\ud800"), which are not text: no
+    # encoder (the answer's, the log's, ONNX Runtime's) can write them. orjson refuses to
+    # encode exactly those, so one C-speed pass finds any, anywhere in the document.
+    try:
+        orjson.dumps(document)
+    except TypeError as exc:
+        if "surrogates" in str(exc):
+            raise InvalidInput(
+                "request body holds a string with a lone surrogate (\\uD800-\\uDFFF)"
+            ) from None
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    return document
 
 
 def _parameters(value: object, kind: str, name: str | None = None) -> Parameters:

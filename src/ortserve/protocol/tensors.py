@@ -53,11 +53,13 @@ def checked_shape(name: str, shape: object, limits: TensorLimits) -> tuple[int, 
         if type(dim) is not int or dim < 0:
             raise InvalidInput(f"input {name!r}: shape {shape} must hold non-negative integers")
     dims = tuple(shape)
-    count = element_count(dims)
-    if count > limits.max_elements:
+    # The extent without its zero dimensions: [2**32, 2**32, 0] holds no elements, but NumPy
+    # and ONNX Runtime compute sizes in 64 bits and overflow on it, so it is bounded too.
+    extent = math.prod(dim for dim in dims if dim)
+    if extent > limits.max_elements:
         raise InvalidInput(
-            f"input {name!r}: shape {list(dims)} declares {count} elements, more than the limit "
-            f"of {limits.max_elements}"
+            f"input {name!r}: shape {list(dims)} exceeds the limit of {limits.max_elements} elements "
+            "(dimensions other than 0 multiplied)"
         )
     return dims
 
