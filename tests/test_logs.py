@@ -92,3 +92,30 @@ def test_server_access_log_and_response_carry_the_request_id(tmp_path: Path) -> 
         "small_mlp",
         "1",
     )
+
+
+FORGED = "x\n2026-01-01 00:00:00,000 CRITICAL ortserve: forged\r\x1b[2J\u2028"
+
+
+def test_text_log_keeps_each_record_on_one_line_whatever_the_client_sent(captured: io.StringIO) -> None:
+    configure("text", captured)
+    telemetry = Telemetry(ServerStatistics(), access_log=True)
+    telemetry.begin("grpc", f"model{FORGED}", None, f"id{FORGED}", None).finish(InvalidInput(FORGED), 400)
+    (line,) = captured.getvalue().splitlines()
+    assert "idx\\x0a2026-01-01" in line and "\\x1b[2J\\u2028" in line
+    assert "model=modelx\\x0a" in line
+
+
+def test_text_log_tracebacks_are_indented_so_an_exception_message_cannot_start_a_line(
+    captured: io.StringIO,
+) -> None:
+    configure("text", captured)
+    try:
+        raise ValueError(FORGED)
+    except ValueError:
+        logging.getLogger("ortserve.test").exception("failed with %s", FORGED)
+    first, *rest = captured.getvalue().splitlines()
+    assert first.endswith(
+        "failed with x\\x0a2026-01-01 00:00:00,000 CRITICAL ortserve: forged\\x0d\\x1b[2J\\u2028"
+    )
+    assert rest and all(line.startswith("  | ") for line in rest)

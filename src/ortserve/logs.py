@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from contextvars import ContextVar
+from types import TracebackType
 
-__all__ = ["MODEL", "REQUEST_ID", "VERSION", "configure_logging"]
+__all__ = ["MODEL", "REQUEST_ID", "VERSION", "configure_logging", "escape_line"]
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 """The request being handled by the current task (OIP ``id`` or ``X-Request-ID``)."""
 MODEL: ContextVar[str | None] = ContextVar("model", default=None)
 VERSION: ContextVar[str | None] = ContextVar("version", default=None)
 _CONTEXT = (("request_id", REQUEST_ID), ("model", MODEL), ("version", VERSION))
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
 class _RequestContext(logging.Filter):
@@ -27,11 +30,48 @@ class _RequestContext(logging.Filter):
         return True
 
 
+# Characters that could end a log line or forge the look of another one: C0 and C1 controls,
+# DEL, the Unicode line and paragraph separators, and lone surrogates (not text at all).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _escaped(char: re.Match[str]) -> str:
+    code = ord(char.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_line(text: str) -> str:
+    """``text`` with every line-breaking or control character written as a visible escape."""
+    return _UNSAFE.sub(_escaped, text) if _UNSAFE.search(text) else text
+
+
 class _TextFormatter(logging.Formatter):
+    """One line per record whatever the message holds; a traceback follows, indented.
+
+    Messages and tags carry client-supplied strings (request ids, model names, error texts), so
+    the whole message is escaped here rather than each field where it is logged.
+    """
+
     def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_line(record.message)
         line = super().formatMessage(record)
-        tags = [f"{key}={value}" for key, _ in _CONTEXT if (value := getattr(record, key, None)) is not None]
+        tags = [
+            f"{key}={escape_line(str(value))}"
+            for key, _ in _CONTEXT
+            if (value := getattr(record, key, None)) is not None
+        ]
         return f"{line} [{' '.join(tags)}]" if tags else line
+
+    def formatException(self, ei: _ExcInfo) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(block: str) -> str:
+    """Every line of a traceback starts with "  | ": an exception message cannot start a line."""
+    return "\n".join("  | " + escape_line(line) for line in block.splitlines())
 
 
 class _JsonFormatter(logging.Formatter):
