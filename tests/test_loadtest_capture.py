@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,51 @@ async def test_replay_reads_one_models_requests_in_arrival_order(tmp_path: Path)
     assert len(load_capture([tmp_path])) == 4
     with pytest.raises(ValueError, match="no request for model 'absent'"):
         load_capture([tmp_path], "absent")
+
+
+class _Disk:
+    """A writer that fails with ENOSPC while ``full``, and keeps what it is given otherwise."""
+
+    def __init__(self) -> None:
+        self.full = True
+        self.written: list[bytes] = []
+
+    def write(self, chunks: list[bytes]) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.written.extend(chunks)
+
+
+async def _serve_requests(capture: Capture, count: int) -> None:
+    """What the server does per request: sample, offer; then let the writer flush."""
+    for index in range(count):
+        if capture.sampled():
+            capture.offer(_request(index))
+    await capture.stop()
+
+
+async def test_a_failing_disk_pauses_capture_with_one_error_and_retries_with_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    disk = _Disk()
+    capture = Capture(Path("unused"), rate=1.0, write=disk.write, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="ortserve.loadtest.capture"):
+        await _serve_requests(capture, 5)
+        await _serve_requests(capture, 1000)  # paused: nothing sampled, nothing logged
+        assert capture.paused and (capture.captured, capture.dropped) == (5, 5)
+        failures = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.levelno for r in failures] == [logging.ERROR]
+        assert failures[0].exc_info is None and "No space left" in failures[0].getMessage()
+
+        now[0] = 1.0  # the first pause (1 s) is over: one retry, which fails and doubles the pause
+        await _serve_requests(capture, 3)
+        now[0] = 2.5
+        assert capture.paused and not capture.sampled()
+        disk.full = False
+        now[0] = 3.0
+        await _serve_requests(capture, 2)
+    assert not capture.paused and len(disk.written) == 2
+    levels = [r.levelno for r in caplog.records if "cannot write" in r.getMessage()]
+    assert levels == [logging.ERROR, logging.WARNING]
+    assert any("again" in r.getMessage() for r in caplog.records)

@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 MAGIC = b"ORTCAP1\n"
 _SIZES = struct.Struct("<II")
 _KEPT_HEADERS = (b"content-type", b"inference-header-content-length")
+_FIRST_PAUSE_S = 1.0
+_MAX_PAUSE_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,13 @@ class Capture:
         max_file_bytes: a file is rotated once it reaches this size.
         max_files: oldest files are deleted beyond this many.
         random_source: returns uniform floats in [0, 1) (injectable in tests).
+        write: writes encoded records (injectable in tests; default: the rotating files).
+        clock: monotonic seconds, for the pause after a failed write (injectable in tests).
+
+    A failed write (a full disk, a removed folder) pauses sampling: one error is logged, the
+    buffered records are dropped and counted, and capture retries after a pause that doubles
+    with each consecutive failure (1 s up to 5 min), so a broken disk costs a few log lines
+    an hour instead of one traceback per request.
     """
 
     def __init__(
@@ -136,6 +145,8 @@ class Capture:
         max_file_bytes: int = 64 * 1024 * 1024,
         max_files: int = 16,
         random_source: Callable[[], float] = random.random,
+        write: Callable[[list[bytes]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError("capture rate must be between 0 and 1")
@@ -148,12 +159,23 @@ class Capture:
         self._directory = directory
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self._files = _Files(directory, max_file_bytes, max_files, f"capture-{stamp}-{os.getpid()}")
+        self._write = write or self._files.write
+        self._clock = clock
+        self._resume_at: float | None = None
+        self._pause_s = 0.0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def sampled(self) -> bool:
-        """Whether to capture the request that just arrived."""
+        """Whether to capture the request that just arrived (never while paused by a failed write)."""
+        if self._resume_at is not None and self._clock() < self._resume_at:
+            return False
         return self._random() < self.rate
+
+    @property
+    def paused(self) -> bool:
+        """Sampling is off for now because the last write failed."""
+        return self._resume_at is not None and self._clock() < self._resume_at
 
     def offer_http(
         self,
@@ -232,10 +254,27 @@ class Capture:
         self._buffer.clear()
         chunks = [record.encode() for record in records]
         try:
-            await asyncio.to_thread(self._files.write, chunks)
-        except OSError:
+            await asyncio.to_thread(self._write, chunks)
+        except OSError as exc:
             self.dropped += len(records)
-            logger.exception("capture: cannot write to %s; %d records dropped", self._directory, len(records))
+            self._write_failed(exc, len(records))
+            return
+        if self._resume_at is not None:
+            logger.info("capture: writing to %s again", self._directory)
+            self._resume_at, self._pause_s = None, 0.0
+
+    def _write_failed(self, exc: OSError, lost: int) -> None:
+        first = self._pause_s == 0.0
+        self._pause_s = min(_MAX_PAUSE_S, self._pause_s * 2) if not first else _FIRST_PAUSE_S
+        self._resume_at = self._clock() + self._pause_s
+        logger.log(
+            logging.ERROR if first else logging.WARNING,
+            "capture: cannot write to %s (%s); %d records dropped, capture paused for %.0f s",
+            self._directory,
+            exc.strerror or exc,
+            lost,
+            self._pause_s,
+        )
 
 
 def read_capture(paths: list[Path]) -> Iterator[CapturedRequest]:
