@@ -137,6 +137,12 @@ def test_a_block_that_is_not_hpack_is_a_header_error() -> None:
         decoder().decode(BASE + b"\x00\x7f")  # a string length running past the block
 
 
+def test_a_header_error_goes_to_the_client_without_python_reprs() -> None:
+    with pytest.raises(HeaderError) as raised:
+        decoder().decode(b"\xff" * 7 + b"\x0f")  # an HPACK integer too long (hpack writes its memoryview)
+    assert str(raised.value) == "invalid HPACK block (HPACKDecodingError)"
+
+
 def test_a_header_list_over_the_limit_is_a_header_error() -> None:
     with pytest.raises(HeaderError):
         HeaderBlockDecoder(max_header_list_size=200).decode(BASE + literal(b"x-big", b"b" * 300))

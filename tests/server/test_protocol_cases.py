@@ -297,3 +297,12 @@ def test_both_transports_agree(clients: dict[str, Any], case: Case) -> None:
     # Every failure leaves the server serving on both transports.
     for name in TRANSPORTS:
         assert Transport(name, clients[name]).infer("failing", {"x": rows(3)})["y"][0] == [0.0, 1.0, 2.0]
+
+
+def test_a_model_that_failed_to_load_is_named_without_its_files_or_runtime_errors(
+    clients: dict[str, Any],
+) -> None:
+    case = Case("broken", lambda t: t.infer("broken", {"x": rows(3)}))
+    for name in TRANSPORTS:
+        _, _, message = outcome(Transport(name, clients[name]), case)
+        assert message == "model 'broken' is failed (the server log says why)", name

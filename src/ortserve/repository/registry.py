@@ -22,6 +22,8 @@ __all__ = ["ModelEntry", "ModelRegistry"]
 
 logger = logging.getLogger(__name__)
 
+_SEE_LOG = " (the server log says why)"
+
 
 @dataclass(slots=True)
 class ModelEntry:
@@ -81,8 +83,9 @@ class ModelRegistry:
         if version is None or version == "":
             served = entry.latest_ready()
             if served is None:
-                reason = f": {entry.error}" if entry.error else ""
-                raise ModelNotReady(f"model {name!r} is {entry.state.value}{reason}")
+                # The load error names files and ONNX Runtime internals: it went to the server
+                # log at load time, and the client learns only the model's state.
+                raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
             return served
         if not version.isdigit() or int(version) not in entry.versions:
             raise ModelNotFound(f"model {name!r} has no served version {version!r}")

@@ -131,7 +131,9 @@ class HeaderBlockDecoder:
         try:
             self._fields = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
         except HPACKError as exc:
-            raise HeaderError(str(exc) or type(exc).__name__) from None
+            raise HeaderError(
+                f"invalid HPACK block ({type(exc).__name__})"
+            ) from None  # hpack's text has reprs
         if _leaves_table_alone(block):
             return True
         self._cache.clear()  # the dynamic table may have changed under every cached block
