@@ -51,7 +51,11 @@ BAD_REQUESTS = [
     ("/v2/models/failing/infer", failing_body(shape=[3, 5], data=list(range(15))), "dimension 1"),
     ("/v2/models/failing/infer", failing_body(shape=[12], data=list(range(12))), "rank 1"),
     ("/v2/models/failing/infer", failing_body(shape=[9, 4]), "has 12 elements"),
-    ("/v2/models/failing/infer", failing_body(shape=[1_000_000_000, 64], data=[1.0] * 64), "declares"),
+    (
+        "/v2/models/failing/infer",
+        failing_body(shape=[1_000_000_000, 64], data=[1.0] * 64),
+        "exceeds the limit",
+    ),
     ("/v2/models/failing/infer", failing_body(shape=[9, 4], data=list(range(36))), "max_batch_size 8"),
     ("/v2/models/failing/infer", json.dumps({"inputs": []}).encode(), "non-empty"),
     (
@@ -118,13 +122,83 @@ def test_body_over_the_limit_is_413(error_repository_server: ServerProcess) -> N
     good_request(error_repository_server)
 
 
-def test_model_that_failed_to_load_is_503_with_its_reason(error_repository_server: ServerProcess) -> None:
+def test_model_that_failed_to_load_is_503_naming_it_with_its_reason_only_in_the_log(
+    error_repository_server: ServerProcess,
+) -> None:
     status, _, raw = post(error_repository_server, "/v2/models/broken/infer", failing_body())
-    assert status == 503
+    assert (status, json.loads(raw)["error"]) == (503, "model 'broken' is failed (the server log says why)")
     status, _, raw = post(error_repository_server, "/v2/models/bad_config/infer", failing_body())
-    assert status == 503
-    assert "batching.max_batch_size" in json.loads(raw)["error"]
+    assert (status, json.loads(raw)["error"]) == (
+        503,
+        "model 'bad_config' is failed (the server log says why)",
+    )
+    assert "batching.max_batch_size" in error_repository_server.log()
     good_request(error_repository_server)
+
+
+def request_raw(server: ServerProcess, head: bytes) -> bytes:
+    """Send one request as bytes; the whole answer (the server closes or answers one)."""
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(head)
+        sock.settimeout(2)
+        reply = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                reply += chunk
+    return reply
+
+
+def test_connect_is_a_clean_400_not_a_parser_callback_error(error_repository_server: ServerProcess) -> None:
+    reply = request_raw(error_repository_server, b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400")
+    assert reply.endswith(b'{"error":"the request target must be a path (this server is no proxy)"}')
+    good_request(error_repository_server)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("POST", "/v2/health/ready", "GET, HEAD, OPTIONS"),
+        ("DELETE", "/v2/models/failing", "GET, HEAD, OPTIONS"),
+        ("GET", "/v2/models/failing/infer", "POST, OPTIONS"),
+        ("TRACE", "/v2", "GET, HEAD, OPTIONS"),
+        ("POST", "/metrics", "GET, HEAD, OPTIONS"),
+    ],
+)
+def test_405_names_the_allowed_methods_and_options_answers_them(
+    error_repository_server: ServerProcess, method: str, path: str, allow: str
+) -> None:
+    connection = http.client.HTTPConnection(error_repository_server.host, error_repository_server.http_port)
+    try:
+        connection.request(method, path)
+        reply = connection.getresponse()
+        assert (reply.status, reply.getheader("allow")) == (405, allow)
+        reply.read()
+        connection.request("OPTIONS", path)
+        reply = connection.getresponse()
+        assert (reply.status, reply.getheader("allow"), reply.read()) == (204, allow, b"")
+        assert reply.getheader("content-length") is None
+    finally:
+        connection.close()
+
+
+def test_head_is_get_without_the_body(error_repository_server: ServerProcess) -> None:
+    connection = http.client.HTTPConnection(error_repository_server.host, error_repository_server.http_port)
+    try:
+        for path in ("/v2/models/failing", "/metrics"):
+            connection.request("GET", path)
+            got = connection.getresponse()
+            body = got.read()
+            connection.request("HEAD", path)  # the same connection: the HEAD answer must end at its head
+            head = connection.getresponse()
+            assert (head.status, head.read()) == (200, b"")
+            assert head.getheader("content-type") == got.getheader("content-type")
+            if path != "/metrics":  # metrics move between the two calls
+                assert int(head.getheader("content-length") or -1) == len(body)
+        connection.request("OPTIONS", "/nowhere")
+        assert connection.getresponse().status == 404
+    finally:
+        connection.close()
 
 
 def test_strict_readiness_off_still_reports_failed_models_not_ready(

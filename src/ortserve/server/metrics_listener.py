@@ -9,7 +9,8 @@ from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import RouteHandler
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
-from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
+from ortserve.server.http.methods import answer_methods, method_not_allowed
 
 __all__ = ["MetricsListener", "metrics_route", "version_states"]
 
@@ -41,11 +42,14 @@ class MetricsListener:
         self._metrics = metrics
         self._listener = HttpListener(self._handle, _METRICS_LIMITS)
 
-    def _handle(self, request: HttpRequest) -> HttpResponse:
+    def _handle(self, request: HttpRequest) -> RouteResult:
+        return answer_methods(request, self._route)
+
+    def _route(self, request: HttpRequest) -> HttpResponse:
         if request.path != "/metrics":
             return json_response(404, b'{"error":"only /metrics is served on this port"}')
         if request.method != "GET":
-            return json_response(405, b'{"error":"method not allowed"}')
+            return method_not_allowed("GET")
         return _exposition(self._metrics)
 
     async def start(self, host: str, port: int) -> int:

@@ -15,14 +15,20 @@ from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServe
 from ortserve.loadtest.capture import Capture
 from ortserve.protocol.http_codec import (
     decode_infer_request,
-    encode_error,
     encode_infer_response,
     encode_model_metadata,
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.http.errors import error_response, internal_error_response
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse, json_response
+from ortserve.server.http.messages import (
+    DeferredResponse,
+    HttpRequest,
+    HttpResponse,
+    RouteResult,
+    json_response,
+)
+from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
 from ortserve.telemetry import RequestScope, Telemetry
 
@@ -52,18 +58,18 @@ class HttpApp:
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._extra: dict[tuple[str, str], RouteHandler] = {}
+        self._extra_paths: dict[str, list[str]] = {}
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
     def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
         """Add a fixed-path route (pipelines' REST routes, metrics)."""
         self._extra[(method, path)] = handler
+        self._extra_paths.setdefault(path, []).append(method)
 
-    def __call__(
-        self, request: HttpRequest
-    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
+    def __call__(self, request: HttpRequest) -> RouteResult:
         try:
-            return self._route(request)
+            return answer_methods(request, self._route)
         except OrtServeError as error:
             return error_response(error)
         except Exception as exc:
@@ -76,6 +82,8 @@ class HttpApp:
         extra = self._extra.get((request.method, path))
         if extra is not None:
             return _guarded(extra(request))
+        if path in self._extra_paths:
+            return method_not_allowed(*self._extra_paths[path])
         parts = path.strip("/").split("/")
         if not parts or parts[0] != "v2":
             return _not_found(path)
@@ -92,7 +100,7 @@ class HttpApp:
 
     def _health(self, request: HttpRequest, which: str) -> HttpResponse:
         if request.method != "GET":
-            return _method_not_allowed()
+            return method_not_allowed("GET")
         if which == "live":
             return _EMPTY_OK if self._dataplane.live() else _READY_FALSE
         if which == "ready":
@@ -114,11 +122,11 @@ class HttpApp:
             )
         if rest == ["ready"]:
             if request.method != "GET":
-                return _method_not_allowed()
+                return method_not_allowed("GET")
             return _EMPTY_OK if self._dataplane.model_ready(name, version) else _READY_FALSE
         if rest == ["infer"]:
             if request.method != "POST":
-                return _method_not_allowed()
+                return method_not_allowed("POST")
             if self.capture is not None and self.capture.sampled():
                 return self._captured_infer(request, name, version)
             return self._infer(request, name, version)
@@ -131,7 +139,7 @@ class HttpApp:
     @staticmethod
     def _get(request: HttpRequest, body: Callable[[], bytes]) -> HttpResponse:
         if request.method != "GET":
-            return _method_not_allowed()
+            return method_not_allowed("GET")
         return json_response(200, body())
 
     async def _captured_infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
@@ -216,7 +224,3 @@ async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
 
 def _not_found(path: str) -> HttpResponse:
     return error_response(ModelNotFound(f"no route for {path}"))
-
-
-def _method_not_allowed() -> HttpResponse:
-    return json_response(405, encode_error("method not allowed"))

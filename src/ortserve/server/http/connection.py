@@ -192,7 +192,10 @@ class HttpConnection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self._receiving = False
         self._cancel_idle()
-        url = httptools.parse_url(self._url)
+        try:
+            url = httptools.parse_url(self._url)
+        except httptools.HttpParserInvalidURLError:  # CONNECT's host:port, or garbage
+            raise _BadRequest("the request target must be a path (this server is no proxy)") from None
         raw_path = url.path.decode("latin-1")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = HttpRequest(
@@ -282,12 +285,14 @@ class HttpConnection(asyncio.Protocol):
             response.content_type,
             b"\r\ncontent-length: %d\r\n" % length,
         ]
+        if response.status == 204:  # no content, and no Content-Length either (RFC 9110 8.6)
+            head = head[:1]
         for name, value in response.headers:
             head.append(name + b": " + value + b"\r\n")
         if not keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        transport.writelines([b"".join(head), *response.chunks])
+        transport.writelines([b"".join(head)] if response.omit_body else [b"".join(head), *response.chunks])
         if not keep_alive:
             self._close()
 

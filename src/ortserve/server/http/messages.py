@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeferredResponse", "HttpRequest", "HttpResponse", "json_response"]
+__all__ = [
+    "DeferredResponse",
+    "HttpRequest",
+    "HttpResponse",
+    "RouteResult",
+    "json_response",
+    "map_response",
+    "resolve_response",
+]
 
 
 @dataclass(slots=True)
@@ -33,6 +42,8 @@ class HttpResponse:
     chunks: list[bytes | memoryview]
     content_type: bytes = b"application/json"
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    omit_body: bool = False
+    """An answer to HEAD: ``content-length`` is the body's, but the body is not sent."""
 
 
 def json_response(status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:
@@ -48,3 +59,34 @@ class DeferredResponse:
 
     future: asyncio.Future[Any]
     finish: Callable[[asyncio.Future[Any]], HttpResponse]
+
+
+RouteResult = HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]
+"""What a route answers: a response now, one a future will finish, or a coroutine."""
+
+
+def map_response(result: RouteResult, change: Callable[[HttpResponse], HttpResponse]) -> RouteResult:
+    """``result`` with ``change`` applied to its response whenever that response exists."""
+    if isinstance(result, HttpResponse):
+        return change(result)
+    if isinstance(result, DeferredResponse):
+        finish = result.finish
+        return DeferredResponse(result.future, lambda future: change(finish(future)))
+    return _changed(result, change)
+
+
+async def _changed(
+    result: Coroutine[Any, Any, HttpResponse], change: Callable[[HttpResponse], HttpResponse]
+) -> HttpResponse:
+    return change(await result)
+
+
+async def resolve_response(result: RouteResult) -> HttpResponse:
+    """Wait for whatever ``result`` is to become a response."""
+    if isinstance(result, HttpResponse):
+        return result
+    if isinstance(result, DeferredResponse):
+        with contextlib.suppress(Exception):  # finish() turns the failure into a response
+            await result.future
+        return result.finish(result.future)
+    return await result
