@@ -82,7 +82,11 @@ def call_error(
         (service_pb2.ModelInferRequest(model_name="failing"), grpc.StatusCode.INVALID_ARGUMENT, "inputs"),
         (request("nope", np.zeros((3, 4))), grpc.StatusCode.NOT_FOUND, "unknown model"),
         (request("broken", np.zeros((3, 4))), grpc.StatusCode.UNAVAILABLE, "broken"),
-        (request("bad_config", np.zeros((3, 4))), grpc.StatusCode.UNAVAILABLE, "batching.max_batch_size"),
+        (
+            request("bad_config", np.zeros((3, 4))),
+            grpc.StatusCode.UNAVAILABLE,
+            "model 'bad_config' is failed",
+        ),
         (request("failing", np.zeros((1, 4))), grpc.StatusCode.INTERNAL, "failed to run this batch"),
         (request("failing", np.zeros((100_000, 4))), grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
     ],
