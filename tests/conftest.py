@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_builders import ERROR_SERVER_MAX_BODY, write_error_repository
+from model_builders import ERROR_SERVER_MAX_BODY, ERROR_SERVER_SHM_REGIONS, write_error_repository
 from ortserve.demo import write_demo_repository
 from ortserve.testing import ServerProcess, run_server
 
@@ -39,6 +39,8 @@ def error_repository_server(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         str(ERROR_SERVER_MAX_BODY),
         "--intra-op-threads",
         "1",
+        "--shared-memory-regions",
+        str(ERROR_SERVER_SHM_REGIONS),
     ]
     with run_server(root, log, args) as process:
         yield process

@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 _IR_VERSION = 9
 ERROR_SERVER_MAX_BODY = 2_000_000
 """Body limit of the shared error-path server (conftest ``error_repository_server``)."""
+ERROR_SERVER_SHM_REGIONS = 4
+"""Most shared-memory regions the error-path server lets clients register."""
 _OPSET = 17
 
 

@@ -66,3 +66,6 @@ class ServerSettings:
     """Record a sample of infer requests into rotating files here (None: capture off)."""
     capture_rate: float = 0.01
     """Fraction of infer requests captured when ``capture_dir`` is set."""
+    shared_memory_regions: int = 0
+    """Most system shared-memory regions clients may register; 0 turns the extension off, since a
+    client that reaches the server could read and overwrite any /dev/shm object it may open."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from model_builders import ERROR_SERVER_MAX_BODY
+import shared_memory_helpers as shm_cases
+from model_builders import ERROR_SERVER_MAX_BODY, ERROR_SERVER_SHM_REGIONS
 from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -125,7 +127,10 @@ CASES = [
     Case(
         "server metadata",
         lambda t: t.server_metadata(),
-        {"name": "ortserve", "extensions": ["binary_tensor_data", "schedule_policy", "statistics"]},
+        {
+            "name": "ortserve",
+            "extensions": ["binary_tensor_data", "schedule_policy", "statistics", "system_shared_memory"],
+        },
     ),
     Case(
         "model metadata",
@@ -270,6 +275,127 @@ CASES = [
         same_message=False,  # gRPC core refuses the message before ortserve sees it
     ),
 ]
+
+
+def infer_x_from_shared_memory(
+    t: Transport, region_size: int = 48, size: int = 48, offset: int = 0, name: str = "x-window"
+) -> dict[str, list[Any]]:
+    """``failing`` with rows(3) (48 bytes) read from a region; the answer on the wire."""
+    with shm_cases.region(t.client, "x-window", region_size) as handle:
+        shm_cases.shm.set_shared_memory_region(handle, [rows(3)[1]])
+        tensor = t.module.InferInput("x", [3, 4], "FP32")
+        tensor.set_shared_memory(name, size, offset=offset)
+        result = t.client.infer("failing", [tensor])
+        return {"y": result.as_numpy("y").tolist()}
+
+
+def infer_y_into_shared_memory(t: Transport, window: int) -> object:
+    with shm_cases.region(t.client, "y-window", window):
+        tensor = t.module.InferInput("x", [3, 4], "FP32")
+        tensor.set_data_from_numpy(rows(3)[1])
+        wanted = t.module.InferRequestedOutput("y")
+        wanted.set_shared_memory("y-window", window)
+        return t.client.infer("failing", [tensor], outputs=[wanted])
+
+
+def register_status(t: Transport) -> list[tuple[str, int, int]]:
+    with shm_cases.region(t.client, "status-probe", 100, offset=12):
+        return shm_cases.status(t)
+
+
+def register_twice(t: Transport) -> None:
+    with shm_cases.region(t.client, "twice", 16), shm_cases.region(t.client, "twice", 16):
+        pass
+
+
+def register_past_the_limit(t: Transport) -> None:
+    with contextlib.ExitStack() as regions:
+        for index in range(ERROR_SERVER_SHM_REGIONS + 1):
+            regions.enter_context(shm_cases.region(t.client, f"limit-{index}", 16))
+
+
+def register_key(t: Transport, key: str, size: int = 16) -> None:
+    t.client.register_system_shared_memory("by-key", key, size)
+
+
+Y_OF_3_ROWS = np.arange(12, dtype=np.float32).reshape(4, 3).tolist()
+SHARED_MEMORY_CASES = [
+    Case(
+        "infer through shared memory",
+        lambda t: shm_cases.infer(t, "failing", {"x": rows(3)}, {"y": 48}),
+        {"y": Y_OF_3_ROWS},
+    ),
+    Case(
+        "infer every datatype through shared memory",
+        lambda t: shm_cases.infer(t, "typed", TYPED, {f"{n}_out": 64 for n in TYPED}),
+        {f"{n}_out": array.tolist() for n, (_, array) in TYPED.items()},
+    ),
+    Case(
+        "infer with outputs in shared memory and on the wire",
+        lambda t: shm_cases.infer(t, "typed", TYPED, {"i64_out": 48, "text_out": 64}, ("half_out",)),
+        {n: TYPED[n[:-4]][1].tolist() for n in ("i64_out", "text_out", "half_out")},
+    ),
+    Case("shared-memory status", register_status, [("status-probe", 12, 100)]),
+    Case(
+        "shared-memory status of an unknown region",
+        lambda t: shm_cases.status(t, "nope"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer from an unregistered region",
+        lambda t: infer_x_from_shared_memory(t, name="nope"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer from a window past the region's end",
+        lambda t: infer_x_from_shared_memory(t, region_size=56, offset=16),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer from a window smaller than the tensor",
+        lambda t: infer_x_from_shared_memory(t, size=32),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "infer into an output window too small",
+        lambda t: infer_y_into_shared_memory(t, 40),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "register a key with no shared-memory object",
+        lambda t: register_key(t, "/ortserve-no-such-object"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "register a key that is no shared-memory name",
+        lambda t: register_key(t, "/../../etc/passwd"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case("register a region name twice", register_twice, None, 400, "INVALID_ARGUMENT"),
+    Case("register more regions than allowed", register_past_the_limit, None, 400, "INVALID_ARGUMENT"),
+    Case(
+        "CUDA shared memory",
+        lambda t: t.client.get_cuda_shared_memory_status(),
+        None,
+        501,
+        "UNIMPLEMENTED",
+    ),
+]
+CASES += SHARED_MEMORY_CASES
 
 
 def outcome(transport: Transport, case: Case) -> tuple[object, str | None, str | None]:

@@ -184,6 +184,13 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     default=0.01,
     help="Fraction of infer requests captured with --capture-dir.",
 )
+@click.option(
+    "--shared-memory-regions",
+    envvar="ORTSERVE_SHARED_MEMORY_REGIONS",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Let clients register up to N system shared-memory regions (0: the extension is off).",
+)
 def serve(
     model_repository: Path,
     host: str,
@@ -209,6 +216,7 @@ def serve(
     demo: bool,
     capture_dir: Path | None,
     capture_rate: float,
+    shared_memory_regions: int,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.logs import configure_logging
@@ -244,6 +252,7 @@ def serve(
         strict_readiness=strict_readiness,
         capture_dir=capture_dir,
         capture_rate=capture_rate,
+        shared_memory_regions=shared_memory_regions,
     )
     _run(run_server(settings))
 

@@ -6,6 +6,7 @@ import asyncio
 from typing import Protocol
 
 from ortserve.core.model import Servable
+from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
 from ortserve.errors import ModelNotReady
 
@@ -29,12 +30,19 @@ class DataPlane:
     Args:
         resolver: where models are looked up.
         metadata: what ``GET /v2`` reports.
+        shared_memory: the system shared-memory regions both transports resolve tensors in.
     """
 
-    def __init__(self, resolver: ModelResolver, metadata: ServerMetadata) -> None:
+    def __init__(
+        self,
+        resolver: ModelResolver,
+        metadata: ServerMetadata,
+        shared_memory: SharedMemoryRegistry | None = None,
+    ) -> None:
         self._resolver = resolver
         self._metadata = metadata
         self._draining = False
+        self.shared_memory = shared_memory or SharedMemoryRegistry()
 
     def live(self) -> bool:
         """The process is up and serving its transports."""
@@ -73,7 +81,10 @@ class DataPlane:
             DeadlineExceeded, ModelNotReady or InferenceError.
         """
         served = self._resolver.resolve(request.model_name, request.model_version)
-        return served.submit(request)
+        outputs = request.outputs
+        targets = self.shared_memory.output_targets(outputs) if outputs else None
+        pending = served.submit(request)
+        return pending if targets is None else deliver_to_shared_memory(pending, targets)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run one request through its model's scheduler and wait for the answer.

@@ -11,6 +11,7 @@ it (request, model metadata), and :func:`datatype_of_numpy` always answers UINT1
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "BF16",
     "BYTES",
     "NUMPY_BY_DATATYPE",
+    "array_to_binary",
     "bf16_from_float32",
     "bf16_to_float32",
     "datatype_of_numpy",
@@ -72,6 +74,8 @@ _DATATYPE_BY_ORT: Final[dict[str, str]] = {
 _DATATYPE_BY_NUMPY: Final[dict[np.dtype[np.generic], str]] = {
     dtype: name for name, dtype in NUMPY_BY_DATATYPE.items() if name not in (BYTES, BF16)
 }
+
+_LENGTH: Final = struct.Struct("<I")
 
 # Sign-preserving quiet NaNs, as ml_dtypes / Eigen write a float32 NaN in bfloat16.
 _BF16_NAN: Final = np.uint32(0x7FC0)
@@ -137,3 +141,22 @@ def bf16_to_float32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
     wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32)
     np.left_shift(wide, 16, out=wide)
     return wide.view(np.float32)
+
+
+def array_to_binary(array: npt.NDArray[np.generic]) -> list[bytes | memoryview]:
+    """Buffers that, concatenated, are the tensor's binary form (wire and shared memory).
+
+    Fixed-size elements are the little-endian bytes of the array; BYTES elements are each a
+    4-byte little-endian length followed by the element.
+    """
+    if array.dtype.kind in "OSU":
+        chunks: list[bytes | memoryview] = []
+        for item in array.reshape(-1):
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            chunks.append(_LENGTH.pack(len(raw)))
+            chunks.append(raw)
+        return chunks
+    contiguous = np.ascontiguousarray(array)
+    if contiguous.dtype.byteorder == ">":
+        contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
+    return [memoryview(contiguous).cast("B")]  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ortserve.core.shared_memory import SharedMemoryRegistry, is_in_shared_memory
 from ortserve.core.types import (
     InferInput,
     InferRequest,
@@ -96,7 +97,7 @@ def _where(kind: str, name: str | None) -> str:
 
 
 def _decode_input(
-    raw: object, binary: memoryview, offset: int, limits: TensorLimits
+    raw: object, binary: memoryview, offset: int, limits: TensorLimits, regions: SharedMemoryRegistry | None
 ) -> tuple[InferInput, int]:
     if not isinstance(raw, dict):
         raise InvalidInput("each entry of 'inputs' must be an object")
@@ -109,7 +110,12 @@ def _decode_input(
     shape = checked_shape(name, raw.get("shape"), limits)
     parameters = _parameters(raw.get("parameters"), "input", name)
     size = parameters.get("binary_data_size")
-    if size is not None:
+    shared = regions.view(parameters, f"input {name!r}") if parameters and regions is not None else None
+    if shared is not None:
+        if "data" in raw or size is not None:
+            raise InvalidInput(f"input {name!r}: has a shared-memory region and data of its own")
+        data = array_from_binary(name, datatype, shape, shared, limits)
+    elif size is not None:
         if type(size) is not int or size < 0:
             raise InvalidInput(f"input {name!r}: 'binary_data_size' must be a non-negative integer")
         if "data" in raw:
@@ -151,12 +157,14 @@ def decode_infer_request(
     model_name: str,
     model_version: str | None,
     limits: TensorLimits,
+    regions: SharedMemoryRegistry | None = None,
 ) -> InferRequest:
     """Decode an infer request body; tensors sent as binary become views of ``body``.
 
     Args:
         body: the whole HTTP body.
         header_length: ``Inference-Header-Content-Length``; None for a JSON-only body.
+        regions: where inputs naming a shared-memory region are found (views, no copy).
 
     Raises:
         InvalidInput: anything malformed, inconsistent or over a limit, named.
@@ -181,7 +189,7 @@ def decode_infer_request(
     offset = 0
     inputs = []
     for raw in raw_inputs:
-        tensor, offset = _decode_input(raw, binary, offset, limits)
+        tensor, offset = _decode_input(raw, binary, offset, limits, regions)
         inputs.append(tensor)
     if offset != len(binary):
         raise InvalidInput(f"{len(binary) - offset} bytes of binary data are not claimed by any input")
@@ -240,7 +248,9 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
             "datatype": output.datatype,
             "shape": list(output.shape),
         }
-        if _wants_binary(output.parameters, binary_default):
+        if is_in_shared_memory(output.parameters):
+            entry["parameters"] = output.parameters
+        elif _wants_binary(output.parameters, binary_default):
             chunks = array_to_binary(output.data)
             entry["parameters"] = {"binary_data_size": sum(len(c) for c in chunks)}
             binary_chunks.extend(chunks)

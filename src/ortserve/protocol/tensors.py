@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ortserve.core.datatypes import BF16, BYTES, bf16_from_float32, bf16_to_float32, numpy_dtype
+from ortserve.core.datatypes import (
+    BF16,
+    BYTES,
+    array_to_binary,
+    bf16_from_float32,
+    bf16_to_float32,
+    numpy_dtype,
+)
 from ortserve.errors import InvalidInput
 
 __all__ = [
@@ -209,18 +216,3 @@ def array_to_json_data(array: Array, datatype: str) -> object:
         except UnicodeDecodeError:
             raise InvalidInput("a BYTES output is not UTF-8 text; request it with binary_data") from None
     return np.ascontiguousarray(array).reshape(-1)
-
-
-def array_to_binary(array: Array) -> list[bytes | memoryview]:
-    """Buffers that, concatenated, are the tensor's binary wire form."""
-    if array.dtype.kind in "OSU":
-        chunks: list[bytes | memoryview] = []
-        for item in array.reshape(-1):
-            raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
-            chunks.append(_LENGTH.pack(len(raw)))
-            chunks.append(raw)
-        return chunks
-    contiguous = np.ascontiguousarray(array)
-    if contiguous.dtype.byteorder == ">":
-        contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
-    return [memoryview(contiguous).cast("B")]  # type: ignore[arg-type]

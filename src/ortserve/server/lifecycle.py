@@ -12,6 +12,7 @@ import onnxruntime as ort
 from ortserve import __version__
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.dataplane import DataPlane
+from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
 from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
@@ -21,14 +22,16 @@ from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
+from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
 from ortserve.server.observability import Observability
 from ortserve.settings import ServerSettings
 
-__all__ = ["EXTENSIONS", "Server", "serve"]
+__all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "serve"]
 
 logger = logging.getLogger(__name__)
 
 EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics")
+SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
 @dataclass(slots=True)
@@ -50,12 +53,17 @@ class Server:
         self.registry = ModelRegistry(strict=settings.strict_readiness)
         self.observability = Observability(settings, self.registry)
         self.telemetry = self.observability.telemetry
-        self.dataplane = DataPlane(self.registry, ServerMetadata("ortserve", __version__, EXTENSIONS))
+        shared_memory = SharedMemoryRegistry(settings.shared_memory_regions)
+        extensions = (*EXTENSIONS, SHARED_MEMORY_EXTENSION) if shared_memory.enabled else EXTENSIONS
+        self.dataplane = DataPlane(
+            self.registry, ServerMetadata("ortserve", __version__, extensions), shared_memory
+        )
         limits = TensorLimits(
             settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element
         )
         self.http_app = HttpApp(self.dataplane, limits, self.telemetry)
         self.observability.add_routes(self.http_app)
+        add_shared_memory_routes(self.http_app, shared_memory)
         self.capture = _capture(settings, self.observability)
         self.http_app.capture = self.capture
         self._http = HttpListener(
@@ -126,6 +134,7 @@ class Server:
         if self._grpc is not None:
             await self._grpc.wait_closed()
         await self.observability.stop(grace)
+        self.dataplane.shared_memory.close()
         logger.info("stopped")
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.core.datatypes import BYTES, numpy_dtype
+from ortserve.core.shared_memory import RegionStatus, SharedMemoryRegistry, is_in_shared_memory
 from ortserve.core.types import (
     InferInput,
     InferRequest,
@@ -38,6 +39,7 @@ __all__ = [
     "encode_model_statistics",
     "encode_parameters",
     "encode_server_metadata",
+    "encode_shared_memory_status",
     "request_timeout",
 ]
 
@@ -139,20 +141,33 @@ def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[
 
 
 def _decode_input(
-    tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None, limits: TensorLimits
-) -> InferInput:
+    tensor: pb.ModelInferRequest.InferInputTensor,
+    raws: Sequence[bytes],
+    index: int,
+    limits: TensorLimits,
+    regions: SharedMemoryRegistry | None,
+) -> tuple[InferInput, int]:
+    """One input, and the index of the next unused raw content (shared-memory inputs use none)."""
     name = tensor.name
     if not name:
         raise InvalidInput("an input has no 'name'")
     shape = checked_shape(name, list(tensor.shape), limits)
     parameters = decode_parameters(tensor.parameters, f"input {name!r}")
-    if raw is None:
+    shared = regions.view(parameters, f"input {name!r}") if parameters and regions is not None else None
+    if shared is not None:
+        if tensor.HasField("contents"):
+            raise InvalidInput(f"input {name!r}: has both contents and a shared-memory region")
+        data = array_from_binary(name, tensor.datatype, shape, shared, limits)
+    elif not raws:
         data = _typed_contents(tensor, shape)
     elif tensor.HasField("contents"):
         raise InvalidInput(f"input {name!r}: has both contents and raw_input_contents")
+    elif index >= len(raws):
+        raise InvalidInput(f"input {name!r} has no entry in raw_input_contents")
     else:
-        data = array_from_binary(name, tensor.datatype, shape, memoryview(raw), limits)
-    return InferInput(name, tensor.datatype, shape, data, parameters)
+        data = array_from_binary(name, tensor.datatype, shape, memoryview(raws[index]), limits)
+        index += 1
+    return InferInput(name, tensor.datatype, shape, data, parameters), index
 
 
 def _decode_outputs(
@@ -169,8 +184,13 @@ def _decode_outputs(
     return decoded
 
 
-def decode_infer_request(message: pb.ModelInferRequest, limits: TensorLimits) -> InferRequest:
+def decode_infer_request(
+    message: pb.ModelInferRequest, limits: TensorLimits, regions: SharedMemoryRegistry | None = None
+) -> InferRequest:
     """A ModelInferRequest as an InferRequest; raw contents become ``np.frombuffer`` views.
+
+    Inputs that name a shared-memory region in ``regions`` become views of its mapping and
+    take no entry of ``raw_input_contents`` (as tritonclient sends them).
 
     ``timeout_s`` comes from the ``timeout`` parameter only; the transport tightens it with
     the call's deadline (:func:`request_timeout`).
@@ -184,16 +204,18 @@ def decode_infer_request(message: pb.ModelInferRequest, limits: TensorLimits) ->
     if not tensors:
         raise InvalidInput("'inputs' must not be empty")
     raws = message.raw_input_contents
-    if raws and len(raws) != len(tensors):
-        raise InvalidInput(
-            f"raw_input_contents has {len(raws)} entries for {len(tensors)} inputs; "
-            "when used it must carry every input"
-        )
     parameters = decode_parameters(message.parameters, "request")
     priority, timeout_s = schedule_fields(parameters)
-    inputs = [
-        _decode_input(tensor, raws[index] if raws else None, limits) for index, tensor in enumerate(tensors)
-    ]
+    inputs = []
+    used = 0
+    for tensor in tensors:
+        tensor_input, used = _decode_input(tensor, raws, used, limits, regions)
+        inputs.append(tensor_input)
+    if used != len(raws):
+        raise InvalidInput(
+            f"raw_input_contents has {len(raws)} entries for {used} inputs sent on the wire; "
+            "when used it must carry every input not in shared memory"
+        )
     return InferRequest(
         message.model_name,
         inputs,
@@ -212,7 +234,11 @@ def _raw_bytes(array: Array) -> bytes:
 
 
 def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
-    """An InferResponse with every output in ``raw_output_contents`` (as Triton answers)."""
+    """An InferResponse with every output in ``raw_output_contents`` (as Triton answers).
+
+    An output written to shared memory keeps its place there with an empty entry, so the
+    entries still line up with ``outputs`` (tritonclient finds them by position).
+    """
     outputs = [
         pb.ModelInferResponse.InferOutputTensor(
             name=output.name,
@@ -228,7 +254,10 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
         id=response.id or "",
         parameters=encode_parameters(response.parameters) if response.parameters else None,
         outputs=outputs,
-        raw_output_contents=[_raw_bytes(output.data) for output in response.outputs],
+        raw_output_contents=[
+            b"" if is_in_shared_memory(output.parameters) else _raw_bytes(output.data)
+            for output in response.outputs
+        ],
     )
 
 
@@ -288,3 +317,13 @@ def _model_statistics(snapshot: StatisticsSnapshot) -> pb.ModelStatistics:
 def encode_model_statistics(snapshots: list[StatisticsSnapshot]) -> pb.ModelStatisticsResponse:
     """Triton's statistics extension answer, one entry per version."""
     return pb.ModelStatisticsResponse(model_stats=[_model_statistics(s) for s in snapshots])
+
+
+def encode_shared_memory_status(regions: list[RegionStatus]) -> pb.SystemSharedMemoryStatusResponse:
+    """The system shared-memory status answer, regions keyed by name."""
+    Status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+    return pb.SystemSharedMemoryStatusResponse(
+        regions={
+            r.name: Status(name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size) for r in regions
+        }
+    )

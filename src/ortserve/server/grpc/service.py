@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from typing import Any, NoReturn
 
 from ortserve.core.dataplane import DataPlane
+from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
 from ortserve.errors import InternalError, NotImplementedByServer, OrtServeError
 from ortserve.loadtest.capture import Capture
@@ -19,6 +20,7 @@ from ortserve.protocol.grpc.codec import (
     encode_model_metadata,
     encode_model_statistics,
     encode_server_metadata,
+    encode_shared_memory_status,
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
@@ -67,6 +69,14 @@ class InferenceService:
             "RepositoryModelUnload": Rpc(
                 pb.RepositoryModelUnloadRequest, unary=_not_offered("model control")
             ),
+            "SystemSharedMemoryStatus": Rpc(pb.SystemSharedMemoryStatusRequest, unary=self.shm_status),
+            "SystemSharedMemoryRegister": Rpc(pb.SystemSharedMemoryRegisterRequest, unary=self.shm_register),
+            "SystemSharedMemoryUnregister": Rpc(
+                pb.SystemSharedMemoryUnregisterRequest, unary=self.shm_unregister
+            ),
+            "CudaSharedMemoryStatus": Rpc(pb.CudaSharedMemoryStatusRequest, unary=_cuda_refused),
+            "CudaSharedMemoryRegister": Rpc(pb.CudaSharedMemoryRegisterRequest, unary=_cuda_refused),
+            "CudaSharedMemoryUnregister": Rpc(pb.CudaSharedMemoryUnregisterRequest, unary=_cuda_refused),
         }
         return {f"/{INFERENCE_SERVICE}/{name}": rpc for name, rpc in methods.items()}
 
@@ -90,6 +100,23 @@ class InferenceService:
     ) -> pb.ModelStatisticsResponse:
         snapshots = self._telemetry.statistics.snapshot(request.name or None, request.version or None)
         return encode_model_statistics(snapshots)
+
+    def shm_status(
+        self, request: pb.SystemSharedMemoryStatusRequest, call: GrpcCall
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        return encode_shared_memory_status(self._dataplane.shared_memory.status(request.name or None))
+
+    def shm_register(
+        self, request: pb.SystemSharedMemoryRegisterRequest, call: GrpcCall
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._dataplane.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    def shm_unregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, call: GrpcCall
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._dataplane.shared_memory.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     def model_infer(
         self, request: pb.ModelInferRequest, call: GrpcCall
@@ -160,7 +187,7 @@ class InferenceService:
             "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
         try:
-            infer_request = decode_infer_request(request, self._limits)
+            infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
             pending = self._dataplane.submit(infer_request)
@@ -211,6 +238,9 @@ def _not_offered(what: str) -> UnaryHandler:
 
 def _refuse(message: str, request: object, call: GrpcCall) -> NoReturn:
     raise NotImplementedByServer(message)
+
+
+_cuda_refused: UnaryHandler = functools.partial(_refuse, CUDA_NOT_SUPPORTED)
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -32,9 +32,10 @@ from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
 from ortserve.telemetry import RequestScope, Telemetry
 
-__all__ = ["HttpApp", "RouteHandler"]
+__all__ = ["HttpApp", "RouteHandler", "SectionHandler"]
 
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
+SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse]
 
 _EMPTY_OK = json_response(200, b"")
 _READY_FALSE = json_response(503, b"")
@@ -59,6 +60,7 @@ class HttpApp:
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._extra: dict[tuple[str, str], RouteHandler] = {}
         self._extra_paths: dict[str, list[str]] = {}
+        self._sections: dict[str, SectionHandler] = {}
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
@@ -66,6 +68,10 @@ class HttpApp:
         """Add a fixed-path route (pipelines' REST routes, metrics)."""
         self._extra[(method, path)] = handler
         self._extra_paths.setdefault(path, []).append(method)
+
+    def add_section(self, name: str, handler: SectionHandler) -> None:
+        """Hand every ``/v2/<name>/...`` path to ``handler`` with the segments after ``name``."""
+        self._sections[name] = handler
 
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:
@@ -96,6 +102,9 @@ class HttpApp:
             return self._get(request, lambda: encode_statistics(self._telemetry.statistics.snapshot()))
         if rest[0] == "models" and len(rest) >= 2:
             return self._model_route(request, rest[1:])
+        section = self._sections.get(rest[0])
+        if section is not None:
+            return section(request, rest[1:])
         return _not_found(path)
 
     def _health(self, request: HttpRequest, which: str) -> HttpResponse:
@@ -164,7 +173,9 @@ class HttpApp:
         )
         try:
             header_length = _header_length(request)
-            infer_request = decode_infer_request(request.body, header_length, name, version, self._limits)
+            infer_request = decode_infer_request(
+                request.body, header_length, name, version, self._limits, self._dataplane.shared_memory
+            )
             scope.identify(infer_request)
             pending = self._dataplane.submit(infer_request)
         except OrtServeError as error:
