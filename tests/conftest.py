@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,12 @@ def error_repository_server(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     ]
     with run_server(root, log, args) as process:
         yield process
+
+
+@pytest.fixture
+def block() -> Iterator[shared_memory.SharedMemory]:
+    """A fresh 64 KiB POSIX shared-memory object, as tritonclient creates them; removed after."""
+    created = shared_memory.SharedMemory(f"ortserve-test-{uuid.uuid4().hex}", create=True, size=65536)
+    yield created
+    created.close()
+    created.unlink()

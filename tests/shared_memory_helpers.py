@@ -5,11 +5,17 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
+
+
+def key_of(block: shared_memory.SharedMemory) -> str:
+    """The key a client registers the object under."""
+    return "/" + block.name.lstrip("/")
 
 
 def _wire_form(datatype: str, array: np.ndarray) -> np.ndarray:

@@ -6,7 +6,6 @@ import asyncio
 import gc
 import os
 import uuid
-from collections.abc import Iterator
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -23,21 +22,9 @@ from ortserve.core.shared_memory import (
 )
 from ortserve.core.types import InferOutput, InferResponse, RequestedOutput
 from ortserve.errors import InvalidInput, NotImplementedByServer
+from shared_memory_helpers import key_of
 
 SHM = Path("/dev/shm")
-
-
-@pytest.fixture
-def block() -> Iterator[shared_memory.SharedMemory]:
-    """A 64 KiB POSIX shared-memory object, as tritonclient creates them."""
-    created = shared_memory.SharedMemory(f"ortserve-test-{uuid.uuid4().hex}", create=True, size=65536)
-    yield created
-    created.close()
-    created.unlink()
-
-
-def key_of(block: shared_memory.SharedMemory) -> str:
-    return "/" + block.name.lstrip("/")
 
 
 def test_register_status_unregister(block: shared_memory.SharedMemory) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import struct
+from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as triton_pb
 
+from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import InferOutput, InferResponse
 from ortserve.errors import DeadlineExceeded, InvalidInput
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
@@ -20,6 +22,7 @@ from ortserve.protocol.grpc.codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.statistics import BatchSizeSnapshot, Duration, StatisticsSnapshot
+from shared_memory_helpers import key_of
 
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 Tensor = pb.ModelInferRequest.InferInputTensor
@@ -131,7 +134,14 @@ def test_malformed_tensors_are_refused_by_name(request_message: pb.ModelInferReq
 def test_raw_contents_must_cover_every_input() -> None:
     request = raw_request(np.zeros(2, np.float32))
     request.inputs.add(name="y", datatype="FP32", shape=[2])
-    with pytest.raises(InvalidInput, match="must carry every input"):
+    with pytest.raises(InvalidInput, match="input 'y' has no entry in raw_input_contents"):
+        decode_infer_request(request, LIMITS)
+
+
+def test_raw_contents_may_not_outnumber_the_inputs_on_the_wire() -> None:
+    request = raw_request(np.zeros(2, np.float32))
+    request.raw_input_contents.append(b"\0" * 8)
+    with pytest.raises(InvalidInput, match="2 entries for 1 inputs sent on the wire"):
         decode_infer_request(request, LIMITS)
 
 
@@ -271,3 +281,38 @@ def test_a_request_serialized_by_tritonclient_decodes_identically() -> None:
     decoded = decode_infer_request(pb.ModelInferRequest.FromString(theirs.SerializeToString()), LIMITS)
     np.testing.assert_array_equal(decoded.inputs[0].data, [5, -6])
     assert (decoded.id, decoded.priority) == ("z", 1)
+
+
+def shm_tensor(name: str) -> pb.ModelInferRequest.InferInputTensor:
+    tensor = Tensor(name=name, datatype="FP32", shape=[2])
+    tensor.parameters["shared_memory_region"].string_param = "r"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 8
+    return tensor
+
+
+def test_an_input_in_shared_memory_takes_no_raw_contents_entry(block: shared_memory.SharedMemory) -> None:
+    regions = SharedMemoryRegistry(1)
+    regions.register("r", key_of(block), 0, 64)
+    block.buf[:8] = np.array([5, 6], np.float32).tobytes()
+    request = raw_request(np.array([1, 2], np.float32), name="wire")
+    request.inputs.insert(0, shm_tensor("shared"))
+    decoded = decode_infer_request(request, LIMITS, regions)
+    assert [i.data.tolist() for i in decoded.inputs] == [[5, 6], [1, 2]]
+
+
+def test_an_input_with_a_region_and_contents_is_refused(block: shared_memory.SharedMemory) -> None:
+    regions = SharedMemoryRegistry(1)
+    regions.register("r", key_of(block), 0, 64)
+    tensor = shm_tensor("x")
+    tensor.contents.fp32_contents.extend([1.0, 2.0])
+    request = pb.ModelInferRequest(model_name="m", inputs=[tensor])
+    with pytest.raises(InvalidInput, match="has both contents and a shared-memory region"):
+        decode_infer_request(request, LIMITS, regions)
+
+
+def test_an_output_in_shared_memory_keeps_its_place_with_empty_raw_contents() -> None:
+    in_shm = InferOutput("a", "FP32", (1,), np.ones(1, np.float32), {"shared_memory_region": "r"})
+    on_wire = InferOutput("b", "FP32", (1,), np.ones(1, np.float32))
+    answer = encode_infer_response(InferResponse("m", "1", [in_shm, on_wire]))
+    assert list(answer.raw_output_contents) == [b"", np.ones(1, np.float32).tobytes()]
+    assert answer.outputs[0].parameters["shared_memory_region"].string_param == "r"

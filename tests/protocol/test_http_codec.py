@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import struct
+from multiprocessing import shared_memory
 
 import numpy as np
 import orjson
 import pytest
 
+from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import InferOutput, InferRequest, InferResponse
 from ortserve.errors import InvalidInput
 from ortserve.protocol.http_codec import decode_infer_request, encode_infer_response
 from ortserve.protocol.tensors import TensorLimits
+from shared_memory_helpers import key_of
 
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 
@@ -246,3 +249,40 @@ def test_bf16_outputs_are_numbers_in_json_and_raw_bits_in_binary() -> None:
     assert header["outputs"][1]["datatype"] == "BF16"
     assert header["outputs"][1]["parameters"]["binary_data_size"] == 8
     assert b"".join(bytes(c) for c in encoded.chunks[1:]) == b"\x80\x3f\x40\xc0\xc0\x7f\x4d\x3e"
+
+
+def shm_input(**fields: object) -> dict[str, object]:
+    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16, "shared_memory_offset": 4}
+    document = one_input(parameters=parameters, **fields)
+    if "data" not in fields:
+        del document["inputs"][0]["data"]  # type: ignore[index]
+    return document
+
+
+def test_an_input_in_shared_memory_is_a_view_of_the_region(block: shared_memory.SharedMemory) -> None:
+    regions = SharedMemoryRegistry(1)
+    regions.register("r", key_of(block), 0, 64)
+    header = json.dumps(shm_input()).encode()
+    block.buf[4:20] = np.arange(4, dtype=np.float32).tobytes()
+    array = decode_infer_request(header, None, "m", None, LIMITS, regions).inputs[0].data
+    np.testing.assert_array_equal(array, [[0, 1], [2, 3]])
+    block.buf[4:8] = np.float32(7).tobytes()
+    assert array[0, 0] == 7  # no copy: the client's later writes show through
+
+
+def test_an_input_with_a_region_and_data_of_its_own_is_refused(block: shared_memory.SharedMemory) -> None:
+    regions = SharedMemoryRegistry(1)
+    regions.register("r", key_of(block), 0, 64)
+    header = json.dumps(shm_input(data=[1, 2, 3, 4])).encode()
+    with pytest.raises(InvalidInput, match="has a shared-memory region and data of its own"):
+        decode_infer_request(header, None, "m", None, LIMITS, regions)
+
+
+def test_an_output_in_shared_memory_is_answered_without_data() -> None:
+    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+    output = InferOutput("y", "FP32", (2,), np.zeros(2, np.float32), parameters)  # type: ignore[arg-type]
+    encoded = encode_infer_response(InferResponse("m", "1", [output]), binary_default=True)
+    assert encoded.header_length is None
+    assert orjson.loads(b"".join(encoded.chunks))["outputs"] == [
+        {"name": "y", "datatype": "FP32", "shape": [2], "parameters": parameters}
+    ]
