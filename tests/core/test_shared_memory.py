@@ -199,24 +199,27 @@ async def test_outputs_are_written_into_their_window_and_answered_without_data(
     assert np.frombuffer(block.buf[108:132], np.float32).tolist() == [0, 1, 2, 3, 4, 5]
 
 
-async def test_an_output_larger_than_its_window_fails_the_request(block: shared_memory.SharedMemory) -> None:
+def _delivery(
+    block: shared_memory.SharedMemory,
+) -> tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]:
+    """(pending, answer) for output 'y' into an 8-byte window."""
     registry = SharedMemoryRegistry(4)
     registry.register("out", key_of(block), 0, 64)
     targets = registry.output_targets([RequestedOutput("y", {REGION: "out", BYTE_SIZE: 8})])
     assert targets is not None
     pending: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
-    answer = deliver_to_shared_memory(pending, targets)
+    return pending, deliver_to_shared_memory(pending, targets)
+
+
+async def test_an_output_larger_than_its_window_fails_the_request(block: shared_memory.SharedMemory) -> None:
+    pending, answer = _delivery(block)
     pending.set_result(_response(np.arange(6, dtype=np.float32), {REGION: "out", BYTE_SIZE: 8}))
     with pytest.raises(InvalidInput, match="output 'y' needs 24 bytes, its shared-memory window holds 8"):
         await answer
 
 
 async def test_cancelling_the_delivery_cancels_the_request(block: shared_memory.SharedMemory) -> None:
-    registry = SharedMemoryRegistry(4)
-    registry.register("out", key_of(block), 0, 64)
-    targets = registry.output_targets([RequestedOutput("y", {REGION: "out", BYTE_SIZE: 8})])
-    assert targets is not None
-    pending: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
-    deliver_to_shared_memory(pending, targets).cancel()
+    pending, answer = _delivery(block)
+    answer.cancel()
     await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
     assert pending.cancelled()
