@@ -13,6 +13,12 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 
+def buffer_of(block: shared_memory.SharedMemory) -> memoryview:
+    """The object's mapped bytes (typed Optional by typeshed; set while the block is open)."""
+    assert block.buf is not None
+    return block.buf
+
+
 def key_of(block: shared_memory.SharedMemory) -> str:
     """The key a client registers the object under."""
     return "/" + block.name.lstrip("/")

@@ -20,9 +20,9 @@ from ortserve.core.shared_memory import (
     SharedMemoryRegistry,
     deliver_to_shared_memory,
 )
-from ortserve.core.types import InferOutput, InferResponse, RequestedOutput
+from ortserve.core.types import InferOutput, InferResponse, Parameters, RequestedOutput
 from ortserve.errors import InvalidInput, NotImplementedByServer
-from shared_memory_helpers import key_of
+from shared_memory_helpers import buffer_of, key_of
 
 SHM = Path("/dev/shm")
 
@@ -39,13 +39,13 @@ def test_register_status_unregister(block: shared_memory.SharedMemory) -> None:
 
 def test_a_view_reads_and_writes_the_clients_bytes_at_offsets(block: shared_memory.SharedMemory) -> None:
     registry = SharedMemoryRegistry(4)
-    block.buf[5000:5016] = np.arange(4, dtype=np.float32).tobytes()
+    buffer_of(block)[5000:5016] = np.arange(4, dtype=np.float32).tobytes()
     registry.register("a", key_of(block), 4999, 100)  # an offset that is no page multiple
     view = registry.view({REGION: "a", BYTE_SIZE: 16, OFFSET: 1}, "input 'x'")
     assert view is not None
     assert np.frombuffer(view, np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
     view[:4] = np.float32(9).tobytes()
-    assert np.frombuffer(block.buf[5000:5004], np.float32)[0] == 9.0
+    assert np.frombuffer(buffer_of(block)[5000:5004], np.float32)[0] == 9.0
 
 
 def test_parameters_without_a_region_name_none() -> None:
@@ -157,7 +157,7 @@ def test_unregistering_a_region_in_use_keeps_its_mapping_until_the_view_goes(
     block: shared_memory.SharedMemory,
 ) -> None:
     registry = SharedMemoryRegistry(4)
-    block.buf[:8] = b"12345678"
+    buffer_of(block)[:8] = b"12345678"
     registry.register("a", key_of(block), 0, 8)
     view = registry.view({REGION: "a", BYTE_SIZE: 8}, "input 'x'")
     assert view is not None
@@ -178,8 +178,8 @@ def _mappings_of(block: shared_memory.SharedMemory) -> int:
     return sum(1 for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(name))
 
 
-def _response(data: np.ndarray, parameters: dict[str, object]) -> InferResponse:
-    output = InferOutput("y", "FP32", data.shape, data, parameters)  # type: ignore[arg-type]
+def _response(data: np.ndarray, parameters: Parameters) -> InferResponse:
+    output = InferOutput("y", "FP32", data.shape, data, parameters)
     return InferResponse("m", "1", [output])
 
 
@@ -188,7 +188,7 @@ async def test_outputs_are_written_into_their_window_and_answered_without_data(
 ) -> None:
     registry = SharedMemoryRegistry(4)
     registry.register("out", key_of(block), 100, 64)
-    parameters = {REGION: "out", BYTE_SIZE: 32, OFFSET: 8, "binary_data": True}
+    parameters: Parameters = {REGION: "out", BYTE_SIZE: 32, OFFSET: 8, "binary_data": True}
     targets = registry.output_targets([RequestedOutput("y", parameters), RequestedOutput("z")])
     assert targets is not None and list(targets) == ["y"]
     pending: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
@@ -196,7 +196,7 @@ async def test_outputs_are_written_into_their_window_and_answered_without_data(
     pending.set_result(_response(np.arange(6, dtype=np.float32), parameters))
     response = await answer
     assert response.outputs[0].parameters == {REGION: "out", OFFSET: 8, BYTE_SIZE: 24}
-    assert np.frombuffer(block.buf[108:132], np.float32).tolist() == [0, 1, 2, 3, 4, 5]
+    assert np.frombuffer(buffer_of(block)[108:132], np.float32).tolist() == [0, 1, 2, 3, 4, 5]
 
 
 def _delivery(

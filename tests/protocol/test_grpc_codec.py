@@ -22,7 +22,7 @@ from ortserve.protocol.grpc.codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.statistics import BatchSizeSnapshot, Duration, StatisticsSnapshot
-from shared_memory_helpers import key_of
+from shared_memory_helpers import buffer_of, key_of
 
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 Tensor = pb.ModelInferRequest.InferInputTensor
@@ -293,7 +293,7 @@ def shm_tensor(name: str) -> pb.ModelInferRequest.InferInputTensor:
 def test_an_input_in_shared_memory_takes_no_raw_contents_entry(block: shared_memory.SharedMemory) -> None:
     regions = SharedMemoryRegistry(1)
     regions.register("r", key_of(block), 0, 64)
-    block.buf[:8] = np.array([5, 6], np.float32).tobytes()
+    buffer_of(block)[:8] = np.array([5, 6], np.float32).tobytes()
     request = raw_request(np.array([1, 2], np.float32), name="wire")
     request.inputs.insert(0, shm_tensor("shared"))
     decoded = decode_infer_request(request, LIMITS, regions)

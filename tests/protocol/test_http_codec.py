@@ -15,7 +15,7 @@ from ortserve.core.types import InferOutput, InferRequest, InferResponse
 from ortserve.errors import InvalidInput
 from ortserve.protocol.http_codec import decode_infer_request, encode_infer_response
 from ortserve.protocol.tensors import TensorLimits
-from shared_memory_helpers import key_of
+from shared_memory_helpers import buffer_of, key_of
 
 LIMITS = TensorLimits(max_elements=1_000_000, max_depth=8, max_bytes_element=1024)
 
@@ -263,10 +263,10 @@ def test_an_input_in_shared_memory_is_a_view_of_the_region(block: shared_memory.
     regions = SharedMemoryRegistry(1)
     regions.register("r", key_of(block), 0, 64)
     header = json.dumps(shm_input()).encode()
-    block.buf[4:20] = np.arange(4, dtype=np.float32).tobytes()
+    buffer_of(block)[4:20] = np.arange(4, dtype=np.float32).tobytes()
     array = decode_infer_request(header, None, "m", None, LIMITS, regions).inputs[0].data
     np.testing.assert_array_equal(array, [[0, 1], [2, 3]])
-    block.buf[4:8] = np.float32(7).tobytes()
+    buffer_of(block)[4:8] = np.float32(7).tobytes()
     assert array[0, 0] == 7  # no copy: the client's later writes show through
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as tritonclient_shm
 from tritonclient.utils import InferenceServerException
 
 import shared_memory_helpers as shm_cases
@@ -282,7 +283,7 @@ def infer_x_from_shared_memory(
 ) -> dict[str, list[Any]]:
     """``failing`` with rows(3) (48 bytes) read from a region; the answer on the wire."""
     with shm_cases.region(t.client, "x-window", region_size) as handle:
-        shm_cases.shm.set_shared_memory_region(handle, [rows(3)[1]])
+        tritonclient_shm.set_shared_memory_region(handle, [rows(3)[1]])
         tensor = t.module.InferInput("x", [3, 4], "FP32")
         tensor.set_shared_memory(name, size, offset=offset)
         result = t.client.infer("failing", [tensor])

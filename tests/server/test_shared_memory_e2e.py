@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ortserve.testing import ServerProcess
+from shared_memory_helpers import buffer_of
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +27,7 @@ def _request(method: str, path: str, body: bytes = b"", headers: str = "") -> by
 def _read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
     """``count`` responses read off one keep-alive connection, in order."""
     buffer = b""
-    answers = []
+    answers: list[tuple[int, dict[str, str], bytes]] = []
     while len(answers) < count:
         while b"\r\n\r\n" not in buffer:
             chunk = sock.recv(65536)
@@ -69,7 +70,7 @@ def test_a_region_unregistered_while_a_request_uses_it_serves_that_request(
     """Infer (slow model) and unregister pipelined on one connection: the server decodes the
     infer first, unregisters while it runs, and still writes the output into the region."""
     key = "/" + block.name.lstrip("/")
-    np.ndarray((256, 256), np.float32, block.buf)[:] = np.eye(256, dtype=np.float32) * 1.0
+    np.ndarray((256, 256), np.float32, buffer_of(block))[:] = np.eye(256, dtype=np.float32) * 1.0
     ((status, _, _),) = _exchange(error_repository_server, _register("in-use", key, 2 * SLOW_BYTES))
     assert status == 200
     document = {
@@ -107,7 +108,7 @@ def test_a_region_unregistered_while_a_request_uses_it_serves_that_request(
         "shared_memory_offset": SLOW_BYTES,
         "shared_memory_byte_size": SLOW_BYTES,
     }
-    written = np.ndarray((256, 256), np.float32, block.buf, offset=SLOW_BYTES)
+    written = np.ndarray((256, 256), np.float32, buffer_of(block), offset=SLOW_BYTES)
     assert np.array_equal(written, np.eye(256, dtype=np.float32))
 
 
