@@ -9,8 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
+from ortserve.apps.dispatch.decoding import DEADLINE_PASSED, NO_DEADLINE
+from ortserve.apps.dispatch.pipeline import DispatchPipeline
 from ortserve.apps.dispatch.training import train_dispatch
 from ortserve.apps.seeds import SEED_APPS
+from ortserve.pipeline.contract import Pipeline, PipelineContext
+from ortserve.pipeline.runtime import PipelineRunner
 from ortserve.testing import PipelineHarness, pipeline_harness
 
 NOW = 1_759_017_600_000
@@ -39,6 +43,7 @@ async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarne
     answer: Any = await harness.call(
         "dispatch",
         {
+            "now": NOW,
             "orders": [order("o1", 39.9219, 116.4436)],
             "couriers": [
                 {"id": "far", "lat": 39.99, "lon": 116.30, "capacity": 5},
@@ -56,15 +61,15 @@ async def test_the_nearby_courier_wins_over_a_distant_one(harness: PipelineHarne
 async def test_a_tight_deadline_lowers_the_on_time_probability(harness: PipelineHarness) -> None:
     couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
     relaxed: Any = await harness.call(
-        "dispatch", {"orders": [order("o1", 39.92, 116.44, 90)], "couriers": couriers}
+        "dispatch", {"orders": [order("o1", 39.92, 116.44, 90)], "couriers": couriers, "now": NOW}
     )
     tight: Any = await harness.call(
-        "dispatch", {"orders": [order("o1", 39.92, 116.44, 12)], "couriers": couriers}
+        "dispatch", {"orders": [order("o1", 39.92, 116.44, 12)], "couriers": couriers, "now": NOW}
     )
     relaxed_on_time = relaxed["orders"][0]["candidates"][0]["on_time"]
     assert relaxed_on_time > 0.9
     assert tight["orders"][0]["courier_id"] is None
-    assert tight["unassigned"][0]["reason"].startswith("no courier with room can deliver")
+    assert tight["unassigned"][0]["reason"] == NO_DEADLINE
 
 
 async def test_capacity_holds_across_orders_and_the_rest_are_unassigned_with_a_reason(
@@ -75,7 +80,9 @@ async def test_capacity_holds_across_orders_and_the_rest_are_unassigned_with_a_r
         {"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3, "load": 1},
         {"id": "c2", "lat": 39.925, "lon": 116.442, "capacity": 1},
     ]
-    answer: Any = await harness.call("dispatch", {"orders": orders, "couriers": couriers, "top_k": 2})
+    answer: Any = await harness.call(
+        "dispatch", {"orders": orders, "couriers": couriers, "top_k": 2, "now": NOW}
+    )
     assigned = [o["courier_id"] for o in answer["orders"]]
     assert assigned.count("c1") == 2 and assigned.count("c2") == 1
     assert len(answer["unassigned"]) == 2
@@ -95,8 +102,49 @@ async def test_orders_given_by_address_are_placed_and_routed(harness: PipelineHa
             }
         ],
         "couriers": [{"id": "c1", "lat": 39.96, "lon": 116.30, "capacity": 2}],
+        "now": NOW,
     }
     answer: Any = await harness.post("/v1/route", orjson.dumps(document))
     [result] = answer["orders"]
     assert result["placed_in"] == "海淀区" and result["courier_id"] == "c1"
     assert result["candidates"][0]["distance_km"] < 1.0
+
+
+async def test_a_bad_address_among_good_orders_leaves_only_that_order_unassigned(
+    harness: PipelineHarness,
+) -> None:
+    mars = {"id": "mars", "address": "火星基地1号", "created_at": NOW, "deadline": NOW + 40 * MINUTE}
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3}]
+    document = {"orders": [order("o1", 39.92, 116.44), mars], "couriers": couriers, "now": NOW}
+    answer: Any = await harness.call("dispatch", document)
+    assert [o["courier_id"] for o in answer["orders"]] == ["c1"]
+    [failed] = answer["unassigned"]
+    assert failed["order_id"] == "mars" and "orders[1].address" in failed["reason"]
+
+
+async def test_without_now_the_server_clock_decides_what_is_still_deliverable(
+    harness: PipelineHarness, dispatch_repository: Path
+) -> None:
+    clock_ms = NOW + 50 * MINUTE
+    context = PipelineContext("dispatch", "1", dispatch_repository / "dispatch" / "1")
+    pipeline: Pipeline[Any] = DispatchPipeline(context, clock=lambda: clock_ms / 1000)
+    runner = await PipelineRunner.build(pipeline, harness.registry)
+    couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
+    orders = [order("soon", 39.92, 116.44, 60), order("gone", 39.92, 116.44, 40)]
+    late: Any = await runner.run({"orders": orders, "couriers": couriers})
+    assert late["now"] == clock_ms
+    reasons = {u["order_id"]: u["reason"] for u in late["unassigned"]}
+    assert reasons == {"soon": NO_DEADLINE, "gone": DEADLINE_PASSED}
+    early: Any = await runner.run({"orders": orders, "couriers": couriers, "now": NOW})
+    assert [o["courier_id"] for o in early["orders"]] == ["c1", "c1"] and early["unassigned"] == []
+
+
+async def test_min_on_time_per_request_decides_eligibility(harness: PipelineHarness) -> None:
+    couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
+    document = {"orders": [order("o1", 39.92, 116.44, 25)], "couriers": couriers, "now": NOW}
+    probe: Any = await harness.call("dispatch", {**document, "min_on_time": 0.0})
+    on_time = probe["orders"][0]["candidates"][0]["on_time"]
+    assert 0.05 < on_time < 0.95
+    below: Any = await harness.call("dispatch", {**document, "min_on_time": on_time - 0.01})
+    above: Any = await harness.call("dispatch", {**document, "min_on_time": min(on_time + 0.01, 1.0)})
+    assert below["orders"][0]["courier_id"] == "c1" and above["orders"][0]["courier_id"] is None

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from ortserve.apps.dispatch.gazetteer import place_address
 from ortserve.apps.dispatch.geo import geohash, haversine_km, neighbourhood, same_neighbourhood
-from ortserve.apps.dispatch.request import MAX_PAIRS, parse_dispatch_request
+from ortserve.apps.dispatch.request import (
+    DEFAULT_MIN_ON_TIME,
+    DEFAULT_TOP_K,
+    MAX_PAIRS,
+    parse_dispatch_request,
+)
 from ortserve.errors import InvalidInput, PayloadTooLarge
 
 NOW = 1_759_017_600_000
@@ -73,8 +80,9 @@ def test_an_address_that_cannot_be_placed_is_a_400_naming_the_field(address: str
 
 def test_a_valid_request_parses_with_defaults() -> None:
     by_address = {"id": "o2", "address": "北京市海淀区", "created_at": NOW, "deadline": NOW + 1, "weight": 2}
-    request = parse_dispatch_request({"orders": [order(), by_address], "couriers": [courier()]})
-    assert request.now == NOW and request.top_k == 3
+    request = parse_dispatch_request({"orders": [order(), by_address], "couriers": [courier()]}, NOW + 5)
+    assert request.now == NOW + 5 and request.top_k == DEFAULT_TOP_K == 5
+    assert request.min_on_time == DEFAULT_MIN_ON_TIME and not request.rejected
     assert request.orders[1].placed_by == "海淀区" and request.orders[1].weight == 2.0
     assert request.couriers[0].load == 0.0
 
@@ -85,35 +93,52 @@ def test_a_valid_request_parses_with_defaults() -> None:
         ({"orders": [order()], "couriers": [courier()], "extra": 1}, "'extra'"),
         ({"orders": [], "couriers": [courier()]}, "'orders'"),
         ({"orders": [order()]}, "'couriers'"),
-        ({"orders": [order(colour="red")], "couriers": [courier()]}, r"orders\[0\]\.colour"),
+        ({"orders": ["o1"], "couriers": [courier()]}, r"orders\[0\]"),
         ({"orders": [order(), order()], "couriers": [courier()]}, r"orders\[1\]\.id"),
-        ({"orders": [order(lat="39.9")], "couriers": [courier()]}, r"orders\[0\]\.lat"),
-        ({"orders": [order(lat=95.0)], "couriers": [courier()]}, r"orders\[0\]\.lat"),
-        ({"orders": [order(deadline=NOW - 1)], "couriers": [courier()]}, r"orders\[0\]\.deadline"),
-        ({"orders": [order(weight=0)], "couriers": [courier()]}, r"orders\[0\]\.weight"),
-        ({"orders": [order(created_at=1.5)], "couriers": [courier()]}, r"orders\[0\]\.created_at"),
+        ({"orders": [order(id=7)], "couriers": [courier()]}, r"orders\[0\]\.id"),
         ({"orders": [order()], "couriers": [courier(capacity=True)]}, r"couriers\[0\]\.capacity"),
         ({"orders": [order()], "couriers": [courier(load=-1)]}, r"couriers\[0\]\.load"),
         ({"orders": [order()], "couriers": [courier()], "top_k": 0}, "'top_k'"),
         ({"orders": [order()], "couriers": [courier()], "top_k": 2.5}, "'top_k'"),
+        ({"orders": [order()], "couriers": [courier()], "min_on_time": 1.5}, "'min_on_time'"),
+        ({"orders": [order()], "couriers": [courier()], "now": "today"}, "'now'"),
     ],
 )
-def test_a_bad_field_is_rejected_naming_it(document: dict[str, object], field: str) -> None:
+def test_a_request_malformed_as_a_whole_is_rejected_naming_the_field(
+    document: dict[str, object], field: str
+) -> None:
     with pytest.raises(InvalidInput, match=field):
-        parse_dispatch_request(document)
+        parse_dispatch_request(document, NOW)
 
 
-def test_an_order_without_coordinates_or_address_is_rejected() -> None:
-    bare = {"id": "o1", "created_at": NOW, "deadline": NOW + 1}
-    with pytest.raises(InvalidInput, match=r"orders\[0\].*address"):
-        parse_dispatch_request({"orders": [bare], "couriers": [courier()]})
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (order("bad", colour="red"), r"orders\[1\]\.colour"),
+        (order("bad", lat="39.9"), r"orders\[1\]\.lat"),
+        (order("bad", lat=95.0), r"orders\[1\]\.lat"),
+        (order("bad", deadline=NOW - 1), r"orders\[1\]\.deadline"),
+        (order("bad", weight=0), r"orders\[1\]\.weight"),
+        (order("bad", created_at=1.5), r"orders\[1\]\.created_at"),
+        ({"id": "bad", "created_at": NOW, "deadline": NOW + 1}, r"orders\[1\].*address"),
+        ({"id": "bad", "address": "火星基地1号", "created_at": NOW, "deadline": NOW + 1}, "cannot place"),
+    ],
+)
+def test_an_order_with_a_bad_field_is_rejected_alone_with_the_reason(
+    bad: dict[str, object], field: str
+) -> None:
+    request = parse_dispatch_request({"orders": [order("good"), bad], "couriers": [courier()]}, NOW)
+    assert [o.id for o in request.orders] == ["good"]
+    [rejected] = request.rejected
+    assert rejected.id == "bad"
+    assert re.search(field, rejected.reason)
 
 
 def test_more_pairs_than_the_limit_is_payload_too_large() -> None:
     orders = [order(f"o{i}") for i in range(MAX_PAIRS // 100 + 1)]
     couriers = [courier(f"c{i}") for i in range(100)]
     with pytest.raises(PayloadTooLarge, match="pairs"):
-        parse_dispatch_request({"orders": orders, "couriers": couriers})
+        parse_dispatch_request({"orders": orders, "couriers": couriers}, NOW)
 
 
 def test_the_vectorised_neighbourhood_agrees_with_geohash_strings() -> None:

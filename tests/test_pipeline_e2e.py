@@ -38,6 +38,7 @@ def route_body(orders: int, couriers: int, **order_fields: object) -> bytes:
             "couriers": [
                 {"id": f"c{j}", "lat": 39.93, "lon": 116.45, "capacity": 4} for j in range(couriers)
             ],
+            "now": NOW,
         }
     )
 
@@ -75,17 +76,16 @@ def test_route_assigns_orders_within_capacity(server: ServerProcess) -> None:
     assert len(answer["unassigned"]) == 10 - sum(c is not None for c in assigned)  # type: ignore[arg-type]
 
 
-def test_route_rejects_an_unplaceable_address_with_400_and_too_many_pairs_with_413(
+def test_route_leaves_an_unplaceable_address_unassigned_and_rejects_bad_requests_whole(
     server: ServerProcess,
 ) -> None:
-    body = orjson.dumps(
-        {
-            "orders": [{"id": "o1", "address": "火星基地", "created_at": NOW, "deadline": NOW + 60_000}],
-            "couriers": [{"id": "c1", "lat": 39.9, "lon": 116.4, "capacity": 1}],
-        }
-    )
-    status, answer = post(server, "/v1/route", body)
-    assert status == 400 and "orders[0].address" in str(answer["error"])
+    mars = {"id": "o1", "address": "火星基地", "created_at": NOW, "deadline": NOW + 60_000}
+    courier = {"id": "c1", "lat": 39.9, "lon": 116.4, "capacity": 1}
+    status, answer = post(server, "/v1/route", orjson.dumps({"orders": [mars], "couriers": [courier]}))
+    assert status == 200 and answer["orders"] == []
+    assert "orders[0].address" in str(answer["unassigned"])
+    status, answer = post(server, "/v1/route", orjson.dumps({"orders": [mars]}))
+    assert status == 400 and "'couriers'" in str(answer["error"])
     status, answer = post(server, "/v1/route", route_body(orders=201, couriers=100))
     assert status == 413 and "pairs" in str(answer["error"])
 

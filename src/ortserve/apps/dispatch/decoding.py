@@ -1,5 +1,12 @@
-"""From pair scores to an assignment: top-K candidates per order, then capacity-aware conflict
-resolution over all orders (greedy by score, deterministic tie-breaks)."""
+"""From pair scores to an answer: eligibility, the optimal assignment, top-K candidates with
+their Pareto marks, and a reason for every order left unassigned.
+
+The three objectives (on-time probability, distance, courier load balance) are scalarised by
+the scorer's documented weights (``training.OBJECTIVE_WEIGHTS``); with positive weights the
+best-scored courier of an order is always on that order's Pareto front, so the mark tells the
+caller when capacity forced a dominated courier. Orders and couriers are put in id order
+before solving, so the answer depends on the set given, not on the order it was listed in.
+"""
 
 from __future__ import annotations
 
@@ -8,78 +15,139 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MIN_ON_TIME", "Assignment", "decode"]
+from ortserve.apps.dispatch.assignment import MIP_TIME_BUDGET_S, Method, Problem, solve
 
-MIN_ON_TIME = 0.05
-"""A courier whose on-time probability for an order is below this is no candidate for it."""
+__all__ = [
+    "DEADLINE_PASSED",
+    "NO_CAPACITY",
+    "NO_DEADLINE",
+    "TAKEN",
+    "Assignment",
+    "PairScores",
+    "decode",
+    "pareto_front",
+]
+
 NO_CAPACITY = "no courier has room for the order's weight"
-NO_DEADLINE = "no courier with room can deliver it before the deadline"
-TAKEN = "every top-K candidate was filled by higher-scoring orders"
+NO_DEADLINE = "no courier with room is on time with the requested probability (min_on_time)"
+DEADLINE_PASSED = "the deadline has already passed"
+TAKEN = "the couriers that could take it are full: serving it would leave more orders unserved"
+
+Floats = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class PairScores:
+    """[orders, couriers] arrays: the combined score and the objectives it weighs."""
+
+    score: Floats
+    on_time: Floats
+    distance: Floats
+    balance: Floats
+    fits: npt.NDArray[np.bool_]
+    """The order's weight fits the courier's remaining room on its own."""
 
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """``courier[o]`` is the courier index of order o, or -1 with ``reason[o]`` saying why."""
+    """``courier[o]`` is the courier index of order o, or -1 with ``reason[o]`` saying why;
+    ``candidates[o]`` are the top-K eligible couriers, ``pareto[o]`` their front marks."""
 
     courier: list[int]
     candidates: list[list[int]]
+    pareto: list[list[bool]]
     reason: list[str | None]
+    method: Method
+    optimal: bool
 
 
-def _candidates(
-    score: npt.NDArray[np.float32], eligible: npt.NDArray[np.bool_], courier_ids: list[str], top_k: int
+def pareto_front(
+    pairs: PairScores, eligible: npt.NDArray[np.bool_], picks: list[list[int]]
+) -> list[list[bool]]:
+    """Whether each picked courier of each order is undominated among the order's eligible
+    couriers (no other is at least as good on all three objectives and better on one)."""
+    width = max((len(p) for p in picks), default=0)
+    if width == 0:
+        return [[] for _ in picks]
+    index = np.array([p + [0] * (width - len(p)) for p in picks], dtype=np.int64)
+    rows = np.arange(len(picks))[:, None]
+    at_least = np.ones((*index.shape, eligible.shape[1]), dtype=bool)
+    better = np.zeros_like(at_least)
+    for values, sign in ((pairs.on_time, 1.0), (pairs.distance, -1.0), (pairs.balance, 1.0)):
+        mine = (sign * values[rows, index])[:, :, None]
+        theirs = (sign * values)[:, None, :]
+        at_least &= theirs >= mine
+        better |= theirs > mine
+    dominated = np.any(at_least & better & eligible[:, None, :], axis=2)
+    return [[not d for d in row[: len(p)]] for row, p in zip(dominated.tolist(), picks, strict=True)]
+
+
+def _top_k(
+    score: Floats, eligible: npt.NDArray[np.bool_], rank: npt.NDArray[np.int64], top_k: int
 ) -> list[list[int]]:
-    # One lexsort for all orders: eligible first, then score descending, then courier id.
-    id_rank = np.empty(len(courier_ids), dtype=np.int64)
-    id_rank[sorted(range(len(courier_ids)), key=courier_ids.__getitem__)] = np.arange(len(courier_ids))
-    keys = (np.broadcast_to(id_rank, score.shape), -score, ~eligible)
+    """Eligible couriers by descending score (ties: lower courier id), at most ``top_k``."""
+    keys = (np.broadcast_to(rank, score.shape), -score, ~eligible)
     order = np.lexsort(keys, axis=-1)[:, :top_k]
     keep = np.take_along_axis(eligible, order, axis=-1)
     return [row[mask].tolist() for row, mask in zip(order, keep, strict=True)]
 
 
+def _reason(
+    o: int, courier: int, pairs: PairScores, expired: npt.NDArray[np.bool_], eligible: npt.NDArray[np.bool_]
+) -> str | None:
+    if courier >= 0:
+        return None
+    if expired[o]:
+        return DEADLINE_PASSED
+    if not pairs.fits[o].any():
+        return NO_CAPACITY
+    if not eligible[o].any():
+        return NO_DEADLINE
+    return TAKEN
+
+
 def decode(
-    score: npt.NDArray[np.float32],
-    on_time: npt.NDArray[np.float32],
-    fits: npt.NDArray[np.bool_],
+    pairs: PairScores,
     weights: list[float],
     remaining: list[float],
+    expired: list[bool],
     order_ids: list[str],
     courier_ids: list[str],
     top_k: int,
+    min_on_time: float,
+    time_budget_s: float = MIP_TIME_BUDGET_S,
 ) -> Assignment:
-    """Assign each order at most once and no courier beyond its remaining capacity.
+    """Assign each order at most once and no courier beyond its remaining capacity, serving the
+    most orders, then the highest total score.
 
     Args:
-        score, on_time, fits: [orders, couriers] model score, on-time probability, and whether
-            the order fits the courier's remaining capacity on its own.
+        pairs: the scorer's outputs per pair and whether the order fits the courier's room.
         weights: each order's weight; remaining: each courier's capacity minus its load.
-        order_ids, courier_ids: used for deterministic tie-breaks (score, order id, courier id).
-        top_k: candidates kept per order.
+        expired: orders whose deadline is already past (never eligible).
+        order_ids, courier_ids: fix the solving order, so listing order does not matter.
+        top_k: candidates returned per order (the assignment looks at every eligible pair).
+        min_on_time: the on-time probability below which a courier is not eligible.
     """
-    eligible = fits & (on_time >= MIN_ON_TIME)
-    candidates = _candidates(score, eligible, courier_ids, top_k)
-    pairs = sorted(
-        (
-            (-float(score[o, c]), order_ids[o], courier_ids[c], o, c)
-            for o, cs in enumerate(candidates)
-            for c in cs
-        )
+    expired_mask = np.asarray(expired, dtype=bool)
+    eligible = pairs.fits & (pairs.on_time >= min_on_time) & ~expired_mask[:, None]
+    by_order = np.argsort(np.asarray(order_ids), kind="stable")
+    by_courier = np.argsort(np.asarray(courier_ids), kind="stable")
+    problem = Problem(
+        pairs.score[np.ix_(by_order, by_courier)],
+        eligible[np.ix_(by_order, by_courier)],
+        np.asarray(weights, dtype=np.float64)[by_order],
+        np.asarray(remaining, dtype=np.float64)[by_courier],
     )
-    room = list(remaining)
-    courier = [-1] * len(order_ids)
-    for _, _, _, o, c in pairs:
-        if courier[o] == -1 and room[c] + 1e-9 >= weights[o]:
-            courier[o] = c
-            room[c] -= weights[o]
-    reason: list[str | None] = []
-    for o, c in enumerate(courier):
-        if c != -1:
-            reason.append(None)
-        elif not fits[o].any():
-            reason.append(NO_CAPACITY)
-        elif not candidates[o]:
-            reason.append(NO_DEADLINE)
-        else:
-            reason.append(TAKEN)
-    return Assignment(courier, candidates, reason)
+    solution = solve(problem, time_budget_s)
+    courier = np.full(len(order_ids), -1, dtype=np.int64)
+    served = solution.courier >= 0
+    courier[by_order[served]] = by_courier[solution.courier[served]]
+    rank = np.empty(len(courier_ids), dtype=np.int64)
+    rank[by_courier] = np.arange(len(courier_ids))
+    candidates = _top_k(pairs.score, eligible, rank, top_k)
+    for o, c in enumerate(courier.tolist()):
+        if c >= 0 and c not in candidates[o]:
+            candidates[o].append(c)  # capacity forced a courier outside the top K: show it too
+    pareto = pareto_front(pairs, eligible, candidates)
+    reason = [_reason(o, int(c), pairs, expired_mask, eligible) for o, c in enumerate(courier)]
+    return Assignment(courier.tolist(), candidates, pareto, reason, solution.method, solution.optimal)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ortserve.apps.dispatch.decoding import decode
+from ortserve.apps.dispatch.decoding import PairScores, decode
 from ortserve.apps.dispatch.features import PairFeatures, pair_features
 from ortserve.apps.dispatch.request import DispatchRequest, Order, parse_dispatch_request
-from ortserve.apps.dispatch.training import INPUT, OUTPUT
+from ortserve.apps.dispatch.training import INPUT, OUTPUT, SCORE_COLUMNS
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
 __all__ = ["DispatchPipeline"]
@@ -25,64 +26,88 @@ class _Prepared:
         self.features: PairFeatures | None = None
 
 
+def _pair_scores(scores: np.ndarray, features: PairFeatures, request: DispatchRequest) -> PairScores:
+    """The scorer's columns as [orders, couriers] float64 arrays (float64 rounds 0.9146 as such)."""
+    shape = (len(request.orders), len(request.couriers))
+    column = {name: scores[:, i].astype(np.float64).reshape(shape) for i, name in enumerate(SCORE_COLUMNS)}
+    return PairScores(
+        column["score"], column["on_time"], features.distance_km, column["load_balance"], features.fits
+    )
+
+
 class DispatchPipeline:
     """``POST /v1/route``: orders and couriers in; per order the courier and top-K candidates.
 
     Args:
         context: the ``dispatch`` scorer model this pipeline calls.
+        clock: Unix time in seconds, read when a request has no ``now`` (injectable for tests).
     """
 
-    route = "/v1/route"
+    route: str | None = "/v1/route"
 
-    def __init__(self, context: PipelineContext) -> None:
+    def __init__(self, context: PipelineContext, clock: Callable[[], float] = time.time) -> None:
         self._model = context.model_name
         self._version = context.model_version
+        self._clock = clock
 
     def parse(self, document: object) -> _Prepared:
-        return _Prepared(parse_dispatch_request(document))
+        return _Prepared(parse_dispatch_request(document, int(self._clock() * 1000)))
 
     def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+        if not prepared.request.orders:
+            return []
         prepared.features = pair_features(prepared.request)
         return [ModelCall(self._model, {INPUT: prepared.features.rows})]
 
     def postprocess(self, outputs: Sequence[ModelOutputs], prepared: _Prepared) -> JsonObject:
         request, features = prepared.request, prepared.features
-        assert features is not None  # preprocess always ran first
-        shape = (len(request.orders), len(request.couriers))
-        scores = np.asarray(outputs[0][OUTPUT], dtype=np.float32)
-        score, on_time = scores[:, 0].reshape(shape), scores[:, 1].reshape(shape)
+        rejected = [{"order_id": r.id, "reason": r.reason} for r in request.rejected]
+        answer: JsonObject = {"orders": [], "unassigned": rejected, "now": request.now}
+        answer["model_version"] = self._version
+        if features is None:
+            return answer
+        pairs = _pair_scores(np.asarray(outputs[0][OUTPUT]), features, request)
         courier_ids = [c.id for c in request.couriers]
         result = decode(
-            score,
-            on_time,
-            features.fits,
+            pairs,
             [o.weight for o in request.orders],
             [c.capacity - c.load for c in request.couriers],
+            [o.deadline <= request.now for o in request.orders],
             [o.id for o in request.orders],
             courier_ids,
             request.top_k,
+            request.min_on_time,
         )
         rounded = (
-            np.round(score.astype(np.float64), 4).tolist(),  # float64: 0.9146, not 0.91460001
-            np.round(on_time.astype(np.float64), 4).tolist(),
+            np.round(pairs.score, 4).tolist(),
+            np.round(pairs.on_time, 4).tolist(),
             np.round(features.distance_km, 3).tolist(),
         )
-        orders = [
+        answer["orders"] = [
             self._order_answer(
-                order, result.courier[o], result.candidates[o], [r[o] for r in rounded], courier_ids
+                order,
+                result.courier[o],
+                list(zip(result.candidates[o], result.pareto[o], strict=True)),
+                [r[o] for r in rounded],
+                courier_ids,
             )
             for o, order in enumerate(request.orders)
         ]
-        unassigned = [
+        answer["unassigned"] = rejected + [
             {"order_id": request.orders[o].id, "reason": reason}
             for o, reason in enumerate(result.reason)
             if reason is not None
         ]
-        return {"orders": orders, "unassigned": unassigned, "model_version": self._version}
+        answer["solver"] = {"method": result.method, "optimal": result.optimal}
+        return answer
 
     @staticmethod
     def _order_answer(
-        order: Order, chosen: int, candidates: list[int], rounded: list[list[float]], courier_ids: list[str]
+        order: Order,
+        chosen: int,
+        candidates: list[tuple[int, bool]],
+        rounded: list[list[float]],
+        courier_ids: list[str],
     ) -> JsonObject:
         score, on_time, distance = rounded
         answer: JsonObject = {
@@ -94,8 +119,9 @@ class DispatchPipeline:
                     "score": score[c],
                     "on_time": on_time[c],
                     "distance_km": distance[c],
+                    "pareto": pareto,
                 }
-                for c in candidates
+                for c, pareto in candidates
             ],
         }
         if order.placed_by:
@@ -105,6 +131,7 @@ class DispatchPipeline:
     def example(self) -> JsonObject:
         now = 1_759_017_600_000
         return {
+            "now": now,
             "orders": [
                 {"id": "o1", "lat": 39.9219, "lon": 116.4436, "created_at": now, "deadline": now + 1_800_000},
                 {

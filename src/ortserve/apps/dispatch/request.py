@@ -9,12 +9,15 @@ from ortserve.apps.dispatch.gazetteer import place_address
 from ortserve.errors import InvalidInput, PayloadTooLarge
 
 __all__ = [
+    "DEFAULT_MIN_ON_TIME",
+    "DEFAULT_TOP_K",
     "MAX_COURIERS",
     "MAX_ORDERS",
     "MAX_PAIRS",
     "Courier",
     "DispatchRequest",
     "Order",
+    "Rejected",
     "parse_dispatch_request",
 ]
 
@@ -23,7 +26,11 @@ MAX_COURIERS = 200
 MAX_PAIRS = 20_000
 """Orders x couriers scored per request at most; beyond it, 413."""
 MAX_TOP_K = 10
-_TOP = frozenset({"orders", "couriers", "now", "top_k"})
+DEFAULT_TOP_K = 5
+DEFAULT_MIN_ON_TIME = 0.5
+"""A courier is eligible for an order only when its on-time probability reaches this; a
+request may ask for another floor with ``min_on_time`` (0 to 1)."""
+_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time"})
 _ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
 _COURIER = frozenset({"id", "lat", "lon", "capacity", "load"})
 
@@ -54,11 +61,23 @@ class Courier:
 
 
 @dataclass(frozen=True, slots=True)
+class Rejected:
+    """An order the request named but that cannot be routed, and why (a field error)."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchRequest:
+    """Valid orders, the orders rejected one by one, couriers, and the request's settings."""
+
     orders: tuple[Order, ...]
+    rejected: tuple[Rejected, ...]
     couriers: tuple[Courier, ...]
     now: int
     top_k: int
+    min_on_time: float
 
 
 def _name(field: str, key: str) -> str:
@@ -117,9 +136,20 @@ def _position(item: dict[str, object], field: str) -> tuple[float, float, str | 
     return place.lat, place.lon, place.district or place.city
 
 
-def _order(value: object, field: str, seen: set[str]) -> Order:
+def _order(value: object, field: str, seen: set[str]) -> Order | Rejected:
+    """A malformed order that still has a usable id is rejected alone; without one, nothing
+    could name it in the answer, so the request fails."""
+    if not isinstance(value, dict):
+        raise InvalidInput(f"field {field!r} must be an object")
+    identifier = _identifier(value, field, seen)
+    try:
+        return _valid_order(value, field, identifier)
+    except InvalidInput as error:
+        return Rejected(identifier, str(error))
+
+
+def _valid_order(value: dict[str, object], field: str, identifier: str) -> Order:
     item = _object(value, field, _ORDER)
-    identifier = _identifier(item, field, seen)
     lat, lon, placed = _position(item, field)
     created, deadline = _integer(item, "created_at", field), _integer(item, "deadline", field)
     if deadline <= created:
@@ -152,8 +182,29 @@ def _list(document: dict[str, object], key: str, limit: int) -> list[object]:
     return value
 
 
-def parse_dispatch_request(document: object) -> DispatchRequest:
-    """Raises: InvalidInput naming the field; PayloadTooLarge beyond ``MAX_PAIRS`` pairs."""
+def _settings(top: dict[str, object], default_now: int) -> tuple[int, int, float]:
+    now = _integer(top, "now", "") if "now" in top else default_now
+    top_k = int(_number(top, "top_k", "", DEFAULT_TOP_K))
+    if top.get("top_k", DEFAULT_TOP_K) != top_k or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"field 'top_k' must be an integer from 1 to {MAX_TOP_K}")
+    min_on_time = _number(top, "min_on_time", "", DEFAULT_MIN_ON_TIME)
+    if not 0.0 <= min_on_time <= 1.0:
+        raise InvalidInput("field 'min_on_time' must be a probability from 0 to 1")
+    return now, top_k, min_on_time
+
+
+def parse_dispatch_request(document: object, default_now: int) -> DispatchRequest:
+    """Parse the body; orders with bad fields become ``Rejected`` entries.
+
+    Args:
+        document: the decoded JSON body.
+        default_now: Unix ms used when the body has no ``now`` (the server's clock).
+
+    Raises:
+        InvalidInput: naming the field, when the request as a whole is malformed (top-level
+            fields, an order without a usable id, any courier); PayloadTooLarge beyond
+            ``MAX_PAIRS`` pairs.
+    """
     top = _object(document, "", _TOP)
     raw_orders, raw_couriers = _list(top, "orders", MAX_ORDERS), _list(top, "couriers", MAX_COURIERS)
     if len(raw_orders) * len(raw_couriers) > MAX_PAIRS:
@@ -162,10 +213,8 @@ def parse_dispatch_request(document: object) -> DispatchRequest:
         )
     seen_orders: set[str] = set()
     seen_couriers: set[str] = set()
-    orders = tuple(_order(o, f"orders[{i}]", seen_orders) for i, o in enumerate(raw_orders))
+    parsed = [_order(o, f"orders[{i}]", seen_orders) for i, o in enumerate(raw_orders)]
     couriers = tuple(_courier(c, f"couriers[{i}]", seen_couriers) for i, c in enumerate(raw_couriers))
-    now = _integer(top, "now", "") if "now" in top else max(o.created_at for o in orders)
-    top_k = int(_number(top, "top_k", "", 3.0))
-    if top.get("top_k", 3) != top_k or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidInput(f"field 'top_k' must be an integer from 1 to {MAX_TOP_K}")
-    return DispatchRequest(orders, couriers, now, top_k)
+    orders = tuple(o for o in parsed if isinstance(o, Order))
+    rejected = tuple(o for o in parsed if isinstance(o, Rejected))
+    return DispatchRequest(orders, rejected, couriers, *_settings(top, default_now))
