@@ -54,6 +54,15 @@ class ServerSettings:
     """Server ready only when every model is ready (Triton's default); off: once loading ends."""
     keepalive_timeout_s: float = 75.0
     """Idle HTTP keep-alive connections are closed after this long."""
+    header_timeout_s: float = 10.0
+    """An HTTP request head must arrive within this long (then 408); its body may take this
+    long plus one second per 500 bytes."""
+    max_connections: int = 10_000
+    """Most connections open at once, HTTP and gRPC together (lowered to what ``ulimit -n``
+    allows); at the cap the longest-idle connection is closed for a new one, and when none is
+    idle the new one is refused (HTTP 503, gRPC GOAWAY)."""
+    max_inflight_bytes: int = 1024 * 1024 * 1024
+    """Request body bytes held at once across all HTTP connections; a request past it is 429."""
     grpc_max_message_bytes: int | None = None
     """Largest gRPC message received or sent; None means ``max_body_bytes``."""
     grpc_keepalive_time_s: float = 7200.0

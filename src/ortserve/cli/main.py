@@ -68,6 +68,35 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     help="Largest request body.",
 )
 @click.option(
+    "--max-inflight-bytes",
+    envvar="ORTSERVE_MAX_INFLIGHT_BYTES",
+    type=click.IntRange(min=1),
+    default=1024 * 1024 * 1024,
+    help="Request body bytes held at once across all connections (at least --max-body-bytes); past it, 429.",
+)
+@click.option(
+    "--max-connections",
+    envvar="ORTSERVE_MAX_CONNECTIONS",
+    type=click.IntRange(min=1),
+    default=10_000,
+    help="Open connections, HTTP and gRPC together; at the cap the longest-idle one is closed, "
+    "else the new one is refused (HTTP 503, gRPC GOAWAY).",
+)
+@click.option(
+    "--header-timeout",
+    envvar="ORTSERVE_HEADER_TIMEOUT",
+    type=click.FloatRange(min=0.001),
+    default=10.0,
+    help="Seconds an HTTP request head may take to arrive (then 408 and close).",
+)
+@click.option(
+    "--keepalive-timeout",
+    envvar="ORTSERVE_KEEPALIVE_TIMEOUT",
+    type=click.FloatRange(min=0.001),
+    default=75.0,
+    help="Seconds an idle HTTP keep-alive connection stays open.",
+)
+@click.option(
     "--grpc-max-message-bytes",
     envvar="ORTSERVE_GRPC_MAX_MESSAGE_BYTES",
     type=int,
@@ -198,6 +227,10 @@ def serve(
     grpc_port: int,
     metrics_port: int,
     max_body_bytes: int,
+    max_inflight_bytes: int,
+    max_connections: int,
+    header_timeout: float,
+    keepalive_timeout: float,
     grpc_max_message_bytes: int | None,
     grpc_keepalive_time: float,
     grpc_keepalive_timeout: float,
@@ -223,6 +256,8 @@ def serve(
     from ortserve.server.lifecycle import serve as run_server
     from ortserve.settings import ServerSettings
 
+    if max_inflight_bytes < max_body_bytes:
+        raise click.BadParameter("must be at least --max-body-bytes", param_hint="--max-inflight-bytes")
     configure_logging(log_level, log_format)
     if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
         from ortserve.demo import write_demo_repository
@@ -235,6 +270,10 @@ def serve(
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         max_body_bytes=max_body_bytes,
+        max_inflight_bytes=max_inflight_bytes,
+        max_connections=max_connections,
+        header_timeout_s=header_timeout,
+        keepalive_timeout_s=keepalive_timeout,
         grpc_max_message_bytes=grpc_max_message_bytes,
         grpc_keepalive_time_s=grpc_keepalive_time,
         grpc_keepalive_timeout_s=grpc_keepalive_timeout,

@@ -1,30 +1,241 @@
-"""What the HTTP and gRPC listeners share: binding a socket, and the set of open connections."""
+"""What the HTTP and gRPC listeners share: binding a socket, the set of open connections, the
+server-wide bound on connections, and the server-wide bound on request bytes held."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import socket
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["ConnectionSet", "listen"]
+__all__ = [
+    "ByteBudget",
+    "ConnectionLimit",
+    "ConnectionSet",
+    "Evictable",
+    "FirstBytesGate",
+    "Refusal",
+    "connection_cap",
+    "listen",
+]
+
+logger = logging.getLogger(__name__)
 
 _C = TypeVar("_C")
+_FD_RESERVE = 128  # descriptors kept for model files, logs, the metrics listener, pipes
+_REFUSAL_LINGER_S = 1.0
+
+
+class Evictable(Protocol):
+    """A connection the limit may close to make room (it has no request in progress)."""
+
+    def evict(self) -> None: ...
+
+
+class ConnectionLimit:
+    """At most ``maximum`` connections open across every listener sharing this object.
+
+    A connection counts from the moment its listener admits it (before ``connection_made``:
+    an event loop may accept thousands of sockets in one tick) until it leaves its
+    :class:`ConnectionSet`. Connections with no request in progress say so (``idle``); one
+    arriving at the cap closes the connection idle the longest to make room, and is refused
+    only when none is idle. So idle sockets, however many, can never lock real clients out.
+
+    Args:
+        maximum: the bound (>= 1).
+    """
+
+    def __init__(self, maximum: int) -> None:
+        self.maximum = maximum
+        self.open = 0
+        self.refused = 0
+        self.evicted = 0
+        self._idle: OrderedDict[object, Evictable] = OrderedDict()
+
+    def admit(self) -> bool:
+        """Count a new connection, evicting the longest-idle one at the cap; False: refuse it."""
+        while self.open >= self.maximum and self._idle:
+            _, oldest = self._idle.popitem(last=False)
+            self.evicted += 1
+            oldest.evict()  # leaves its set at once, which gives its place back
+        if self.open >= self.maximum:
+            self.refused += 1
+            return False
+        self.open += 1
+        return True
+
+    def idle(self, connection: Evictable) -> None:
+        """``connection`` may be evicted from now on (newest last)."""
+        self._idle[connection] = connection
+
+    def busy(self, connection: object) -> None:
+        """``connection`` has a request in progress: not evictable."""
+        self._idle.pop(connection, None)
+
+    def leave(self, connection: object) -> None:
+        """``connection`` closed (or was evicted): its place is free."""
+        self._idle.pop(connection, None)
+        self.open -= 1
+
+
+def connection_cap(requested: int) -> int:
+    """``requested``, lowered to what the process's descriptor limit (``ulimit -n``) allows.
+
+    Past that limit ``accept`` fails and the loop stops accepting for a while, so every client
+    would wait; below it, connections over the cap get a clear refusal instead.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return requested
+    allowed = max(1, soft - _FD_RESERVE)
+    if requested > allowed:
+        logger.warning(
+            "--max-connections %d lowered to %d: the open-file limit is %d (raise ulimit -n)",
+            requested,
+            allowed,
+            soft,
+        )
+        return allowed
+    return requested
 
 
 class ConnectionSet(Generic[_C]):
     """Connections join on connect and leave on close; once ``closing``, the last one to leave
-    sets ``all_closed``. Shared by the HTTP and gRPC listeners."""
+    sets ``all_closed``. Leaving gives the connection's place back to the shared limit."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: ConnectionLimit | None = None) -> None:
         self.connections: set[_C] = set()
         self.closing = False
         self.all_closed = asyncio.Event()
+        self.limit = limit if limit is not None else ConnectionLimit(1 << 62)
 
     def discard(self, connection: _C) -> None:
-        self.connections.discard(connection)
+        if connection in self.connections:
+            self.connections.remove(connection)
+            self.limit.leave(connection)
         if self.closing and not self.connections:
             self.all_closed.set()
+
+
+class ByteBudget:
+    """Request bytes the server holds across all connections, against one bound.
+
+    Transports take bytes as they buffer them and give them back once the request is
+    answered or its connection drops; a request that does not fit is refused (429).
+
+    Args:
+        limit: the most bytes held at once.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes would stay within the bound (nothing is taken)."""
+        return self.held + size <= self.limit
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes; False (nothing taken) if that would pass the bound."""
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+class Refusal(asyncio.Protocol):
+    """A connection over the cap: write ``answer``, half-close, drop what the peer sends.
+
+    Closing straight after writing would make the kernel reset the connection if the
+    client's request arrives afterwards, and a reset can destroy the answer before the client
+    reads it; so the socket lingers (at most ``_REFUSAL_LINGER_S``) until the client closes.
+    """
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        stream.write(self._answer)
+        if stream.can_write_eof():
+            stream.write_eof()
+        self._timer = asyncio.get_running_loop().call_later(_REFUSAL_LINGER_S, stream.abort)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class FirstBytesGate(asyncio.Protocol):
+    """Stands in front of a connection's protocol until the peer sends its first bytes.
+
+    Until then the connection is idle as far as the :class:`ConnectionLimit` knows, so a
+    socket that connects and says nothing can be evicted for a real client; the first bytes
+    hand the transport to ``inner`` (``set_protocol``), which then costs nothing more. For
+    protocols that cannot report idleness themselves (the gRPC connection).
+
+    Args:
+        inner: the protocol that serves the connection; it joins ``connections`` itself.
+        connections: the listener's set, whose limit may evict this connection.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, connections: ConnectionSet[Any]) -> None:
+        self._inner = inner
+        self._connections = connections
+        self._transport: asyncio.Transport | None = None
+        self._evicted = False
+        # From the listener's accept on (a burst may be accepted before connection_made runs);
+        # the inner protocol joins again in its connection_made, which changes nothing.
+        connections.connections.add(inner)
+        connections.limit.idle(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        if self._evicted:
+            transport.close()
+            return
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._connections.limit.busy(self)
+        if self._transport is not None:
+            self._transport.set_protocol(self._inner)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.limit.busy(self)
+        if not self._evicted:
+            self._inner.connection_lost(exc)
+
+    def evict(self) -> None:
+        """The cap needs this silent connection's place: give it back now and close."""
+        self._connections.discard(self._inner)
+        if self._transport is None:
+            self._evicted = True  # connection_made will close it without the inner protocol
+        else:
+            self._transport.close()
 
 
 async def listen(protocol: Callable[[], asyncio.Protocol], host: str, port: int) -> asyncio.Server:

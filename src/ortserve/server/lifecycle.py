@@ -17,6 +17,7 @@ from ortserve.core.types import ServerMetadata
 from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
@@ -66,15 +67,26 @@ class Server:
         add_shared_memory_routes(self.http_app, shared_memory)
         self.capture = _capture(settings, self.observability)
         self.http_app.capture = self.capture
+        # One cap on connections across both listeners: a socket costs the same either way.
+        self.connection_limit = ConnectionLimit(connection_cap(settings.max_connections))
         self._http = HttpListener(
             self.http_app,
             ConnectionLimits(
                 max_body_bytes=settings.max_body_bytes,
                 keepalive_timeout_s=settings.keepalive_timeout_s,
+                header_timeout_s=settings.header_timeout_s,
             ),
+            self.connection_limit,
+            ByteBudget(settings.max_inflight_bytes),
         )
         self._grpc = (
-            GrpcListener(self.dataplane, limits, GrpcOptions.from_settings(settings), self.telemetry)
+            GrpcListener(
+                self.dataplane,
+                limits,
+                GrpcOptions.from_settings(settings),
+                self.telemetry,
+                self.connection_limit,
+            )
             if settings.grpc_port >= 0
             else None
         )

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator, Mapping
+
+from google.protobuf import empty_pb2
+from google.protobuf.message import Message
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.connections import ConnectionSet, listen
-from ortserve.server.grpc.call import Rpc
+from ortserve.server.connections import ConnectionLimit, ConnectionSet, FirstBytesGate, listen
+from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.connection import Http2Connection
+from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.health import ReadinessHealth
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
@@ -17,6 +22,32 @@ from ortserve.server.grpc.service import InferenceService
 from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
+
+_REFUSAL_LINGER_S = 1.0
+
+
+def _refuse(request: Message, call: GrpcCall) -> Message:
+    raise GrpcAbort(StatusCode.UNAVAILABLE, "too many connections")
+
+
+class _RefuseEveryCall(Mapping[str, Rpc]):
+    """The routes of a connection over the cap: every method answers UNAVAILABLE.
+
+    A GOAWAY or a stream reset would be cleaner on the wire, but gRPC clients retry those
+    transparently on a new connection until their deadline, so the caller would wait; a
+    status ends the call at once.
+    """
+
+    _rpc = Rpc(empty_pb2.Empty, unary=_refuse)
+
+    def __getitem__(self, path: str) -> Rpc:
+        return self._rpc
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 class GrpcListener:
@@ -30,6 +61,8 @@ class GrpcListener:
         limits: tensor limits applied while decoding.
         options: message size, keepalive and stream limits.
         telemetry: request accounting shared with HTTP (statistics, metrics, traces).
+        connection_limit: the cap on open connections, shared with the HTTP listener (None:
+            no cap). A connection that has sent nothing yet may be evicted for a new one.
     """
 
     def __init__(
@@ -38,6 +71,7 @@ class GrpcListener:
         limits: TensorLimits,
         options: GrpcOptions,
         telemetry: Telemetry | None = None,
+        connection_limit: ConnectionLimit | None = None,
     ) -> None:
         self._options = options
         self.service = InferenceService(dataplane, limits, telemetry)
@@ -47,7 +81,8 @@ class GrpcListener:
             **self.health.routes(),
             **Reflection().routes(),
         }
-        self._connections: ConnectionSet[Http2Connection] = ConnectionSet()
+        self._connections: ConnectionSet[Http2Connection] = ConnectionSet(connection_limit)
+        self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
 
@@ -58,13 +93,24 @@ class GrpcListener:
             OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
+
+        def accept() -> asyncio.Protocol:
+            if not self._connections.limit.admit():
+                return self._refusal(loop)
+            connection = Http2Connection(self._routes, self._options, self._connections, loop)
+            return FirstBytesGate(connection, self._connections)
+
         try:
-            self._server = await listen(
-                lambda: Http2Connection(self._routes, self._options, self._connections, loop), host, port
-            )
+            self._server = await listen(accept, host, port)
         except OSError as exc:
             raise OSError(exc.errno, f"gRPC cannot listen on {host}:{port}: {exc.strerror}") from None
         return int(self._server.sockets[0].getsockname()[1])
+
+    def _refusal(self, loop: asyncio.AbstractEventLoop) -> Http2Connection:
+        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after a second."""
+        connection = Http2Connection(_RefuseEveryCall(), self._options, self._refused, loop)
+        loop.call_later(_REFUSAL_LINGER_S, connection.go_away)  # a no-op once it has closed
+        return connection
 
     def readiness_changed(self) -> None:
         """Tell health watchers to re-read readiness (after loading, on drain)."""
@@ -76,13 +122,13 @@ class GrpcListener:
         self._connections.closing = True
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections.connections):
+        for connection in [*self._connections.connections, *self._refused.connections]:
             connection.go_away()
         if self._grace is None:
             self._grace = asyncio.get_running_loop().call_later(grace_s, self._abort_all)
 
     def _abort_all(self) -> None:
-        for connection in list(self._connections.connections):
+        for connection in [*self._connections.connections, *self._refused.connections]:
             connection.abort()
 
     async def wait_closed(self) -> None:

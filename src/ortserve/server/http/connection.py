@@ -6,6 +6,13 @@ per-request overhead is what the small-model targets are made of. It keeps what 
 rely on: keep-alive, HTTP/1.0, chunked request bodies, ``Expect: 100-continue``, pipelined
 requests answered in order, body and header limits, an idle timeout, and a 400 that closes
 the connection on anything it cannot parse.
+
+What one connection may hold is bounded in time and memory: a request head must arrive within
+``header_timeout_s`` and its body at a minimum average rate (slowloris), an idle keep-alive
+connection closes after ``keepalive_timeout_s``, body bytes count against the server-wide
+:class:`~ortserve.server.connections.ByteBudget` until answered, and nothing keeps a body
+alive once its request is answered (the parser, which references the connection, is dropped
+when the connection closes, so neither waits for the cyclic garbage collector).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from urllib.parse import unquote
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
-from ortserve.server.connections import ConnectionSet
+from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
 
 __all__ = ["ConnectionLimits", "Handler", "HttpConnection"]
@@ -39,6 +46,16 @@ _MAX_PIPELINED = 32
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
+# A body may take header_timeout_s plus one second per this many bytes (Apache's
+# mod_reqtimeout rule): a slow link still uploads, a trickle cannot hold a connection forever.
+_MIN_BODY_RATE = 500
+_RETRY_AFTER = [(b"retry-after", b"1"), (b"connection", b"close")]
+
+# What a connection is waiting for, and so what its deadline means.
+_IDLE = 0  # the next request head: close quietly at the deadline
+_HEAD = 1  # the rest of a request head: 408 at the deadline
+_BODY = 2  # the rest of a request body: 408 at the deadline
+_BUSY = 3  # our answer: no deadline
 
 
 def _status_line(status: int) -> bytes:
@@ -57,6 +74,7 @@ class ConnectionLimits:
     max_header_bytes: int = 64 * 1024
     max_headers: int = 100
     keepalive_timeout_s: float = 75.0
+    header_timeout_s: float = 10.0
 
 
 class _TooLarge(Exception):
@@ -64,6 +82,10 @@ class _TooLarge(Exception):
 
 
 class _BadRequest(Exception):
+    pass
+
+
+class _OverBudget(Exception):
     pass
 
 
@@ -76,35 +98,49 @@ class HttpConnection(asyncio.Protocol):
         limits: ConnectionLimits,
         state: ConnectionSet[HttpConnection],
         loop: asyncio.AbstractEventLoop,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._handler = handler
         self._limits = limits
         self._state = state
         self._loop = loop
+        self._budget = budget if budget is not None else ByteBudget(1 << 62)
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._queue: deque[tuple[HttpRequest, bool]] = deque()
+        self._queue: deque[tuple[HttpRequest, bool, int]] = deque()
         self._task: asyncio.Future[Any] | None = None
         self._busy = False
         self._receiving = False
         self._closed = False
         self._reading = True
         self._write_paused = False
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0
-        self._idle_armed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s)
+        self._phase = _IDLE
+        self._now = loop.time()
+        self._deadline = self._now + limits.header_timeout_s
+        self._body_started = 0.0
+        self._held = 0  # body bytes of this connection's requests not yet answered
+        self._answering = 0  # those of the request being handled
         self._discard_left: int | None = None
+        # Member and evictable from the listener's accept on: a loop may accept a burst of
+        # sockets before any connection_made runs, and a real client in the same burst must
+        # still be able to take a silent socket's place.
+        state.connections.add(self)
+        state.limit.idle(self)
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
-        self._state.connections.add(self)
-        self._arm_idle()
+        if self._closed:  # evicted before it was made
+            transport.close()
+            return
+        self._timer = self._loop.call_later(self._tick, self._on_timer)
 
     def pause_writing(self) -> None:
         # The client is not reading its responses: stop reading its requests until it does,
@@ -123,19 +159,23 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._state.discard(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client is gone; a queued request is skipped
         self._queue.clear()
+        self._forget_bodies()
+        self._body = []
+        self._parser = None  # it references this connection: break the cycle now, not at a GC pass
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._parser is None:
             return
         if self._discard_left is not None:
             self._discard(len(data))
             return
+        self._now = self._loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -144,6 +184,8 @@ class HttpConnection(asyncio.Protocol):
             cause = exc.__context__
             if isinstance(cause, _TooLarge):
                 self._reject_and_discard(413, "request body exceeds the size limit")
+            elif isinstance(cause, _OverBudget):
+                self._reject_and_discard(429, "the server holds too many request bytes", _RETRY_AFTER)
             elif isinstance(cause, _BadRequest):
                 self._reject(400, str(cause))
             elif cause is not None and not isinstance(cause, httptools.HttpParserError):
@@ -155,6 +197,8 @@ class HttpConnection(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------
     def on_message_begin(self) -> None:
         self._receiving = True
+        self._phase = _HEAD
+        self._deadline = self._now + self._limits.header_timeout_s
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -178,8 +222,15 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         length = self._headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self._limits.max_body_bytes:
-            raise _TooLarge()
+        if length is not None and length.isdigit():
+            if int(length) > self._limits.max_body_bytes:
+                raise _TooLarge()
+            if not self._budget.fits(int(length)):
+                raise _OverBudget()
+        self._state.limit.busy(self)
+        self._phase = _BODY
+        self._body_started = self._now
+        self._deadline = self._now + self._limits.header_timeout_s
         if self._headers.get(b"expect", b"").lower() == b"100-continue" and self._transport:
             self._transport.write(_CONTINUE)
 
@@ -187,11 +238,17 @@ class HttpConnection(asyncio.Protocol):
         self._body_size += len(body)
         if self._body_size > self._limits.max_body_bytes:
             raise _TooLarge()
+        if not self._budget.take(len(body)):
+            raise _OverBudget()
+        self._held += len(body)
+        self._deadline = self._body_started + self._limits.header_timeout_s + self._body_size / _MIN_BODY_RATE
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         self._receiving = False
-        self._cancel_idle()
+        self._phase = _BUSY
+        if self._parser is None:
+            return
         try:
             url = httptools.parse_url(self._url)
         except httptools.HttpParserInvalidURLError:  # CONNECT's host:port, or garbage
@@ -205,7 +262,8 @@ class HttpConnection(asyncio.Protocol):
             self._headers,
             body,
         )
-        self._queue.append((request, self._parser.should_keep_alive()))
+        self._body = []  # the request owns the body now; nothing else may keep it alive
+        self._queue.append((request, self._parser.should_keep_alive(), self._body_size))
         if len(self._queue) > _MAX_PIPELINED and self._transport is not None and self._reading:
             self._transport.pause_reading()
             self._reading = False
@@ -215,15 +273,17 @@ class HttpConnection(asyncio.Protocol):
     # -- request handling -------------------------------------------------------------
     def _next(self) -> None:
         while self._queue and not self._closed:
-            request, keep_alive = self._queue.popleft()
+            request, keep_alive, self._answering = self._queue.popleft()
             self._busy = True
             try:
                 result = self._handler(request)
             except Exception:
                 logger.exception("unhandled error in HTTP handler")
                 result = HttpResponse(500, [encode_error("internal server error")])
+            del request  # a deferred answer's callbacks hold what they need of it
             if isinstance(result, HttpResponse):
                 self._write(result, keep_alive)
+                self._answered()
                 continue
             if isinstance(result, DeferredResponse):
                 self._task = result.future
@@ -239,8 +299,8 @@ class HttpConnection(asyncio.Protocol):
         if not self._reading and not self._write_paused and self._transport is not None and not self._closed:
             self._transport.resume_reading()
             self._reading = True
-        if not self._queue:
-            self._arm_idle()
+        if not self._queue and not self._receiving and not self._closed:
+            self._to_idle()
 
     def _on_deferred(
         self,
@@ -258,6 +318,7 @@ class HttpConnection(asyncio.Protocol):
             logger.exception("unhandled error while building an HTTP response")
             response = HttpResponse(500, [encode_error("internal server error")])
         self._write(response, keep_alive)
+        self._answered()
         self._next()
 
     def _on_done(self, task: asyncio.Task[HttpResponse], *, keep_alive: bool) -> None:
@@ -271,6 +332,7 @@ class HttpConnection(asyncio.Protocol):
         else:
             response = task.result()
         self._write(response, keep_alive)
+        self._answered()
         self._next()
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
@@ -304,7 +366,9 @@ class HttpConnection(asyncio.Protocol):
         self._write(HttpResponse(status, [encode_error(message)]), keep_alive=False)
         self._close()
 
-    def _reject_and_discard(self, status: int, message: str) -> None:
+    def _reject_and_discard(
+        self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         """Answer, then read and drop the rest of the body before closing.
 
         Closing at once would reset the connection while the client is still sending, and a
@@ -314,10 +378,13 @@ class HttpConnection(asyncio.Protocol):
             self._close()
             return
         self._queue.clear()
-        closing = [(b"connection", b"close")]
+        self._body = []
+        self._forget_bodies()
+        closing = headers or [(b"connection", b"close")]
         self._write(HttpResponse(status, [encode_error(message)], headers=closing), keep_alive=True)
-        declared = self._headers.get(b"content-length", b"0")
-        self._discard_left = int(declared) if declared.isdigit() else 0
+        # A chunked body's end is unknown without parsing it: drop what comes until the timeout.
+        declared = self._headers.get(b"content-length")
+        self._discard_left = int(declared) if declared is not None and declared.isdigit() else _MAX_DISCARD
         self._loop.call_later(_DISCARD_TIMEOUT_S, self._close)
         self._discard(0)
 
@@ -332,30 +399,48 @@ class HttpConnection(asyncio.Protocol):
             self._closed = True
             self._transport.close()
 
-    # -- idle connections -------------------------------------------------------------
-    def _arm_idle(self) -> None:
-        # One timer per keep-alive period, not one per request: each request only stamps the
-        # time, and the timer re-arms itself for the remainder when it finds activity.
-        self._idle_since = self._loop.time()
-        self._idle_armed = True
-        if self._idle_timer is None:
-            self._idle_timer = self._loop.call_later(self._limits.keepalive_timeout_s, self._on_idle_timer)
+    # -- memory -----------------------------------------------------------------------
+    def _answered(self) -> None:
+        """The request handled last is answered: its body bytes leave the server's budget."""
+        self._budget.give(self._answering)
+        self._held -= self._answering
+        self._answering = 0
 
-    def _cancel_idle(self) -> None:
-        self._idle_armed = False
+    def _forget_bodies(self) -> None:
+        """No request of this connection will be answered: give back all its body bytes."""
+        self._budget.give(self._held)
+        self._held = self._answering = 0
 
-    def _on_idle_timer(self) -> None:
-        self._idle_timer = None
+    # -- deadlines and idle connections -------------------------------------------------
+    def _to_idle(self) -> None:
+        """Nothing in progress: wait for the next request head, evictable by the connection cap.
+
+        The deadline is a stamp, not a timer: one timer per connection ticks at most every
+        ``min(header, keep-alive timeout)`` and re-arms for the remainder, so a request costs
+        no timer operations, and every deadline set is at least one tick ahead.
+        """
+        self._phase = _IDLE
+        self._deadline = self._loop.time() + self._limits.keepalive_timeout_s
+        self._state.limit.idle(self)
+
+    def _on_timer(self) -> None:
+        self._timer = None
         if self._closed:
             return
-        if not self._idle_armed:
-            self._idle_timer = self._loop.call_later(self._limits.keepalive_timeout_s, self._on_idle_timer)
-            return
-        remaining = self._idle_since + self._limits.keepalive_timeout_s - self._loop.time()
-        if remaining > 0:
-            self._idle_timer = self._loop.call_later(remaining, self._on_idle_timer)
-        else:
+        remaining = self._deadline - self._loop.time()
+        if self._phase == _BUSY or remaining > 0:
+            self._timer = self._loop.call_later(min(max(remaining, 0.001), self._tick), self._on_timer)
+        elif self._phase == _IDLE:
             self._close()
+        else:
+            self._reject(408, "the request was not received in time")
+
+    def evict(self) -> None:
+        """The connection cap needs this idle connection's place: leave it now and close."""
+        self._state.discard(self)
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
 
     @property
     def idle(self) -> bool:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from ortserve.server.connections import ConnectionSet, listen
+from ortserve.protocol.http_codec import encode_error
+from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, Refusal, listen
 from ortserve.server.http.connection import ConnectionLimits, Handler, HttpConnection
 
 __all__ = ["HttpListener"]
+
+_BUSY_BODY = encode_error("too many connections")
+_TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+    b"retry-after: 1\r\nconnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class HttpListener:
@@ -16,20 +23,34 @@ class HttpListener:
     Args:
         handler: the route handler (an :class:`~ortserve.server.http.app.HttpApp`).
         limits: per-connection bounds.
+        connection_limit: the cap on open connections, shared with the other listeners
+            (None: no cap). A connection over it is answered 503 and closed.
+        budget: the server-wide bound on request body bytes held (None: no bound).
     """
 
-    def __init__(self, handler: Handler, limits: ConnectionLimits) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        limits: ConnectionLimits,
+        connection_limit: ConnectionLimit | None = None,
+        budget: ByteBudget | None = None,
+    ) -> None:
         self._handler = handler
         self._limits = limits
-        self._state: ConnectionSet[HttpConnection] = ConnectionSet()
+        self._budget = budget
+        self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit)
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
-        self._server = await listen(
-            lambda: HttpConnection(self._handler, self._limits, self._state, loop), host, port
-        )
+
+        def accept() -> asyncio.Protocol:
+            if not self._state.limit.admit():
+                return Refusal(_TOO_MANY_CONNECTIONS)
+            return HttpConnection(self._handler, self._limits, self._state, loop, self._budget)
+
+        self._server = await listen(accept, host, port)
         return int(self._server.sockets[0].getsockname()[1])
 
     def stop_accepting(self) -> None:

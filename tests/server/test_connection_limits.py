@@ -1,0 +1,305 @@
+"""Connections and memory bounded: the connection cap, header/body/idle deadlines, bodies freed
+without a GC pass, and the server-wide byte budget, on a real HTTP listener in process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet
+from ortserve.server.http.connection import ConnectionLimits, Handler
+from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+
+FAST = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.3, header_timeout_s=0.3)
+SLOW = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=30.0, header_timeout_s=30.0)
+
+
+def answer_size(request: HttpRequest) -> HttpResponse:
+    return json_response(200, b'{"size":%d}' % len(request.body))
+
+
+@dataclass
+class HeldAnswers:
+    """A handler whose answers wait until the test releases them."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: int = 0
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        self.arrived += 1
+        await self.release.wait()
+        return answer_size(request)
+
+
+@dataclass
+class Site:
+    """A listening port and the client connections a test opened to it (closed at the end)."""
+
+    port: int
+    clients: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.clients.append(writer)
+        return reader, writer
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    handler: Handler,
+    limits: ConnectionLimits = SLOW,
+    cap: ConnectionLimit | None = None,
+    budget: ByteBudget | None = None,
+) -> AsyncIterator[Site]:
+    listener = HttpListener(handler, limits, cap, budget)
+    site = Site(await listener.start("127.0.0.1", 0))
+    try:
+        yield site
+    finally:
+        for writer in site.clients:
+            writer.transport.abort()
+        listener.stop_accepting()
+        await listener.wait_closed(0.5)
+
+
+def post_head(size: int, path: bytes = b"/infer") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path, size)
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, bytes], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines[1:] if line)
+    body = await asyncio.wait_for(reader.readexactly(int(headers[b"content-length"])), 5)
+    return int(lines[0].split()[1]), headers, body
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """True once the server closes (EOF or reset) within 5 s."""
+    try:
+        return await asyncio.wait_for(reader.read(), 5) is not None
+    except ConnectionResetError:
+        return True
+
+
+async def until(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+# -- the cap itself ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class FakeConnection:
+    members: ConnectionSet[FakeConnection]
+    evicted: bool = False
+
+    def evict(self) -> None:
+        self.evicted = True
+        self.members.discard(self)
+
+
+def joined(members: ConnectionSet[FakeConnection]) -> FakeConnection | None:
+    if not members.limit.admit():
+        return None
+    connection = FakeConnection(members)
+    members.connections.add(connection)
+    return connection
+
+
+def test_at_the_cap_the_longest_idle_connection_makes_room() -> None:
+    members: ConnectionSet[FakeConnection] = ConnectionSet(ConnectionLimit(2))
+    first, second = joined(members), joined(members)
+    assert first is not None and second is not None
+    members.limit.idle(first)
+    members.limit.idle(second)
+    members.limit.busy(first)
+    members.limit.idle(first)  # first became idle again after second did: second is older
+    third = joined(members)
+    assert third is not None and second.evicted and not first.evicted
+    assert members.limit.open == 2 and members.limit.evicted == 1
+
+
+def test_with_no_idle_connection_a_new_one_is_refused_until_one_leaves() -> None:
+    members: ConnectionSet[FakeConnection] = ConnectionSet(ConnectionLimit(1))
+    only = joined(members)
+    assert only is not None
+    assert joined(members) is None and members.limit.refused == 1
+    members.discard(only)
+    members.discard(only)  # a second close gives nothing back twice
+    assert members.limit.open == 0
+    assert joined(members) is not None
+
+
+async def test_a_connection_over_the_cap_gets_503_and_close_while_others_are_served() -> None:
+    held = HeldAnswers()
+    async with serving(held, cap=ConnectionLimit(2)) as site:
+        busy = [await site.connect() for _ in range(2)]
+        for _, writer in busy:
+            writer.write(post_head(3) + b"abc")
+        await until(lambda: held.arrived == 2)
+        reader, _ = await site.connect()
+        status, headers, body = await read_response(reader)
+        assert status == 503 and headers[b"connection"] == b"close" and headers[b"retry-after"] == b"1"
+        assert b"too many connections" in body and await closed_by_server(reader)
+        held.release.set()
+        for reader, _ in busy:
+            assert (await read_response(reader))[0] == 200
+
+
+async def test_silent_connections_at_the_cap_are_evicted_for_a_real_client() -> None:
+    async with serving(answer_size, cap=ConnectionLimit(3)) as site:
+        silent = [await site.connect() for _ in range(3)]
+        reader, writer = await site.connect()
+        writer.write(post_head(2) + b"ok")
+        assert (await read_response(reader))[0] == 200
+        assert await closed_by_server(silent[0][0])
+
+
+# -- deadlines ---------------------------------------------------------------------------
+
+
+async def test_a_slowloris_request_head_gets_408_after_the_header_timeout() -> None:
+    async with serving(answer_size, FAST) as site:
+        reader, writer = await site.connect()
+        writer.write(b"POST /infer HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):  # still trickling header lines: that does not extend the deadline
+            await asyncio.sleep(0.1)
+            writer.write(b"X-Slow: 1\r\n")
+        status, headers, _ = await read_response(reader)
+        assert status == 408 and headers[b"connection"] == b"close"
+        assert await closed_by_server(reader)
+
+
+async def test_a_trickled_body_gets_408() -> None:
+    async with serving(answer_size, FAST) as site:
+        reader, writer = await site.connect()
+        writer.write(post_head(1000))
+        status, _, _ = await read_response(reader)  # 300 ms + 1 byte / 500 B/s, nothing sent
+        assert status == 408
+
+
+async def test_a_connection_that_never_sends_is_closed_after_the_header_timeout() -> None:
+    async with serving(answer_size, FAST) as site:
+        reader, _ = await site.connect()
+        assert await reader.read() == b""
+
+
+async def test_an_idle_keep_alive_connection_closes_after_the_keepalive_timeout() -> None:
+    limits = ConnectionLimits(keepalive_timeout_s=0.2, header_timeout_s=30.0)
+    async with serving(answer_size, limits) as site:
+        reader, writer = await site.connect()
+        writer.write(post_head(2) + b"ok")
+        assert (await read_response(reader))[0] == 200
+        assert await reader.read() == b""
+
+
+async def test_a_slow_handler_is_not_timed_out() -> None:
+    held = HeldAnswers()
+    async with serving(held, FAST) as site:
+        reader, writer = await site.connect()
+        writer.write(post_head(2) + b"ok")
+        await asyncio.sleep(0.6)  # twice the header and keep-alive timeouts
+        held.release.set()
+        assert (await read_response(reader))[0] == 200
+
+
+# -- memory ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_gc_and_traced() -> Iterator[None]:
+    """Bodies must be freed by reference counting alone: the cyclic collector is off."""
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+
+
+def traced() -> int:
+    return tracemalloc.get_traced_memory()[0]
+
+
+BODY = 4 << 20
+
+
+async def send_in_pieces(writer: asyncio.StreamWriter, size: int) -> None:
+    for _ in range(size // 65536):
+        writer.write(b"x" * 65536)
+        await writer.drain()
+
+
+async def test_an_answered_body_is_freed_while_its_connection_stays_open() -> None:
+    async with serving(answer_size) as site:
+        reader, writer = await site.connect()
+        with no_gc_and_traced():
+            before = traced()
+            writer.write(post_head(BODY))
+            await send_in_pieces(writer, BODY)
+            assert (await read_response(reader))[1:] and traced() - before < BODY // 4
+        writer.close()
+
+
+async def test_a_body_abandoned_mid_upload_is_freed_when_the_connection_drops() -> None:
+    async with serving(answer_size) as site:
+        with no_gc_and_traced():
+            before = traced()
+            _, writer = await site.connect()
+            writer.write(post_head(BODY))
+            await send_in_pieces(writer, BODY // 2)
+            await until(lambda: traced() - before > BODY // 3)  # the server holds the half body
+            writer.transport.abort()
+            await until(lambda: traced() - before < BODY // 8)
+
+
+# -- the byte budget ---------------------------------------------------------------------
+
+
+async def test_past_the_byte_budget_requests_get_429_and_the_server_serves_on() -> None:
+    held, budget = HeldAnswers(), ByteBudget(1 << 20)
+    async with serving(held, budget=budget) as site:
+        first = await site.connect()
+        first[1].write(post_head(700_000) + b"a" * 700_000)
+        await until(lambda: held.arrived == 1)
+        assert budget.held == 700_000
+        declared = await site.connect()
+        declared[1].write(post_head(400_000))  # refused from its Content-Length, body unread
+        status, headers, _ = await read_response(declared[0])
+        assert status == 429 and headers[b"retry-after"] == b"1"
+        chunked = await site.connect()
+        chunked[1].write(b"POST /infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunked[1].write(b"61a80\r\n" + b"c" * 400_000 + b"\r\n")  # counted as it arrives
+        assert (await read_response(chunked[0]))[0] == 429
+        held.release.set()
+        assert (await read_response(first[0]))[2] == b'{"size":700000}'
+        await until(lambda: budget.held == 0)
+        again = await site.connect()
+        again[1].write(post_head(900_000) + b"b" * 900_000)
+        assert (await read_response(again[0]))[2] == b'{"size":900000}'
+
+
+async def test_bytes_of_a_dropped_connection_go_back_to_the_budget() -> None:
+    held, budget = HeldAnswers(), ByteBudget(1 << 20)
+    async with serving(held, budget=budget) as site:
+        _, writer = await site.connect()
+        writer.write(post_head(500_000) + b"a" * 250_000)
+        await until(lambda: budget.held == 250_000)
+        writer.transport.abort()
+        await until(lambda: budget.held == 0)
+        _, writer = await site.connect()
+        writer.write(post_head(500_000) + b"a" * 500_000)
+        await until(lambda: held.arrived == 1)
+        writer.transport.abort()
+        await until(lambda: budget.held == 0)

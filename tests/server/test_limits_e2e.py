@@ -1,0 +1,106 @@
+"""The real server under --max-connections and --header-timeout: one cap across HTTP and gRPC,
+silent sockets evicted for real clients, a clean refusal when nothing can be evicted, and a
+slowloris head closed after the header timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from ortserve.testing import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+CAP = 4
+
+
+@pytest.fixture(scope="module")
+def capped(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("limits") / "server.log"
+    args = ["--max-connections", str(CAP), "--header-timeout", "0.5"]
+    with run_server(demo_repository, log, args) as process:
+        yield process
+
+
+def http_infer(server: ServerProcess) -> np.ndarray:
+    address = server.http_address
+    with contextlib.closing(httpclient.InferenceServerClient(address, network_timeout=5)) as client:
+        return infer(client, httpclient)
+
+
+def grpc_infer(server: ServerProcess) -> np.ndarray:
+    with contextlib.closing(grpcclient.InferenceServerClient(server.grpc_address)) as client:
+        return infer(client, grpcclient, client_timeout=5)
+
+
+def infer(client: object, module: object, **timeout: float) -> np.ndarray:
+    data = np.full((1, 64), 0.5, np.float32)
+    tensor = module.InferInput("input", [1, 64], "FP32")  # type: ignore[attr-defined]
+    tensor.set_data_from_numpy(data)
+    result = client.infer("small_mlp", [tensor], **timeout)  # type: ignore[attr-defined]
+    return result.as_numpy("output")  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def sockets(server: ServerProcess, count: int) -> Iterator[list[socket.socket]]:
+    """``count`` connections, alternately to the HTTP and the gRPC port."""
+    opened: list[socket.socket] = []
+    try:
+        for i in range(count):
+            port = server.http_port if i % 2 == 0 else server.grpc_port
+            opened.append(socket.create_connection((server.host, port), timeout=5))
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+@contextlib.contextmanager
+def bodies_under_way(server: ServerProcess, count: int) -> Iterator[None]:
+    """``count`` HTTP requests the server has begun to read (so not evictable): each sends
+    2,000 bytes of 100,000, which keeps its connection for 0.5 s + 4 s."""
+    head = (
+        b"POST /v2/models/small_mlp/infer HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with contextlib.ExitStack() as stack:
+        for _ in range(count):
+            sock = stack.enter_context(socket.create_connection((server.host, server.http_port), timeout=5))
+            sock.sendall(head)
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")  # the server read the head
+            sock.sendall(b"{" * 2000)
+        yield
+
+
+def test_silent_sockets_beyond_the_cap_do_not_lock_out_either_transport(capped: ServerProcess) -> None:
+    with sockets(capped, 10 * CAP):
+        assert http_infer(capped).shape == (1, 16)
+        assert grpc_infer(capped).shape == (1, 16)
+
+
+def test_with_every_place_busy_new_connections_are_refused_cleanly(capped: ServerProcess) -> None:
+    with bodies_under_way(capped, CAP):
+        with pytest.raises(InferenceServerException) as refused:
+            http_infer(capped)
+        assert "too many connections" in str(refused.value)
+        with pytest.raises(InferenceServerException) as unavailable:
+            grpc_infer(capped)
+        assert "UNAVAILABLE" in str(unavailable.value.status())
+    assert http_infer(capped).shape == (1, 16)
+    assert grpc_infer(capped).shape == (1, 16)
+
+
+def test_a_slowloris_head_is_answered_408_and_closed(capped: ServerProcess) -> None:
+    with socket.create_connection((capped.host, capped.http_port), timeout=5) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer
