@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import socket
@@ -304,3 +305,43 @@ def test_typed_inputs_round_trip_in_json_and_binary(error_repository_server: Ser
                     assert [bytes(x) if isinstance(x, bytes) else str(x).encode() for x in got] == list(array)
                 else:
                     np.testing.assert_array_equal(got, array)
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_tritonclient_compressed_requests_and_answers(
+    error_repository_server: ServerProcess, algorithm: str, binary: bool
+) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = httpclient.InferInput("x", [3, 4], "FP32")
+    tensor.set_data_from_numpy(x, binary_data=binary)
+    wanted = [httpclient.InferRequestedOutput("y", binary_data=binary)]
+    with contextlib.closing(httpclient.InferenceServerClient(error_repository_server.http_address)) as client:
+        plain = client.infer("failing", [tensor], outputs=wanted).as_numpy("y")
+        compressed = client.infer(
+            "failing",
+            [tensor],
+            outputs=wanted,
+            request_compression_algorithm=algorithm,
+            response_compression_algorithm=algorithm,
+        )
+    assert compressed.as_numpy("y").tolist() == plain.tolist()
+
+
+def test_answers_are_compressed_as_accept_encoding_asks(error_repository_server: ServerProcess) -> None:
+    body = gzip.compress(failing_body(shape=[3, 4], data=list(range(12))))
+    headers = {"Content-Encoding": "gzip", "Accept-Encoding": "deflate;q=0.5, gzip"}
+    status, reply_headers, raw = post(error_repository_server, "/v2/models/failing/infer", body, headers)
+    assert (status, reply_headers["content-encoding"]) == (200, "gzip")
+    assert json.loads(gzip.decompress(raw))["outputs"][0]["shape"] == [4, 3]
+
+
+def test_a_compression_bomb_is_413_at_the_body_limit(error_repository_server: ServerProcess) -> None:
+    bomb = gzip.compress(bytes(64 * ERROR_SERVER_MAX_BODY), compresslevel=1)  # 128 MB inflated
+    assert len(bomb) < ERROR_SERVER_MAX_BODY
+    status, _, raw = post(
+        error_repository_server, "/v2/models/failing/infer", bomb, {"Content-Encoding": "gzip"}
+    )
+    assert status == 413
+    assert "inflates past the size limit" in json.loads(raw)["error"]
+    good_request(error_repository_server)

@@ -62,7 +62,7 @@ class Server:
         limits = TensorLimits(
             settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element
         )
-        self.http_app = HttpApp(self.dataplane, limits, self.telemetry)
+        self.http_app = HttpApp(self.dataplane, limits, self.telemetry, settings.max_body_bytes)
         self.observability.add_routes(self.http_app)
         add_shared_memory_routes(self.http_app, shared_memory)
         self.capture = _capture(settings, self.observability)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Coroutine
@@ -20,6 +19,7 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.http.encoding import accepted_coding, compress_answer, inflate_then_route
 from ortserve.server.http.errors import error_response, internal_error_response
 from ortserve.server.http.messages import (
     DeferredResponse,
@@ -27,6 +27,7 @@ from ortserve.server.http.messages import (
     HttpResponse,
     RouteResult,
     json_response,
+    resolve_response,
 )
 from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
@@ -53,9 +54,14 @@ class HttpApp:
     """
 
     def __init__(
-        self, dataplane: DataPlane, limits: TensorLimits, telemetry: Telemetry | None = None
+        self,
+        dataplane: DataPlane,
+        limits: TensorLimits,
+        telemetry: Telemetry | None = None,
+        max_body_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self._dataplane = dataplane
+        self._max_body_bytes = max_body_bytes
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self._extra: dict[tuple[str, str], RouteHandler] = {}
@@ -75,15 +81,27 @@ class HttpApp:
 
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:
-            return answer_methods(request, self._route)
+            return answer_methods(request, self._coded)
         except OrtServeError as error:
             return error_response(error)
         except Exception as exc:
             return internal_error_response(exc)
 
-    def _route(
-        self, request: HttpRequest
-    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
+    def _coded(self, request: HttpRequest) -> RouteResult:
+        """Route with the body's Content-Encoding undone and the answer's Accept-Encoding applied."""
+        coding = request.headers.get(b"content-encoding")
+        if coding is None or (coding := coding.strip().lower()) == b"identity":
+            result = self._route(request)
+        else:
+            result = inflate_then_route(request, coding, self._max_body_bytes, self._route)
+            if not isinstance(result, (HttpResponse, DeferredResponse)):
+                result = _guarded(result)  # inflating in a thread: its errors become responses there
+        accept = request.headers.get(b"accept-encoding")
+        if accept is None or (answer_coding := accepted_coding(accept)) is None:
+            return result
+        return compress_answer(result, answer_coding)
+
+    def _route(self, request: HttpRequest) -> RouteResult:
         path = request.path
         extra = self._extra.get((request.method, path))
         if extra is not None:
@@ -154,13 +172,7 @@ class HttpApp:
     async def _captured_infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
         """Answer as usual, then hand the request to the capture buffer (which never blocks)."""
         arrival = (time.time(), time.monotonic())
-        result = self._infer(request, name, version)
-        if isinstance(result, DeferredResponse):
-            with contextlib.suppress(Exception):  # finish() turns the failure into a response
-                await result.future
-            response = result.finish(result.future)
-        else:
-            response = result
+        response = await resolve_response(self._infer(request, name, version))
         if self.capture is not None:
             self.capture.offer_http(
                 request.path, name, version, request.headers, request.body, arrival, response.status

@@ -1,0 +1,159 @@
+"""HTTP content codings: gzip/deflate request bodies inflated within the body limit, answers
+compressed when the client's ``Accept-Encoding`` asks (as Triton does).
+
+A compressed body is a promise of size, not size: a few hundred kilobytes of gzip can inflate
+to gigabytes. Inflation therefore stops at the body limit as it goes (the client gets 413;
+the server never holds more than the limit), and it never stalls the event loop: the first
+``INLINE_BUDGET`` bytes inflate on the loop (the common small request costs no thread hop),
+the rest in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable
+
+from ortserve.errors import InvalidInput, PayloadTooLarge
+from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
+
+__all__ = ["INLINE_BUDGET", "Inflation", "accepted_coding", "compress_answer", "inflate_then_route"]
+
+INLINE_BUDGET = 256 * 1024
+"""Inflated bytes produced on the event loop per request; the rest is a worker thread's job."""
+_THREAD_COMPRESS_BYTES = 256 * 1024
+_STEP = 64 * 1024
+# zlib window bits per coding: gzip's wrapper, and zlib's for "deflate" (RFC 9110 8.4.1.2).
+_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+_PREFERENCE = (b"gzip", b"deflate")
+
+
+class Inflation:
+    """One compressed request body, inflated a bounded number of bytes at a time.
+
+    Args:
+        body: the body as received (already within the connection's body limit).
+        coding: the ``Content-Encoding`` value, lower-case.
+        limit: most inflated bytes accepted.
+
+    Raises:
+        InvalidInput: the coding is not gzip, deflate or identity.
+    """
+
+    def __init__(self, body: bytes, coding: bytes, limit: int) -> None:
+        wbits = _WBITS.get(coding)
+        if wbits is None:
+            name = coding.decode("latin-1")
+            raise InvalidInput(f"Content-Encoding {name!r} is not supported (gzip, deflate, identity)")
+        self._coding = coding.decode("latin-1")
+        self._inflater = zlib.decompressobj(wbits)
+        self._pending: bytes = body
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+
+    def run(self, budget: int) -> bool:
+        """Inflate up to ``budget`` more bytes; True once the whole body is inflated.
+
+        Raises:
+            PayloadTooLarge: the inflated body passes the limit.
+            InvalidInput: the body is not valid for its coding, cut short, or followed by data.
+        """
+        produced = 0
+        while produced < budget:
+            room = min(_STEP, budget - produced, self._limit - self._size + 1)
+            try:
+                chunk = self._inflater.decompress(self._pending, room)
+            except zlib.error:
+                raise InvalidInput(f"the request body is not valid {self._coding} data") from None
+            self._pending = self._inflater.unconsumed_tail
+            self._size += len(chunk)
+            produced += len(chunk)
+            if self._size > self._limit:
+                raise PayloadTooLarge(f"the request body inflates past the size limit of {self._limit} bytes")
+            if chunk:
+                self._chunks.append(chunk)
+            if self._inflater.eof:
+                if self._inflater.unused_data:
+                    raise InvalidInput(f"data follows the end of the {self._coding} request body")
+                return True
+            if not chunk and not self._pending:
+                raise InvalidInput(f"the {self._coding} request body is cut short")
+        return False
+
+    def body(self) -> bytes:
+        """The inflated body (after :meth:`run` returned True)."""
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+
+
+def inflate_then_route(
+    request: HttpRequest, coding: bytes, limit: int, route: Callable[[HttpRequest], RouteResult]
+) -> RouteResult:
+    """Route ``request`` with its body inflated: at once when small, after a worker thread if not.
+
+    Raises:
+        InvalidInput, PayloadTooLarge: from :class:`Inflation` (inline part).
+    """
+    inflation = Inflation(request.body, coding, limit)
+    if inflation.run(INLINE_BUDGET):
+        request.body = inflation.body()
+        return route(request)
+    return _route_after_thread(request, inflation, limit, route)
+
+
+async def _route_after_thread(
+    request: HttpRequest, inflation: Inflation, limit: int, route: Callable[[HttpRequest], RouteResult]
+) -> HttpResponse:
+    await asyncio.to_thread(inflation.run, limit + 1)
+    request.body = inflation.body()
+    return await resolve_response(route(request))
+
+
+def accepted_coding(accept: bytes) -> bytes | None:
+    """The coding to answer with for an ``Accept-Encoding`` value: gzip, deflate or None."""
+    weights: dict[bytes, float] = {}
+    for item in accept.lower().split(b","):
+        name, _, params = item.strip().partition(b";")
+        weight = 1.0
+        params = params.strip()
+        if params.startswith(b"q="):
+            try:
+                weight = float(params[2:])
+            except ValueError:
+                weight = 0.0
+        weights[name.strip()] = weight
+    wildcard = weights.get(b"*", 0.0)
+    ranked = [(weights.get(c, wildcard), -i, c) for i, c in enumerate(_PREFERENCE)]
+    weight, _, coding = max(ranked)
+    return coding if weight > 0 else None
+
+
+def compress_answer(result: RouteResult, coding: bytes) -> RouteResult:
+    """``result`` compressed with ``coding``; large bodies are compressed in a worker thread."""
+    if isinstance(result, HttpResponse) and _size(result) <= _THREAD_COMPRESS_BYTES:
+        return _compressed(result, coding)
+    return _compress_later(result, coding)
+
+
+async def _compress_later(result: RouteResult, coding: bytes) -> HttpResponse:
+    response = await resolve_response(result)
+    if _size(response) <= _THREAD_COMPRESS_BYTES:
+        return _compressed(response, coding)
+    return await asyncio.to_thread(_compressed, response, coding)
+
+
+def _size(response: HttpResponse) -> int:
+    return sum(len(chunk) for chunk in response.chunks)
+
+
+def _compressed(response: HttpResponse, coding: bytes) -> HttpResponse:
+    if not response.chunks or not _size(response):
+        return response
+    # Level 1: most of gzip's gain on tensors and JSON at a fraction of the default's CPU.
+    compressor = zlib.compressobj(1, zlib.DEFLATED, _WBITS[coding])
+    chunks = [compressor.compress(chunk) for chunk in response.chunks]
+    chunks.append(compressor.flush())
+    response.chunks = [chunk for chunk in chunks if chunk]
+    response.headers.append((b"content-encoding", coding))
+    response.headers.append((b"vary", b"accept-encoding"))
+    return response
