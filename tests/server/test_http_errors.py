@@ -186,7 +186,7 @@ def test_405_names_the_allowed_methods_and_options_answers_them(
 def test_head_is_get_without_the_body(error_repository_server: ServerProcess) -> None:
     connection = http.client.HTTPConnection(error_repository_server.host, error_repository_server.http_port)
     try:
-        for path in ("/v2/models/failing", "/metrics"):
+        for path in ("/v2/models/failing", "/metrics", "/v2/health/live", "/v2/health/live"):
             connection.request("GET", path)
             got = connection.getresponse()
             body = got.read()
@@ -345,3 +345,31 @@ def test_a_compression_bomb_is_413_at_the_body_limit(error_repository_server: Se
     assert status == 413
     assert "inflates past the size limit" in json.loads(raw)["error"]
     good_request(error_repository_server)
+
+
+def get_json(server: ServerProcess, path: str) -> tuple[int, object]:
+    connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
+    try:
+        connection.request("GET", path)
+        reply = connection.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "body"),
+    [
+        ("/v2/health/live", 200, {"live": True}),
+        ("/v2/health/ready", 200, {"ready": True}),  # --no-strict-readiness: loading ended
+        ("/v2/models/failing/ready", 200, {"name": "failing", "ready": True}),
+        ("/v2/models/failing/versions/1/ready", 200, {"name": "failing", "ready": True}),
+        ("/v2/models/broken/ready", 503, {"name": "broken", "ready": False}),
+    ],
+)
+def test_health_bodies_are_kserves_v2_objects(
+    error_repository_server: ServerProcess, path: str, status: int, body: object
+) -> None:
+    # KServe's InferenceRESTClient reads response.json().get("live") / .get("ready"); the
+    # kserve package itself (kubernetes, pandas, fastapi, ...) is too heavy for the test extra.
+    assert get_json(error_repository_server, path) == (status, body)

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import orjson
+
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferResponse
 from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
@@ -38,8 +40,10 @@ __all__ = ["HttpApp", "RouteHandler", "SectionHandler"]
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse]
 
-_EMPTY_OK = json_response(200, b"")
-_READY_FALSE = json_response(503, b"")
+# KServe's v2 bodies ($live_server_response, $ready_server_response): its clients parse them;
+# Triton's read only the status. Built per call: a response may be changed on its way out.
+_LIVE = {True: b'{"live":true}', False: b'{"live":false}'}
+_READY = {True: b'{"ready":true}', False: b'{"ready":false}'}
 _HEADER_LENGTH = b"inference-header-content-length"
 _OCTET_STREAM = b"application/octet-stream"
 
@@ -129,9 +133,9 @@ class HttpApp:
         if request.method != "GET":
             return method_not_allowed("GET")
         if which == "live":
-            return _EMPTY_OK if self._dataplane.live() else _READY_FALSE
+            return _health_response(_LIVE, self._dataplane.live())
         if which == "ready":
-            return _EMPTY_OK if self._dataplane.ready() else _READY_FALSE
+            return _health_response(_READY, self._dataplane.ready())
         return _not_found(request.path)
 
     def _model_route(
@@ -150,7 +154,8 @@ class HttpApp:
         if rest == ["ready"]:
             if request.method != "GET":
                 return method_not_allowed("GET")
-            return _EMPTY_OK if self._dataplane.model_ready(name, version) else _READY_FALSE
+            ready = self._dataplane.model_ready(name, version)  # $ready_model_response
+            return json_response(200 if ready else 503, orjson.dumps({"name": name, "ready": ready}))
         if rest == ["infer"]:
             if request.method != "POST":
                 return method_not_allowed("POST")
@@ -243,6 +248,10 @@ async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
         return error_response(error)
     except Exception as exc:
         return internal_error_response(exc)
+
+
+def _health_response(bodies: dict[bool, bytes], healthy: bool) -> HttpResponse:
+    return json_response(200 if healthy else 503, bodies[healthy])
 
 
 def _not_found(path: str) -> HttpResponse:

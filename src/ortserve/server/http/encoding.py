@@ -11,6 +11,7 @@ the rest in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import zlib
 from collections.abc import Callable
 
@@ -153,7 +154,5 @@ def _compressed(response: HttpResponse, coding: bytes) -> HttpResponse:
     compressor = zlib.compressobj(1, zlib.DEFLATED, _WBITS[coding])
     chunks = [compressor.compress(chunk) for chunk in response.chunks]
     chunks.append(compressor.flush())
-    response.chunks = [chunk for chunk in chunks if chunk]
-    response.headers.append((b"content-encoding", coding))
-    response.headers.append((b"vary", b"accept-encoding"))
-    return response
+    headers = [*response.headers, (b"content-encoding", coding), (b"vary", b"accept-encoding")]
+    return dataclasses.replace(response, chunks=[chunk for chunk in chunks if chunk], headers=headers)

@@ -46,8 +46,7 @@ def answer_methods(request: HttpRequest, route: Callable[[HttpRequest], RouteRes
 
 
 def _headless(response: HttpResponse) -> HttpResponse:
-    response.omit_body = True
-    return response
+    return dataclasses.replace(response, omit_body=True)  # routes may answer with shared constants
 
 
 def _options(response: HttpResponse) -> HttpResponse:
