@@ -204,6 +204,36 @@ def test_a_pipeline_spec_that_names_nothing_importable_is_a_config_error(spec: s
         import_pipeline(spec)
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("os:system", "'os' is the standard library"),
+        ("subprocess:Popen", "'subprocess' is the standard library"),
+        ("ortserve.demo:write_demo_repository", "is not a class"),
+        ("ortserve.errors:InvalidInput", "does not implement the pipeline contract \\(missing parse"),
+    ],
+)
+def test_a_pipeline_spec_must_name_a_class_implementing_the_contract(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        import_pipeline(spec)
+
+
+def test_pipelines_registered_as_entry_points_load_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    import ortserve.pipeline.spec as spec_module
+
+    point = EntryPoint("hotwords2", "ortserve.apps.hotword.pipeline:HotwordPipeline", "ortserve.pipelines")
+
+    def registered(group: str, name: str) -> list[EntryPoint]:
+        return [point] if (group, name) == (point.group, point.name) else []
+
+    monkeypatch.setattr(spec_module, "entry_points", registered)
+    assert import_pipeline("hotwords2").__name__ == "HotwordPipeline"
+    with pytest.raises(ConfigError, match="entry point of group 'ortserve.pipelines'"):
+        import_pipeline("unregistered")
+
+
 async def test_a_pipeline_that_fails_to_load_fails_alone_and_its_model_still_serves(tmp_path: Path) -> None:
     (tmp_path / "mlp" / "1").mkdir(parents=True)
     onnx.save(build_mlp([4, 8, 2], 0, "mlp"), str(tmp_path / "mlp" / "1" / "model.onnx"))

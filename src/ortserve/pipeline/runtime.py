@@ -10,7 +10,6 @@ frees the loop for nothing, so a 50 us tokenizer step is cheaper and no less fai
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import logging
 import statistics
@@ -26,8 +25,9 @@ from ortserve.core.dataplane import ModelResolver
 from ortserve.core.datatypes import BF16, datatype_of_numpy, numpy_dtype
 from ortserve.core.model import ModelState, Servable, VersionInfo, select_outputs
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
-from ortserve.errors import ConfigError, InvalidInput, ModelNotReady
+from ortserve.errors import InvalidInput, ModelNotReady
 from ortserve.pipeline.contract import Array, JsonObject, ModelCall, ModelOutputs, Pipeline, PipelineContext
+from ortserve.pipeline.spec import BUILTIN_PIPELINES, import_pipeline
 
 __all__ = [
     "BUILTIN_PIPELINES",
@@ -44,42 +44,17 @@ logger = logging.getLogger(__name__)
 
 INLINE_LIMIT_S = 0.002
 """A plain step whose median on the example is above this runs in a worker thread."""
-BUILTIN_PIPELINES = {
-    "hotword": "ortserve.apps.hotword.pipeline:HotwordPipeline",
-    "dispatch": "ortserve.apps.dispatch.pipeline:DispatchPipeline",
-}
 REQUEST_INPUT = "request"
 RESPONSE_OUTPUT = "response"
 _TIMING_ROUNDS = 30
 
 RequestT = TypeVar("RequestT")
 Mode = Literal["inline", "thread", "async"]
-Factory = Callable[[PipelineContext], Pipeline[Any]]
 
 
 def pipeline_model_name(model: str) -> str:
     """The OIP model name a pipeline wrapping ``model`` is served under."""
     return f"{model}.pipeline"
-
-
-def import_pipeline(spec: str) -> Factory:
-    """The class ``package.module:Class`` (or a built-in short name) names.
-
-    Raises:
-        ConfigError: the spec is malformed, the module cannot be imported, or the name is missing.
-    """
-    target = BUILTIN_PIPELINES.get(spec, spec)
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"field pipeline: {spec!r} is not 'package.module:Class' or a built-in name")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"field pipeline: cannot import {module_name!r}: {exc}") from exc
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ConfigError(f"field pipeline: {module_name!r} has no class {attribute!r}")
-    return cast(Factory, factory)
 
 
 @dataclass(frozen=True, slots=True)
