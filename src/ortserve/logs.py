@@ -10,7 +10,7 @@ import time
 from contextvars import ContextVar
 from types import TracebackType
 
-__all__ = ["MODEL", "REQUEST_ID", "VERSION", "configure_logging", "escape_line"]
+__all__ = ["MODEL", "REQUEST_ID", "VERSION", "configure_logging", "escape_line", "make_formatter"]
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 """The request being handled by the current task (OIP ``id`` or ``X-Request-ID``)."""
@@ -92,13 +92,17 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+def make_formatter(fmt: str) -> logging.Formatter:
+    """The formatter of log lines in ``text`` or ``json`` format."""
+    if fmt == "json":
+        return _JsonFormatter()
+    return _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers."""
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(make_formatter(fmt))
     handler.addFilter(_RequestContext())
     root = logging.getLogger()
     root.handlers[:] = [handler]

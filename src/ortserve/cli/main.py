@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import click
 
 from ortserve import __version__
+from ortserve.cli.errors import CleanErrorsGroup, StartupFailure, show_envvars
 from ortserve.cli.loadtest import bench, replay
 
 __all__ = ["main"]
 
+logger = logging.getLogger("ortserve.cli")
 
-@click.group(context_settings={"auto_envvar_prefix": "ORTSERVE", "show_default": True})
+
+@click.group(
+    cls=CleanErrorsGroup,
+    context_settings={
+        "auto_envvar_prefix": "ORTSERVE",
+        "show_default": True,
+        "help_option_names": ["-h", "--help"],
+    },
+)
 @click.version_option(__version__, prog_name="ortserve")
 def main() -> None:
     """Serve ONNX models over the Open Inference Protocol (KServe v2)."""
@@ -42,21 +53,21 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
 @click.option(
     "--http-port",
     envvar="ORTSERVE_HTTP_PORT",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=8000,
-    help="Open Inference Protocol over HTTP.",
+    help="Open Inference Protocol over HTTP (0: a free port).",
 )
 @click.option(
     "--grpc-port",
     envvar="ORTSERVE_GRPC_PORT",
-    type=int,
+    type=click.IntRange(-1, 65535),
     default=8001,
     help="Open Inference Protocol over gRPC (-1: off).",
 )
 @click.option(
     "--metrics-port",
     envvar="ORTSERVE_METRICS_PORT",
-    type=int,
+    type=click.IntRange(-1, 65535),
     default=8002,
     help="Prometheus metrics (-1: off).",
 )
@@ -253,6 +264,7 @@ def serve(
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.logs import configure_logging
+    from ortserve.server.lifecycle import StartupError
     from ortserve.server.lifecycle import serve as run_server
     from ortserve.settings import ServerSettings
 
@@ -262,7 +274,9 @@ def serve(
     if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
         from ortserve.demo import write_demo_repository
 
-        write_demo_repository(model_repository)
+        logger.info("writing the demo models into %s (this takes a few seconds)", model_repository)
+        names = write_demo_repository(model_repository)
+        logger.info("wrote the demo models: %s", ", ".join(names))
     settings = ServerSettings(
         model_repository=model_repository,
         host=host,
@@ -293,7 +307,10 @@ def serve(
         capture_rate=capture_rate,
         shared_memory_regions=shared_memory_regions,
     )
-    _run(run_server(settings))
+    try:
+        _run(run_server(settings))
+    except StartupError as exc:
+        raise StartupFailure(str(exc)) from None
 
 
 def _run(coro: object) -> None:
@@ -317,3 +334,4 @@ def demo(directory: Path) -> None:
 
 main.add_command(bench)
 main.add_command(replay)
+show_envvars(main)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import onnxruntime as ort
 
@@ -27,9 +30,11 @@ from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
 from ortserve.server.observability import Observability
 from ortserve.settings import ServerSettings
 
-__all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "serve"]
+__all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "StartupError", "serve"]
 
 logger = logging.getLogger(__name__)
+
+_Port = TypeVar("_Port", int, int | None)
 
 EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics")
 SHARED_MEMORY_EXTENSION = "system_shared_memory"
@@ -96,11 +101,15 @@ class Server:
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
-        """Listen first (liveness answers while models load), then load the repository."""
-        if self.capture is not None:
-            await self.capture.start()
+        """Check the repository, listen (liveness answers while models load), then load it.
+
+        Raises:
+            StartupError: the repository is not a folder, or a port cannot be bound.
+        """
         s = self.settings
-        http_port = await self._http.start(s.host, s.http_port)
+        if not s.model_repository.is_dir():  # before any port is held
+            raise StartupError(f"model repository {s.model_repository} is not a folder")
+        http_port = await _bound("HTTP", s.host, s.http_port, self._http.start)
         self.bound = _Bound(http_port)
         logger.info(
             "ortserve %s, ONNX Runtime %s (available providers: %s), %d usable CPUs",
@@ -111,9 +120,11 @@ class Server:
         )
         logger.info("HTTP (Open Inference Protocol) listening on http://%s:%d", s.host, http_port)
         if self._grpc is not None:
-            self.bound.grpc_port = await self._grpc.start(s.host, s.grpc_port)
+            self.bound.grpc_port = await _bound("gRPC", s.host, s.grpc_port, self._grpc.start)
             logger.info("gRPC (Open Inference Protocol) listening on %s:%d", s.host, self.bound.grpc_port)
-        self.bound.metrics_port = await self.observability.start(s.host, s.metrics_port)
+        self.bound.metrics_port = await _bound("metrics", s.host, s.metrics_port, self.observability.start)
+        if self.capture is not None:
+            await self.capture.start()
         await self.registry.load_repository(s)
         register_pipeline_routes(self.registry, self.http_app)
         for entry in self.registry.entries():
@@ -148,6 +159,18 @@ class Server:
         await self.observability.stop(grace)
         self.dataplane.shared_memory.close()
         logger.info("stopped")
+
+
+class StartupError(Exception):
+    """The server cannot start for a reason the operator fixes (not a bug: no traceback)."""
+
+
+async def _bound(what: str, host: str, port: int, start: Callable[[str, int], Awaitable[_Port]]) -> _Port:
+    try:
+        return await start(host, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # uvloop's strerror repeats the address
+        raise StartupError(f"cannot listen for {what} on {host}:{port}: {reason}") from None
 
 
 def _capture(settings: ServerSettings, observability: Observability) -> Capture | None:
