@@ -50,6 +50,7 @@ PREDICT = {"query": "国庆旅游攻略", "region_id": 110000, "timestamp": NOW}
 def route_document(orders: int = 10, couriers: int = 5) -> dict[str, object]:
     rng = np.random.default_rng(0)
     return {
+        "now": NOW,
         "orders": [
             {"id": f"o{i}", "lat": 39.9 + rng.uniform(0, 0.05), "lon": 116.4 + rng.uniform(0, 0.05),
              "created_at": NOW, "deadline": NOW + int(rng.integers(20, 90)) * 60_000}
@@ -73,7 +74,7 @@ def targets(repo: Path) -> dict[str, tuple[str, bytes]]:
     hotword = HotwordPipeline(PipelineContext("hotword", "1", repo / "hotword" / "1"))
     [call] = hotword.preprocess(hotword.parse(PREDICT))
     route = route_document()
-    pairs = pair_features(parse_dispatch_request(route)).rows
+    pairs = pair_features(parse_dispatch_request(route, NOW)).rows
     return {
         "hotword pipeline": ("/v1/predict", json.dumps(PREDICT).encode()),
         "hotword model": (

@@ -1,9 +1,11 @@
-"""The hotword answers mean something: holiday seasons, regions, calibrated scores."""
+"""The hotword service follows the query: every hotword queried ranks itself first wherever and
+whenever it is asked, unrelated queries say so, tags are earned, context ranks the rest."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+import importlib.util
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,101 +13,223 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ortserve.apps.hotword.features import Featurizer
+from ortserve.apps.hotword.corpus import CORPUS, load_corpus
+from ortserve.apps.hotword.features import ABLATIONS, Featurizer
 from ortserve.apps.hotword.holidays import CHINA
-from ortserve.apps.hotword.text import Segmenter, TfIdf
-from ortserve.apps.hotword.training import HotwordArtefacts, featurize, train_hotword
-from ortserve.apps.hotword.world import generate_log
+from ortserve.apps.hotword.pipeline import TAG_DROP, TAG_LABELS, HotwordPipeline
+from ortserve.apps.hotword.retrieval import Index
+from ortserve.apps.hotword.text import Segmenter
+from ortserve.apps.hotword.training import OUTPUT, examples
+from ortserve.apps.hotword.world import PROVINCES, generate_log, province_of
 from ortserve.apps.mlp import train_mlp
-from ortserve.apps.seeds import SEED_APPS
-from ortserve.testing import PipelineHarness, pipeline_harness
+from ortserve.errors import ConfigError
+from ortserve.pipeline.contract import PipelineContext
 
-HOLIDAY_TRAVEL = {"国庆旅游攻略", "国庆酒店预订", "黄金周出行", "国庆高速免费"}
-BEIJING = {"北京故宫预约", "北京环球影城", "北京限行查询"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATES = [
+    dt.date(2025, 1, 20),
+    dt.date(2025, 4, 2),
+    dt.date(2025, 6, 22),
+    dt.date(2025, 9, 28),
+    dt.date(2025, 11, 5),
+]
 
 
-def at(year: int, month: int, day: int, hour: int = 10) -> int:
-    return int(dt.datetime(year, month, day, hour, tzinfo=CHINA).timestamp() * 1000)
+def at(day: dt.date, hour: int = 10) -> int:
+    return int(dt.datetime(day.year, day.month, day.day, hour, tzinfo=CHINA).timestamp() * 1000)
+
+
+class Ranker:
+    """The pipeline's own steps around a real ONNX Runtime session, without the server."""
+
+    def __init__(self, version_dir: Path) -> None:
+        self.version_dir = version_dir
+        self.pipeline = HotwordPipeline(PipelineContext("hotword", "1", version_dir))
+        self.session = ort.InferenceSession(
+            str(version_dir / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.session.run(None, {"features": rows})[0])[:, 0]
+
+    def ask(self, query: str, region: int, day: dt.date, top_k: int = 5) -> dict[str, Any]:
+        prepared = self.pipeline.parse(
+            {"query": query, "region_id": region, "timestamp": at(day), "top_k": top_k}
+        )
+        calls = self.pipeline.preprocess(prepared)
+        outputs = [{OUTPUT: self.session.run(None, dict(call.inputs))[0]} for call in calls]
+        return self.pipeline.postprocess(outputs, prepared)
 
 
 @pytest.fixture(scope="module")
-def hotword_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hotword_repo")
-    train_hotword(root / "hotword" / "1")
-    (root / "hotword" / "config.yaml").write_text(SEED_APPS["hotword"][1], encoding="utf-8")
-    return root
+def ranker(demo_repository: Path) -> Ranker:
+    return Ranker(demo_repository / "hotword" / "1")
 
 
-@pytest.fixture
-async def harness(hotword_repository: Path) -> AsyncIterator[PipelineHarness]:
-    async with pipeline_harness(hotword_repository) as loaded:
-        yield loaded
+def words(answer: dict[str, Any]) -> list[str]:
+    return [h["word"] for h in answer["hotwords"]]
 
 
-def scores(answer: dict[str, Any]) -> dict[str, float]:
-    return {h["word"]: h["score"] for h in answer["hotwords"]}
+def test_every_hotword_used_as_the_query_ranks_itself_first(ranker: Ranker) -> None:
+    entries = load_corpus(ranker.version_dir / CORPUS)
+    regions = [0, *PROVINCES]
+    for i, entry in enumerate(entries):
+        answer = ranker.ask(entry.word, regions[i % len(regions)], DATES[i % len(DATES)])
+        assert answer["matched"] and words(answer)[0] == entry.word
 
 
-async def test_near_national_day_a_travel_query_ranks_holiday_travel_hotwords_higher(
-    harness: PipelineHarness,
+def test_a_hotword_ranks_itself_first_in_every_region_on_every_date(ranker: Ranker) -> None:
+    entries = load_corpus(ranker.version_dir / CORPUS)
+    picked = [e for e in entries if e.region or e.season][::300] + [
+        e for e in entries if e.word == "旅游攻略"
+    ]
+    for entry in picked:
+        for region in (0, *PROVINCES):
+            for day in DATES[::2]:
+                assert words(ranker.ask(entry.word, region, day, top_k=1)) == [entry.word]
+
+
+@pytest.mark.parametrize("query", ["量子计算机原理", "如何学习拉丁语语法", "黑洞蒸发", "qwertyzx"])
+def test_a_query_unrelated_to_the_corpus_says_so(ranker: Ranker, query: str) -> None:
+    answer = ranker.ask(query, 110000, DATES[3])
+    assert answer["matched"] is False and answer["hotwords"] == []
+
+
+def test_the_seed_example_puts_the_queried_hotword_first(ranker: Ranker) -> None:
+    answer = ranker.ask("国庆旅游攻略", 110000, dt.date(2024, 11, 2))
+    assert words(answer)[0] == "国庆旅游攻略"
+
+
+def test_a_partial_query_is_ranked_by_region_and_season(ranker: Ranker) -> None:
+    chengdu = ranker.ask("天气", 510000, dt.date(2025, 3, 11))
+    assert words(chengdu)[0] == "成都天气预报" and "地域热点" in chengdu["hotwords"][0]["tags"]
+    shanghai = ranker.ask("天气", 310000, dt.date(2025, 3, 11))
+    assert words(shanghai)[0] == "上海天气预报" and "成都天气预报" not in words(shanghai)
+    june = ranker.ask("高考", 0, dt.date(2025, 6, 22))
+    assert set(words(june)[:3]) == {"高考成绩查询", "高考分数线", "高考志愿填报"}
+    assert all("热门趋势" in h["tags"] for h in june["hotwords"][:3])
+    december = ranker.ask("高考", 0, dt.date(2025, 12, 20))
+    assert not any(h["tags"] for h in december["hotwords"])
+
+
+def test_holiday_tags_follow_the_season(ranker: Ranker) -> None:
+    golden = ranker.ask("旅游攻略", 0, dt.date(2025, 9, 28), top_k=10)
+    march = ranker.ask("旅游攻略", 0, dt.date(2026, 3, 11), top_k=10)
+    assert "国庆旅游攻略" in words(golden)[:3]
+    tagged = {h["word"] for h in golden["hotwords"] if "节假日" in h["tags"]}
+    assert "国庆旅游攻略" in tagged
+    assert not any("节假日" in h["tags"] for h in march["hotwords"])
+    assert (
+        words(march).index("国庆旅游攻略") > words(golden).index("国庆旅游攻略")
+        if "国庆旅游攻略" in words(march)
+        else True
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "region", "day"),
+    [
+        ("旅游攻略", 110000, dt.date(2025, 9, 28)),
+        ("天气", 440000, dt.date(2025, 1, 20)),
+        ("考研", 0, dt.date(2025, 3, 8)),
+    ],
+)
+def test_a_tag_is_given_exactly_when_switching_its_feature_off_costs_the_score(
+    ranker: Ranker, query: str, region: int, day: dt.date
 ) -> None:
-    golden: Any = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2025, 9, 27)})
-    march: Any = await harness.call("hotword", {"query": "国庆旅游攻略", "timestamp": at(2026, 3, 11)})
-    near, ordinary = scores(golden), scores(march)
-    assert set(list(near)[:2]) <= HOLIDAY_TRAVEL
-    ordinary_rank = list(ordinary).index("国庆旅游攻略") if "国庆旅游攻略" in ordinary else len(ordinary)
-    assert list(near).index("国庆旅游攻略") < ordinary_rank
-    assert near["国庆旅游攻略"] > 2 * ordinary.get("国庆旅游攻略", 0.0)
-    assert sum(near.get(w, 0.0) for w in HOLIDAY_TRAVEL) > sum(ordinary.get(w, 0.0) for w in HOLIDAY_TRAVEL)
-    assert all("holiday" in h["tags"] for h in golden["hotwords"] if h["word"] in HOLIDAY_TRAVEL)
-    assert not any("holiday" in h["tags"] for h in march["hotwords"])
+    entries = load_corpus(ranker.version_dir / CORPUS)
+    index = Index(entries, Segmenter(ranker.version_dir).search)
+    featurizer = Featurizer(entries)
+    province = province_of(region)
+    matches = index.match(query, province)
+    rows = featurizer.rows(matches, province, day).matrix[: len(matches.index)]
+    full = ranker.score(rows)
+    by_word = {entries[int(e)].word: i for i, e in enumerate(matches.index)}
+    answer = ranker.ask(query, region, day, top_k=20)
+    seen = 0
+    for hotword in answer["hotwords"]:
+        i = by_word[hotword["word"]]
+        for tag, columns in ABLATIONS.items():
+            off = rows[i : i + 1].copy()
+            off[:, list(columns)] = 0.0
+            drop = full[i] - ranker.score(off)[0]
+            earned = drop >= TAG_DROP * full[i]
+            assert (tag in hotword["tag_ids"]) == earned, (hotword, tag, drop)
+            assert (TAG_LABELS[tag] in hotword["tags"]) == earned
+            seen += earned
+    assert seen > 0
 
 
-async def test_a_beijing_region_lifts_beijing_hotwords_and_tags_them_regional(
-    harness: PipelineHarness,
+def test_top_k_sets_the_answer_length_and_scores_fall_after_an_exact_match(ranker: Ranker) -> None:
+    answer = ranker.ask("旅游攻略", 330000, DATES[1], top_k=12)
+    scores = [h["score"] for h in answer["hotwords"]]
+    assert len(scores) == 12 and scores[1:] == sorted(scores[1:], reverse=True)
+    assert len(ranker.ask("旅游攻略", 330000, DATES[1], top_k=1)["hotwords"]) == 1
+
+
+def test_the_corpus_is_read_from_the_version_folder_so_a_reload_picks_up_a_new_one(
+    ranker: Ranker, tmp_path: Path
 ) -> None:
-    query = {"query": "旅游攻略门票", "timestamp": at(2026, 3, 11)}
-    beijing: Any = await harness.call("hotword", {**query, "region_id": 110105})
-    shanghai: Any = await harness.call("hotword", {**query, "region_id": 310000})
-    in_beijing, in_shanghai = scores(beijing), scores(shanghai)
-    assert set(list(in_beijing)[:2]) <= BEIJING
-    assert sum(in_beijing.get(w, 0.0) for w in BEIJING) > 3 * sum(in_shanghai.get(w, 0.0) for w in BEIJING)
-    tagged = {h["word"] for h in beijing["hotwords"] if "regional" in h["tags"]}
-    assert tagged and tagged <= BEIJING
-    assert not any("regional" in h["tags"] and h["word"] in BEIJING for h in shanghai["hotwords"])
+    copy = tmp_path / "1"
+    shutil.copytree(ranker.version_dir, copy)
+    with (copy / CORPUS).open("a", encoding="utf-8") as corpus:
+        corpus.write("火星移民报名\t火星 移民 报名\t科技\t0\t\t1.00\n")
+    assert ranker.ask("火星移民", 0, DATES[0])["matched"] is False
+    reloaded = Ranker(copy)
+    assert words(reloaded.ask("火星移民", 0, DATES[0])) == ["火星移民报名"]
 
 
-async def test_answers_are_ranked_scores_between_0_and_1_with_the_model_version(
-    harness: PipelineHarness,
-) -> None:
-    answer: Any = await harness.post("/v1/predict", '{"query": "天气", "timestamp": 1759017600000}'.encode())
-    values = list(scores(answer).values())
-    assert values == sorted(values, reverse=True) and all(0.0 <= v <= 1.0 for v in values)
-    assert answer["model_version"] == "1"
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("词\t词\t类\tx\t\t1.0", "region must be an integer"),
+        ("词\t词\t类\t0\tholiday:mars\t1.0", "season"),
+        ("词\t词\t类\t0\t\t-1", "positive base"),
+        ("词\t词", "6 tab-separated fields"),
+    ],
+)
+def test_a_malformed_corpus_names_the_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / CORPUS
+    path.write_text("word\tterms\tcategory\tregion\tseason\tbase\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{CORPUS}:2: .*{message}"):
+        load_corpus(path)
 
 
-def test_scores_are_calibrated_on_a_held_out_log(hotword_repository: Path) -> None:
-    version_dir = hotword_repository / "hotword" / "1"
-    artefacts = HotwordArtefacts.load(version_dir)
-    log = generate_log(4000, seed=2024)
-    x = featurize(log, Segmenter(version_dir), Featurizer(TfIdf(artefacts.vocabulary, artefacts.idf)))
-    predicted = ort.InferenceSession(str(version_dir / "model.onnx")).run(None, {"features": x})[0]
-    clicked = np.zeros_like(predicted)
-    clicked[np.arange(len(log)), [r.clicked for r in log]] = 1.0
+def test_the_shipped_corpus_is_what_the_generator_script_writes() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "gen_corpus", REPO_ROOT / "scripts" / "gen_hotword_corpus.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shipped = (REPO_ROOT / "src" / "ortserve" / "apps" / "hotword" / "data" / CORPUS).read_text(
+        encoding="utf-8"
+    )
+    assert module.corpus_text() == shipped
+    entries = load_corpus(REPO_ROOT / "src" / "ortserve" / "apps" / "hotword" / "data" / CORPUS)
+    assert len(entries) > 2000
+    assert {e.region for e in entries} >= {0, *PROVINCES}
+    assert {e.season[0] for e in entries if e.season} == {"holiday", "event"}
+
+
+def test_scores_are_calibrated_on_a_held_out_log(ranker: Ranker) -> None:
+    entries = load_corpus(ranker.version_dir / CORPUS)
+    index = Index(entries, Segmenter(ranker.version_dir).search)
+    x, clicked = examples(generate_log(entries, 500, seed=2024), index, Featurizer(entries), seed=1)
+    predicted = ranker.score(x)
     bins = np.minimum((predicted * 10).astype(int), 9)
     gaps = [
-        abs(predicted[bins == b].mean() - clicked[bins == b].mean()) * (bins == b).sum()
+        abs(predicted[bins == b].mean() - clicked[bins == b, 0].mean()) * (bins == b).sum()
         for b in range(10)
         if (bins == b).any()
     ]
-    expected_calibration_error = sum(gaps) / predicted.size
-    assert expected_calibration_error < 0.02
-    assert np.allclose(predicted.sum(1).mean(), 1.0, atol=0.1)
+    assert sum(gaps) / len(predicted) < 0.03
 
 
-def test_the_log_and_the_training_are_deterministic_for_a_seed() -> None:
-    assert generate_log(200, seed=5) == generate_log(200, seed=5)
-    assert generate_log(200, seed=5) != generate_log(200, seed=6)
+def test_the_log_and_the_training_are_deterministic_for_a_seed(ranker: Ranker) -> None:
+    entries = load_corpus(ranker.version_dir / CORPUS)
+    assert generate_log(entries, 100, seed=5) == generate_log(entries, 100, seed=5)
+    assert generate_log(entries, 100, seed=5) != generate_log(entries, 100, seed=6)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((300, 6)).astype(np.float32)
     y = (x[:, :1] > 0).astype(np.float32)

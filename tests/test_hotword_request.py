@@ -7,7 +7,13 @@ import datetime as dt
 import pytest
 
 from ortserve.apps.hotword.holidays import calendar_features, china_time, holiday_closeness
-from ortserve.apps.hotword.request import MAX_QUERY_CHARS, HotwordRequest, parse_hotword_request
+from ortserve.apps.hotword.request import (
+    DEFAULT_TOP_K,
+    MAX_QUERY_CHARS,
+    MAX_TOP_K,
+    HotwordRequest,
+    parse_hotword_request,
+)
 from ortserve.errors import InvalidInput
 
 NOW = 1_759_017_600_000  # 2025-09-28 08:00 CST
@@ -18,6 +24,8 @@ def test_a_valid_request_parses_and_region_defaults_to_national() -> None:
         "国庆旅游", 0, NOW
     )
     assert parse_hotword_request({"query": "x", "region_id": 110105, "timestamp": NOW}).region_id == 110105
+    assert parse_hotword_request({"query": "x", "timestamp": NOW}).top_k == DEFAULT_TOP_K == 5
+    assert parse_hotword_request({"query": "x", "timestamp": NOW, "top_k": 20}).top_k == 20
 
 
 @pytest.mark.parametrize(
@@ -35,6 +43,9 @@ def test_a_valid_request_parses_and_region_defaults_to_national() -> None:
         ({"query": "a"}, "'timestamp'"),
         ({"query": "a", "timestamp": 1.5e12}, "'timestamp'"),
         ({"query": "a", "timestamp": 1_700_000_000}, "'timestamp'"),
+        ({"query": "a", "timestamp": NOW, "top_k": 0}, "'top_k'"),
+        ({"query": "a", "timestamp": NOW, "top_k": MAX_TOP_K + 1}, "'top_k'"),
+        ({"query": "a", "timestamp": NOW, "top_k": 2.0}, "'top_k'"),
     ],
 )
 def test_a_bad_field_is_rejected_naming_it(document: dict[str, object], field: str) -> None:

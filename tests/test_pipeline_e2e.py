@@ -43,13 +43,18 @@ def route_body(orders: int, couriers: int, **order_fields: object) -> bytes:
     )
 
 
-def test_predict_answers_ranked_tagged_hotwords(server: ServerProcess) -> None:
-    status, answer = post(server, "/v1/predict", orjson.dumps({"query": "国庆旅游攻略", "timestamp": NOW}))
-    assert status == 200
+def test_predict_answers_ranked_tagged_hotwords_and_flags_unrelated_queries(server: ServerProcess) -> None:
+    status, answer = post(
+        server, "/v1/predict", orjson.dumps({"query": "旅游攻略", "timestamp": NOW, "top_k": 7})
+    )
+    assert status == 200 and answer["matched"] is True
     hotwords = answer["hotwords"]
-    assert isinstance(hotwords, list) and len(hotwords) == 5
-    assert hotwords[0]["word"].startswith("国庆") and "holiday" in hotwords[0]["tags"]
+    assert isinstance(hotwords, list) and len(hotwords) == 7
+    assert hotwords[0]["word"] == "旅游攻略" and hotwords[1]["word"] == "国庆旅游攻略"
+    assert hotwords[1]["tags"] == ["节假日"] and hotwords[1]["tag_ids"] == ["holiday"]
     assert answer["model_version"] == "1"
+    status, answer = post(server, "/v1/predict", orjson.dumps({"query": "量子计算机原理", "timestamp": NOW}))
+    assert status == 200 and answer["matched"] is False and answer["hotwords"] == []
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,7 @@ def test_predict_answers_ranked_tagged_hotwords(server: ServerProcess) -> None:
         (orjson.dumps({"query": "天气", "timestamp": NOW, "lang": "zh"}), "'lang'"),
         (orjson.dumps({"query": ["天气"], "timestamp": NOW}), "'query'"),
         (orjson.dumps({"query": "天气", "timestamp": "now"}), "'timestamp'"),
+        (orjson.dumps({"query": "天气", "timestamp": NOW, "top_k": 0}), "'top_k'"),
         (b"{not json", "not valid JSON"),
     ],
 )
@@ -97,8 +103,8 @@ def test_pipelines_are_oip_models_with_bytes_json_documents(server: ServerProces
         assert metadata["inputs"] == [{"name": "request", "datatype": "BYTES", "shape": [-1]}]
         documents = np.array(
             [
-                orjson.dumps({"query": "天气", "timestamp": NOW}),
-                orjson.dumps({"query": "中秋月饼", "timestamp": NOW}),
+                orjson.dumps({"query": "天气预报", "timestamp": NOW}),
+                orjson.dumps({"query": "中秋月饼礼盒", "timestamp": NOW}),
             ],
             dtype=object,
         )

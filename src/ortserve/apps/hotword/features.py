@@ -1,57 +1,107 @@
-"""One search's feature vector: TF-IDF of the query, province one-hot, calendar features."""
+"""One candidate's feature row: how the query matches it, whether its region is the searcher's,
+how in season it is, how popular it is; plus the ablated rows that attribute tags.
+
+A tag is earned, not declared: the row is scored again with the tag's features switched off
+(as if the hotword had no region, or no season), and the tag holds only when that drops the
+score enough (see ``pipeline.TAG_DROP``).
+"""
 
 from __future__ import annotations
 
-import math
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from ortserve.apps.hotword.holidays import HOLIDAY_NAMES, calendar_features
-from ortserve.apps.hotword.text import TfIdf
-from ortserve.apps.hotword.world import PROVINCES, province_of
+from ortserve.apps.hotword.corpus import Entry, SeasonCalendar
+from ortserve.apps.hotword.retrieval import Matches
 
-__all__ = ["Featurizer"]
+__all__ = ["ABLATIONS", "FEATURE_NAMES", "TAG_ACTIVE", "Featurizer", "Rows"]
 
-_PROVINCE_INDEX = {code: i for i, code in enumerate(PROVINCES)}
-_CONTEXT = len(PROVINCES) + 1 + 2 + 7 + len(HOLIDAY_NAMES) + 1
+FEATURE_NAMES = (
+    "exact",
+    "word_query",
+    "word_entry",
+    "bigram_query",
+    "bigram_entry",
+    "region_home",
+    "region_away",
+    "region_unplaced",
+    "holiday_closeness",
+    "holiday_off",
+    "event_closeness",
+    "event_off",
+    "log_base",
+)
+_COLUMN = {name: i for i, name in enumerate(FEATURE_NAMES)}
+ABLATIONS = {
+    "holiday": (_COLUMN["holiday_closeness"], _COLUMN["holiday_off"]),
+    "regional": (_COLUMN["region_home"], _COLUMN["region_away"], _COLUMN["region_unplaced"]),
+    "trending": (_COLUMN["event_closeness"], _COLUMN["event_off"]),
+}
+"""Tag -> the feature columns switched off to measure what the tag's feature added."""
+TAG_ACTIVE = {"holiday": "holiday_closeness", "regional": "region_home", "trending": "event_closeness"}
+"""A tag is only considered where its feature is on (at least 0.2) for the candidate."""
+_ACTIVE_AT = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Model input: the candidates' rows, then one ablated row per (tag, candidate) in ``probes``."""
+
+    matrix: npt.NDArray[np.float32]
+    probes: list[tuple[str, int]]
+    """(tag, candidate position) of each row after the first ``len(candidates)``."""
 
 
 class Featurizer:
-    """Writes feature rows for tokens, region and timestamp.
+    """Feature rows of a corpus's candidates for a searcher's province and day.
 
     Args:
-        tfidf: the vocabulary and IDF learned at training.
+        entries: the corpus.
+        calendar: the corpus's season calendar (shared with the log generator in training).
     """
 
-    def __init__(self, tfidf: TfIdf) -> None:
-        self.tfidf = tfidf
-        self.width = len(tfidf.vocabulary) + _CONTEXT
+    def __init__(self, entries: Sequence[Entry], calendar: SeasonCalendar | None = None) -> None:
+        self.calendar = calendar or SeasonCalendar(entries)
+        self._regions = np.array([e.region for e in entries], dtype=np.int64)
+        self._log_base = np.log(np.array([e.base for e in entries]))
+        self._holiday = np.array([e.season is not None and e.season[0] == "holiday" for e in entries])
+        self._event = np.array([e.season is not None and e.season[0] == "event" for e in entries])
 
-    def row(self, tokens: list[str], region_id: int, timestamp_ms: int) -> npt.NDArray[np.float32]:
-        """A [1, width] float32 row."""
-        out = np.zeros((1, self.width), dtype=np.float32)
-        self.write(out[0], tokens, region_id, timestamp_ms)
-        return out
-
-    def write(
-        self, out: npt.NDArray[np.float32], tokens: list[str], region_id: int, timestamp_ms: int
-    ) -> None:
-        """Fill one preallocated row."""
-        vocabulary = len(self.tfidf.vocabulary)
-        self.tfidf.transform(tokens, out[:vocabulary])
-        context = out[vocabulary:]
-        context[:] = 0
-        province = province_of(region_id)
-        if province is None:
-            context[len(PROVINCES)] = 1.0
-        else:
-            context[_PROVINCE_INDEX[province]] = 1.0
-        at = len(PROVINCES) + 1
-        calendar = calendar_features(timestamp_ms)
-        angle = 2 * math.pi * calendar.hour / 24
-        context[at : at + 2] = (math.sin(angle), math.cos(angle))
-        context[at + 2 + calendar.weekday] = 1.0
-        at += 9
-        context[at : at + len(HOLIDAY_NAMES)] = calendar.closeness
-        context[at + len(HOLIDAY_NAMES)] = math.exp(-calendar.days_to_nearest / 14)
+    def rows(self, matches: Matches, province: int | None, day: dt.date) -> Rows:
+        """The candidates' rows and, for each tag whose feature is on, an ablated copy."""
+        index = matches.index
+        region = self._regions[index]
+        regional = region != 0
+        home = regional & (region == province) if province is not None else np.zeros(len(index), bool)
+        away = regional & ~home & (province is not None)
+        closeness = self.calendar.closeness(day)[index]
+        holiday, event = self._holiday[index], self._event[index]
+        columns = (
+            matches.exact,
+            matches.word_query,
+            matches.word_entry,
+            matches.bigram_query,
+            matches.bigram_entry,
+            home,
+            away,
+            regional & (province is None),
+            np.where(holiday, closeness, 0.0),
+            holiday & (closeness == 0),
+            np.where(event, closeness, 0.0),
+            event & (closeness == 0),
+            self._log_base[index],
+        )
+        base = np.stack([np.asarray(c, dtype=np.float32) for c in columns], axis=1)
+        blocks, probes = [base], []
+        for tag, switched_off in ABLATIONS.items():
+            active = np.flatnonzero(base[:, _COLUMN[TAG_ACTIVE[tag]]] >= _ACTIVE_AT)
+            if len(active):
+                block = base[active].copy()
+                block[:, list(switched_off)] = 0.0
+                blocks.append(block)
+                probes += [(tag, int(i)) for i in active]
+        return Rows(np.concatenate(blocks) if len(blocks) > 1 else base, probes)

@@ -1,84 +1,119 @@
-"""The hotword pipeline: segment and featurize a search, score every hotword, rank and tag."""
+"""The hotword pipeline: retrieve the corpus entries a query relates to, score them with the
+ranker (region and season features), rank, and tag what the features earned.
+
+An answer is ``{"matched": bool, "hotwords": [...]}``: ``matched`` is false, with no hotwords,
+when the query relates to nothing in the corpus. A query that is itself a hotword lists that
+hotword first. Tags are attributions: a tag holds only when switching its feature off lowers
+the hotword's score by at least ``TAG_DROP`` of it.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from ortserve.apps.hotword.features import Featurizer
-from ortserve.apps.hotword.holidays import china_time, holiday_closeness
+from ortserve.apps.hotword.corpus import CORPUS, Entry, load_corpus
+from ortserve.apps.hotword.features import FEATURE_NAMES, Featurizer, Rows
+from ortserve.apps.hotword.holidays import china_time
 from ortserve.apps.hotword.request import HotwordRequest, parse_hotword_request
-from ortserve.apps.hotword.text import Segmenter, TfIdf
-from ortserve.apps.hotword.training import INPUT, OUTPUT, HotwordArtefacts
-from ortserve.apps.hotword.world import HOTWORDS, Hotword, province_of
+from ortserve.apps.hotword.retrieval import Index, Matches
+from ortserve.apps.hotword.text import Segmenter
+from ortserve.apps.hotword.training import ARTEFACTS, INPUT, OUTPUT
+from ortserve.apps.hotword.world import province_of
+from ortserve.errors import ConfigError
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
-__all__ = ["TOP_K", "HotwordPipeline"]
+__all__ = ["TAG_DROP", "TAG_LABELS", "HotwordPipeline"]
 
-TOP_K = 5
-HOLIDAY_TAG_CLOSENESS = 0.2
-"""A holiday hotword is tagged ``holiday`` within about 11 days before its holiday."""
-TRENDING_LIFT = 2.0
-"""A hotword is ``trending`` when scored at least this many times its base rate."""
+TAG_DROP = 0.25
+"""A tag holds when its feature switched off costs at least this share of the score."""
+TAG_LABELS = {"holiday": "节假日", "regional": "地域热点", "trending": "热门趋势"}
+"""Each tag's label (``tags``) by its English alias (``tag_ids``)."""
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A request and its candidates, carried from preprocess to postprocess."""
+
+    request: HotwordRequest
+    matches: Matches | None = None
+    rows: Rows | None = None
 
 
 class HotwordPipeline:
-    """``POST /v1/predict``: query, region and time in; ranked, scored, tagged hotwords out.
+    """``POST /v1/predict``: query, region and time in; related hotwords, ranked and tagged, out.
 
     Args:
-        context: the ``hotword`` model's version folder holds the dictionary and artefacts.
+        context: the ``hotword`` model's version folder holds the corpus, the tokenizer's
+            dictionary and the feature list the model was trained on; all are read here, so
+            reloading the model rebuilds the corpus too.
     """
 
-    route = "/v1/predict"
+    route: str | None = "/v1/predict"
 
     def __init__(self, context: PipelineContext) -> None:
-        artefacts = HotwordArtefacts.load(context.version_dir)
+        trained = json.loads((context.version_dir / ARTEFACTS).read_text(encoding="utf-8"))
+        if trained.get("features") != list(FEATURE_NAMES):
+            raise ConfigError(
+                f"{context.version_dir / ARTEFACTS}: the model's features are not this pipeline's"
+            )
         self._model = context.model_name
         self._version = context.model_version
-        self._segmenter = Segmenter(context.version_dir)
-        self._featurizer = Featurizer(TfIdf(artefacts.vocabulary, artefacts.idf))
-        by_word = {h.word: h for h in HOTWORDS}
-        self._hotwords: list[Hotword | None] = [by_word.get(word) for word in artefacts.hotwords]
-        self._words = artefacts.hotwords
-        self._prior = np.asarray(artefacts.prior, dtype=np.float32)
+        self._entries: list[Entry] = load_corpus(context.version_dir / CORPUS)
+        self._index = Index(self._entries, Segmenter(context.version_dir).search)
+        self._featurizer = Featurizer(self._entries)
 
-    def parse(self, document: object) -> HotwordRequest:
-        return parse_hotword_request(document)
+    def parse(self, document: object) -> _Prepared:
+        return _Prepared(parse_hotword_request(document))
 
-    def preprocess(self, request: HotwordRequest) -> list[ModelCall]:
-        tokens = self._segmenter.cut(request.query)
-        row = self._featurizer.row(tokens, request.region_id, request.timestamp_ms)
-        return [ModelCall(self._model, {INPUT: row})]
+    def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+        request = prepared.request
+        province = province_of(request.region_id)
+        prepared.matches = self._index.match(request.query, province)
+        if not len(prepared.matches.index):
+            return []
+        day = china_time(request.timestamp_ms).date()
+        prepared.rows = self._featurizer.rows(prepared.matches, province, day)
+        return [ModelCall(self._model, {INPUT: prepared.rows.matrix})]
 
-    def postprocess(self, outputs: Sequence[ModelOutputs], request: HotwordRequest) -> JsonObject:
-        scores = outputs[0][OUTPUT][0]
-        top = np.argsort(-scores, kind="stable")[:TOP_K]
+    def postprocess(self, outputs: Sequence[ModelOutputs], prepared: _Prepared) -> JsonObject:
+        answer: JsonObject = {"matched": False, "hotwords": []}
+        answer |= {"model_version": self._version, "region_id": prepared.request.region_id}
+        matches, rows = prepared.matches, prepared.rows
+        if matches is None or rows is None:
+            return answer
+        scores = np.asarray(outputs[0][OUTPUT], dtype=np.float64)[:, 0]
+        count = len(matches.index)
+        ranked = np.lexsort((np.arange(count), -scores[:count], -matches.exact))[: prepared.request.top_k]
+        tags = _attributions(scores, count, rows.probes)
+        answer["matched"] = True
+        answer["hotwords"] = [
+            self._hotword(int(matches.index[i]), float(scores[i]), tags.get(int(i), [])) for i in ranked
+        ]
+        return answer
+
+    def _hotword(self, entry: int, score: float, tag_ids: list[str]) -> JsonObject:
+        found = self._entries[entry]
         return {
-            "hotwords": [
-                {
-                    "word": self._words[i],
-                    "score": round(float(scores[i]), 4),
-                    "tags": self._tags(int(i), float(scores[i]), request),
-                }
-                for i in top
-            ],
-            "model_version": self._version,
-            "region_id": request.region_id,
+            "word": found.word,
+            "score": round(score, 4),
+            "category": found.category,
+            "tags": [TAG_LABELS[t] for t in tag_ids],
+            "tag_ids": tag_ids,
         }
 
     def example(self) -> JsonObject:
         return {"query": "国庆旅游攻略", "region_id": 110000, "timestamp": 1759017600000}
 
-    def _tags(self, index: int, score: float, request: HotwordRequest) -> list[str]:
-        tags = []
-        hotword = self._hotwords[index]
-        if hotword is not None and hotword.holiday is not None:
-            day = china_time(request.timestamp_ms).date()
-            if holiday_closeness(hotword.holiday, day) >= HOLIDAY_TAG_CLOSENESS:
-                tags.append("holiday")
-        if hotword is not None and hotword.province == province_of(request.region_id) is not None:
-            tags.append("regional")
-        if score >= TRENDING_LIFT * float(self._prior[index]):
-            tags.append("trending")
-        return tags
+
+def _attributions(scores: np.ndarray, count: int, probes: list[tuple[str, int]]) -> dict[int, list[str]]:
+    """Candidate position -> the tags whose ablated score fell by at least ``TAG_DROP``."""
+    tags: dict[int, list[str]] = {}
+    for row, (tag, position) in enumerate(probes, start=count):
+        full = scores[position]
+        if full > 0 and (full - scores[row]) >= TAG_DROP * full:
+            tags.setdefault(position, []).append(tag)
+    return tags

@@ -7,21 +7,25 @@ from dataclasses import dataclass
 from ortserve.apps.hotword.world import province_of
 from ortserve.errors import InvalidInput
 
-__all__ = ["MAX_QUERY_CHARS", "HotwordRequest", "parse_hotword_request"]
+__all__ = ["DEFAULT_TOP_K", "MAX_QUERY_CHARS", "MAX_TOP_K", "HotwordRequest", "parse_hotword_request"]
 
 MAX_QUERY_CHARS = 64
-_FIELDS = frozenset({"query", "region_id", "timestamp"})
+DEFAULT_TOP_K = 5
+MAX_TOP_K = 50
+_FIELDS = frozenset({"query", "region_id", "timestamp", "top_k"})
 _EARLIEST_MS = 946_684_800_000  # 2000-01-01
 _LATEST_MS = 4_102_444_800_000  # 2100-01-01
 
 
 @dataclass(frozen=True, slots=True)
 class HotwordRequest:
-    """A search context: the query typed, the region (0 national) and the time (Unix ms)."""
+    """A search context: the query typed, the region (0 national), the time (Unix ms) and how
+    many hotwords to answer."""
 
     query: str
     region_id: int
     timestamp_ms: int
+    top_k: int = DEFAULT_TOP_K
 
 
 def _integer(document: dict[str, object], name: str) -> int:
@@ -61,4 +65,7 @@ def parse_hotword_request(document: object) -> HotwordRequest:
     timestamp = _integer(document, "timestamp")
     if not _EARLIEST_MS <= timestamp < _LATEST_MS:
         raise InvalidInput("field 'timestamp' must be Unix milliseconds between 2000 and 2100")
-    return HotwordRequest(query, region, timestamp)
+    top_k = _integer(document, "top_k") if "top_k" in document else DEFAULT_TOP_K
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"field 'top_k' must be from 1 to {MAX_TOP_K}")
+    return HotwordRequest(query, region, timestamp, top_k)

@@ -1,23 +1,18 @@
-"""Query text to numbers: jieba segmentation and TF-IDF over the vocabulary learned in training."""
+"""Chinese word segmentation: jieba over a pruned dictionary written at training."""
 
 from __future__ import annotations
 
 import logging
-import math
 import warnings
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
-
-import numpy as np
-import numpy.typing as npt
 
 with warnings.catch_warnings():
     # jieba 0.42 may import pkg_resources, which warns on recent setuptools.
     warnings.simplefilter("ignore")
     import jieba
 
-__all__ = ["DICTIONARY", "Segmenter", "TfIdf", "write_dictionary"]
+__all__ = ["DICTIONARY", "Segmenter", "write_dictionary"]
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -59,40 +54,7 @@ class Segmenter:
             warnings.simplefilter("ignore")
             self._tokenizer.initialize()
 
-    def cut(self, text: str) -> list[str]:
-        """Tokens of ``text``, dropping whitespace and punctuation-only tokens."""
-        return [t for t in self._tokenizer.lcut(text, HMM=False) if any(c.isalnum() for c in t)]
-
-
-class TfIdf:
-    """L2-normalised TF-IDF over a fixed vocabulary (smooth IDF, like scikit-learn's default).
-
-    Args:
-        vocabulary: the terms, in feature order.
-        idf: one weight per term.
-    """
-
-    def __init__(self, vocabulary: Sequence[str], idf: Sequence[float]) -> None:
-        self.vocabulary = list(vocabulary)
-        self.idf = np.asarray(idf, dtype=np.float32)
-        self._index = {term: i for i, term in enumerate(self.vocabulary)}
-
-    @classmethod
-    def fit(cls, documents: Sequence[Sequence[str]], min_df: int = 2) -> TfIdf:
-        """Learn the vocabulary (terms in at least ``min_df`` documents) and their IDF."""
-        df = Counter(term for doc in documents for term in set(doc))
-        vocabulary = sorted(term for term, count in df.items() if count >= min_df)
-        n = len(documents)
-        idf = [math.log((1 + n) / (1 + df[term])) + 1 for term in vocabulary]
-        return cls(vocabulary, idf)
-
-    def transform(self, tokens: Sequence[str], out: npt.NDArray[np.float32]) -> None:
-        """Write one document's vector into ``out`` (zeros for out-of-vocabulary queries)."""
-        out[:] = 0
-        for term, count in Counter(tokens).items():
-            index = self._index.get(term)
-            if index is not None:
-                out[index] = count * self.idf[index]
-        norm = float(np.sqrt(np.dot(out, out)))
-        if norm > 0:
-            out /= norm
+    def search(self, text: str) -> list[str]:
+        """Search-mode tokens of ``text`` (words and the dictionary words inside them), without
+        whitespace and punctuation-only tokens."""
+        return [t for t in self._tokenizer.lcut_for_search(text, HMM=False) if any(c.isalnum() for c in t)]

@@ -1,86 +1,69 @@
-"""Training the hotword model on the generated log and writing model.onnx plus its artefacts."""
+"""Training the hotword ranker on the generated log; writes model.onnx, the corpus, the
+tokenizer's dictionary and the feature list into the version folder."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 
-from ortserve.apps.hotword.features import Featurizer
-from ortserve.apps.hotword.text import Segmenter, TfIdf, write_dictionary
-from ortserve.apps.hotword.world import HOTWORDS, NOISE_TERMS, LogRecord, generate_log
+from ortserve.apps.hotword.corpus import Entry, SeasonCalendar, copy_seed_corpus, load_corpus
+from ortserve.apps.hotword.features import FEATURE_NAMES, Featurizer
+from ortserve.apps.hotword.holidays import china_time
+from ortserve.apps.hotword.retrieval import Index
+from ortserve.apps.hotword.text import Segmenter, write_dictionary
+from ortserve.apps.hotword.world import FILLERS, LogRecord, generate_log, province_of
 from ortserve.apps.mlp import MlpWeights, export_mlp, train_mlp
 
-__all__ = ["ARTEFACTS", "HotwordArtefacts", "domain_words", "featurize", "train_hotword"]
+__all__ = ["ARTEFACTS", "INPUT", "OUTPUT", "domain_words", "examples", "train_hotword"]
 
 ARTEFACTS = "hotword.json"
 INPUT = "features"
 OUTPUT = "scores"
+_NEGATIVES = 12
 
 
-def domain_words() -> list[str]:
-    """Every term the world's queries are made of (added to jieba's dictionary)."""
-    return sorted({t for h in HOTWORDS for t in h.terms} | set(NOISE_TERMS))
+def domain_words(entries: Sequence[Entry]) -> list[str]:
+    """Every part and synonym of the corpus, and the fillers (added to jieba's dictionary)."""
+    return sorted({t for e in entries for t in e.terms} | set(FILLERS))
 
 
-@dataclass(frozen=True, slots=True)
-class HotwordArtefacts:
-    """What the pipeline needs beside the ONNX model: vocabulary, IDF, labels, base rates."""
-
-    vocabulary: list[str]
-    idf: list[float]
-    hotwords: list[str]
-    prior: list[float]
-    words: list[str]
-
-    def save(self, version_dir: Path) -> None:
-        (version_dir / ARTEFACTS).write_text(json.dumps(_as_dict(self), ensure_ascii=False), encoding="utf-8")
-
-    @classmethod
-    def load(cls, version_dir: Path) -> HotwordArtefacts:
-        return cls(**json.loads((version_dir / ARTEFACTS).read_text(encoding="utf-8")))
-
-
-def _as_dict(a: HotwordArtefacts) -> dict[str, list[str] | list[float]]:
-    return {
-        "vocabulary": a.vocabulary,
-        "idf": a.idf,
-        "hotwords": a.hotwords,
-        "prior": a.prior,
-        "words": a.words,
-    }
+def examples(
+    log: Sequence[LogRecord], index: Index, featurizer: Featurizer, seed: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """Rows of each search's candidates (the clicked one, then up to ``_NEGATIVES`` others:
+    the most relevant half and a random half), labelled 1 for the click."""
+    rng = np.random.default_rng(seed)
+    rows, labels = [], []
+    for record in log:
+        province = province_of(record.region_id)
+        matches = index.match(record.query, province)
+        hit = np.flatnonzero(matches.index == record.clicked)
+        if not len(hit):
+            continue
+        matrix = featurizer.rows(matches, province, china_time(record.timestamp_ms).date()).matrix
+        others = np.delete(np.arange(len(matches.index)), hit[0])
+        half = _NEGATIVES // 2
+        chosen = np.concatenate([others[:half], rng.permutation(others[half:])[:half]]).astype(np.int64)
+        rows.append(matrix[np.concatenate([hit[:1], chosen])])
+        labels.append(np.r_[1.0, np.zeros(len(chosen))])
+    return np.concatenate(rows), np.concatenate(labels).astype(np.float32)[:, None]
 
 
-def featurize(records: list[LogRecord], segmenter: Segmenter, featurizer: Featurizer) -> np.ndarray:
-    """Feature rows for a log."""
-    x = np.zeros((len(records), featurizer.width), dtype=np.float32)
-    for row, record in zip(x, records, strict=True):
-        featurizer.write(row, segmenter.cut(record.query), record.region_id, record.timestamp_ms)
-    return x
-
-
-def train_hotword(version_dir: Path, seed: int = 7, samples: int = 12000, epochs: int = 20) -> MlpWeights:
-    """Generate the log, learn TF-IDF and the MLP, write ``model.onnx`` and the artefacts."""
+def train_hotword(version_dir: Path, seed: int = 7, samples: int = 4000, epochs: int = 12) -> MlpWeights:
+    """Copy the corpus, generate the log, fit the ranker, write ``model.onnx`` and artefacts."""
     version_dir.mkdir(parents=True, exist_ok=True)
-    words = domain_words()
-    write_dictionary(version_dir, words)
-    segmenter = Segmenter(version_dir)
-    log = generate_log(samples, seed)
-    tfidf = TfIdf.fit([segmenter.cut(r.query) for r in log])
-    featurizer = Featurizer(tfidf)
-    x = featurize(log, segmenter, featurizer)
-    y = np.zeros((len(log), len(HOTWORDS)), dtype=np.float32)
-    y[np.arange(len(log)), [r.clicked for r in log]] = 1.0
-    weights = train_mlp(x, y, hidden=48, epochs=epochs, seed=seed)
+    entries = load_corpus(copy_seed_corpus(version_dir))
+    write_dictionary(version_dir, domain_words(entries))
+    index = Index(entries, Segmenter(version_dir).search)
+    calendar = SeasonCalendar(entries)
+    log = generate_log(entries, samples, seed, calendar=calendar)
+    x, y = examples(log, index, Featurizer(entries, calendar), seed)
+    weights = train_mlp(x, y, hidden=24, epochs=epochs, seed=seed)
     onnx.save(export_mlp(weights, "hotword", INPUT, OUTPUT), str(version_dir / "model.onnx"))
-    HotwordArtefacts(
-        tfidf.vocabulary,
-        [float(v) for v in tfidf.idf],
-        [h.word for h in HOTWORDS],
-        [float(v) for v in y.mean(0)],
-        words,
-    ).save(version_dir)
+    (version_dir / ARTEFACTS).write_text(json.dumps({"features": list(FEATURE_NAMES)}), encoding="utf-8")
     return weights
