@@ -62,7 +62,8 @@ class ServerSettings:
     allows); at the cap the longest-idle connection is closed for a new one, and when none is
     idle the new one is refused (HTTP 503, gRPC GOAWAY)."""
     max_inflight_bytes: int = 1024 * 1024 * 1024
-    """Request body bytes held at once across all HTTP connections; a request past it is 429."""
+    """Memory HTTP request bodies may take at once (bodies held, plus room for one being joined
+    from its pieces: at least twice ``max_body_bytes``); a request past it is 429."""
     grpc_max_message_bytes: int | None = None
     """Largest gRPC message received or sent; None means ``max_body_bytes``."""
     grpc_keepalive_time_s: float = 7200.0

@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import resource
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet
+import pytest
+from click.testing import CliRunner
+
+from ortserve.cli.main import main
+from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
 from ortserve.server.http.connection import ConnectionLimits, Handler
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
@@ -137,6 +144,24 @@ def test_with_no_idle_connection_a_new_one_is_refused_until_one_leaves() -> None
     members.discard(only)  # a second close gives nothing back twice
     assert members.limit.open == 0
     assert joined(members) is not None
+
+
+def test_the_cap_is_lowered_to_what_the_open_file_limit_allows(caplog: pytest.LogCaptureFixture) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1000, hard))
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert connection_cap(10_000) == 872
+        assert connection_cap(500) == 500
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "raise ulimit -n" in caplog.text
+
+
+def test_the_byte_budget_must_leave_room_for_a_body_being_joined(tmp_path: Path) -> None:
+    args = ["serve", "--model-repository", str(tmp_path), "--max-body-bytes", "1000"]
+    result = CliRunner().invoke(main, [*args, "--max-inflight-bytes", "1999"])
+    assert result.exit_code == 2 and "at least twice --max-body-bytes" in result.output
 
 
 async def test_a_connection_over_the_cap_gets_503_and_close_while_others_are_served() -> None:

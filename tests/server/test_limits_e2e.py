@@ -25,8 +25,8 @@ CAP = 4
 @pytest.fixture(scope="module")
 def capped(demo_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("limits") / "server.log"
-    args = ["--max-connections", str(CAP), "--header-timeout", "0.5"]
-    with run_server(demo_repository, log, args) as process:
+    args = ["--max-connections", str(CAP)]
+    with run_server(demo_repository, log, args, env={"ORTSERVE_HEADER_TIMEOUT": "0.5"}) as process:
         yield process
 
 

@@ -83,7 +83,8 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     envvar="ORTSERVE_MAX_INFLIGHT_BYTES",
     type=click.IntRange(min=1),
     default=1024 * 1024 * 1024,
-    help="Request body bytes held at once across all connections (at least --max-body-bytes); past it, 429.",
+    help="Memory request bodies may take across all connections (at least twice --max-body-bytes); "
+    "past it, 429.",
 )
 @click.option(
     "--max-connections",
@@ -268,8 +269,9 @@ def serve(
     from ortserve.server.lifecycle import serve as run_server
     from ortserve.settings import ServerSettings
 
-    if max_inflight_bytes < max_body_bytes:
-        raise click.BadParameter("must be at least --max-body-bytes", param_hint="--max-inflight-bytes")
+    if max_inflight_bytes < 2 * max_body_bytes:
+        message = "must be at least twice --max-body-bytes (bodies held, and one being joined)"
+        raise click.BadParameter(message, param_hint="--max-inflight-bytes")
     configure_logging(log_level, log_format)
     if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
         from ortserve.demo import write_demo_repository

@@ -11,6 +11,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from ortserve.server.memory import HeapTrimmer
+
 __all__ = [
     "ByteBudget",
     "ConnectionLimit",
@@ -128,11 +130,13 @@ class ByteBudget:
 
     Args:
         limit: the most bytes held at once.
+        trimmer: told of every release, so the heap pages go back to the system too.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, trimmer: HeapTrimmer | None = None) -> None:
         self.limit = limit
         self.held = 0
+        self._trimmer = trimmer
 
     def fits(self, size: int) -> bool:
         """Whether ``size`` more bytes would stay within the bound (nothing is taken)."""
@@ -147,6 +151,12 @@ class ByteBudget:
 
     def give(self, size: int) -> None:
         self.held -= size
+        self.freed(size)
+
+    def freed(self, size: int) -> None:
+        """``size`` bytes of request data were released (a body's pieces once joined, say)."""
+        if self._trimmer is not None and size:
+            self._trimmer.freed(size)
 
 
 class Refusal(asyncio.Protocol):

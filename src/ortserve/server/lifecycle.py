@@ -27,6 +27,7 @@ from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
+from ortserve.server.memory import HeapTrimmer
 from ortserve.server.observability import Observability
 from ortserve.settings import ServerSettings
 
@@ -82,7 +83,8 @@ class Server:
                 header_timeout_s=settings.header_timeout_s,
             ),
             self.connection_limit,
-            ByteBudget(settings.max_inflight_bytes),
+            # Room is kept for one body being joined from its pieces (a second copy, briefly).
+            ByteBudget(settings.max_inflight_bytes - settings.max_body_bytes, HeapTrimmer()),
         )
         self._grpc = (
             GrpcListener(

@@ -262,6 +262,8 @@ class HttpConnection(asyncio.Protocol):
             self._headers,
             body,
         )
+        if len(self._body) > 1:
+            self._budget.freed(self._body_size)  # the pieces, now joined
         self._body = []  # the request owns the body now; nothing else may keep it alive
         self._queue.append((request, self._parser.should_keep_alive(), self._body_size))
         if len(self._queue) > _MAX_PIPELINED and self._transport is not None and self._reading:
