@@ -125,15 +125,24 @@ class PipelineRunner(Generic[RequestT]):
         post, _ = await _plan("postprocess", pipeline.postprocess, outputs, request)
         return cls(pipeline, resolver, (pre, post))
 
-    async def run(self, document: object) -> JsonObject:
+    async def run(self, document: object, marks: list[float] | None = None) -> JsonObject:
         """Parse, preprocess, run the model calls, postprocess one decoded JSON document.
+
+        Args:
+            document: the decoded JSON request.
+            marks: when given, the monotonic time after preprocessing and after the model
+                calls are appended (the route's step timings and trace spans).
 
         Raises:
             InvalidInput and whatever the model calls raise (Overloaded, DeadlineExceeded, ...).
         """
         request = self.pipeline.parse(document)
         calls: Sequence[ModelCall] = await self._pre(request)
+        if marks is not None:
+            marks.append(time.monotonic())
         outputs = await self.call_models(calls)
+        if marks is not None:
+            marks.append(time.monotonic())
         answer: JsonObject = await self._post(outputs, request)
         return answer
 
@@ -208,14 +217,15 @@ class PipelineVersion:
     def route(self) -> str | None:
         return self.pipeline.pipeline.route
 
-    async def handle_body(self, body: bytes) -> bytes:
-        """The REST route: one JSON request body in, one JSON answer out.
+    async def handle_body(self, body: bytes, marks: list[float] | None = None) -> bytes:
+        """The REST route: one JSON request body in, one JSON answer out (``marks`` as in
+        :meth:`PipelineRunner.run`).
 
         Raises:
             ModelNotReady, InvalidInput, and whatever the model calls raise.
         """
         self._check_ready()
-        answer = await self.pipeline.run(decode_document(body))
+        answer = await self.pipeline.run(decode_document(body), marks)
         return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:

@@ -128,7 +128,7 @@ class Server:
         if self.capture is not None:
             await self.capture.start()
         await self.registry.load_repository(s)
-        register_pipeline_routes(self.registry, self.http_app)
+        register_pipeline_routes(self.registry, self.http_app, self.telemetry)
         for entry in self.registry.entries():
             versions = ", ".join(
                 f"{n} [{'/'.join(v.info.providers)}]" for n, v in sorted(entry.versions.items())

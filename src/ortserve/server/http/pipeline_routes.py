@@ -1,36 +1,91 @@
-"""Pipelines' own REST routes: POST a JSON body to the pipeline, answer its JSON."""
+"""Pipelines' own REST routes: POST a JSON body to the pipeline, answer its JSON, and account
+for it like OIP inference: request metrics and latency, the steps' split (preprocess, model
+calls, postprocess), trace spans, ``X-Request-ID`` echo and traffic capture."""
 
 from __future__ import annotations
 
 import logging
+import time
 
+from ortserve.errors import InternalError, ModelNotFound, OrtServeError
 from ortserve.pipeline.runtime import PipelineVersion
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, RouteHandler
+from ortserve.server.http.errors import error_response, internal_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.telemetry import RequestScope, Telemetry
 
-__all__ = ["register_pipeline_routes"]
+__all__ = ["STEP_PHASES", "register_pipeline_routes"]
 
 logger = logging.getLogger(__name__)
 
+STEP_PHASES = ("input", "infer", "output")
+"""The pipeline's steps recorded as ``ortserve_compute_seconds`` phases of ``<model>.pipeline``:
+parse + preprocess, the model calls (queueing included), postprocess + encoding."""
 
-def _handler(version: PipelineVersion) -> RouteHandler:
+
+def _resolve(registry: ModelRegistry, name: str) -> PipelineVersion:
+    """The pipeline serving ``name`` now: a reload swaps it, the route keeps working."""
+    served = registry.resolve(name, None)
+    if not isinstance(served, PipelineVersion):
+        raise ModelNotFound(f"model {name!r} is not a pipeline")
+    return served
+
+
+def _steps(telemetry: Telemetry, scope: RequestScope, started: float, marks: list[float]) -> None:
+    """Step timings into the pipeline version's compute histograms and its trace's spans."""
+    ended = time.monotonic()
+    if len(marks) != 2 or scope.version is None:
+        return
+    if scope.trace is not None:
+        scope.trace.decoded, scope.trace.inferred = marks
+    metrics = telemetry.recorder(scope.model, scope.version, answered=True).metrics
+    if metrics is not None:
+        for phase, seconds in zip(STEP_PHASES, (marks[0] - started, marks[1] - marks[0], ended - marks[1])):
+            metrics.compute[phase].observe(seconds)
+
+
+def _handler(registry: ModelRegistry, app: HttpApp, telemetry: Telemetry, name: str) -> RouteHandler:
     async def handle(request: HttpRequest) -> HttpResponse:
-        return json_response(200, await version.handle_body(request.body))
+        arrival = (time.time(), time.monotonic())
+        scope = telemetry.begin(
+            "http", name, None, request.header(b"x-request-id"), request.header(b"traceparent")
+        )
+        marks: list[float] = []
+        error: OrtServeError | None = None
+        try:
+            version = _resolve(registry, name)
+            scope.version = version.info.version
+            response = json_response(200, await version.handle_body(request.body, marks))
+        except OrtServeError as failure:
+            error, response = failure, error_response(failure)
+        except Exception as exc:
+            with scope.bound():
+                error, response = InternalError("internal server error"), internal_error_response(exc)
+        _steps(telemetry, scope, arrival[1], marks)
+        scope.finish(error, response.status)
+        request_id = scope.echoed_id()
+        if request_id is not None:
+            response.headers.append((b"x-request-id", request_id))
+        if app.capture is not None and app.capture.sampled():
+            app.capture.offer_http(
+                request.path, name, scope.version, request.headers, request.body, arrival, response.status
+            )
+        return response
 
     return handle
 
 
-def register_pipeline_routes(registry: ModelRegistry, app: HttpApp) -> list[str]:
+def register_pipeline_routes(registry: ModelRegistry, app: HttpApp, telemetry: Telemetry) -> list[str]:
     """Add ``POST <route>`` for every loaded pipeline that declares one; returns the routes.
 
-    The HTTP app maps errors the handler raises to their statuses (400 names the field).
+    Errors become their statuses here (400 names the field), so they are counted too.
     """
     routes = []
     for entry in registry.entries():
         for version in entry.versions.values():
             if isinstance(version, PipelineVersion) and version.route is not None:
-                app.add_route("POST", version.route, _handler(version))
+                app.add_route("POST", version.route, _handler(registry, app, telemetry, entry.name))
                 routes.append(version.route)
                 logger.info("pipeline %s serves POST %s", entry.name, version.route)
     return routes
