@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 import shared_memory_helpers as shm_cases
 from model_builders import ERROR_SERVER_MAX_BODY, ERROR_SERVER_SHM_REGIONS
+from openapi_check import OpenApiSpec, TeeProxy
 from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -433,3 +436,22 @@ def test_a_model_that_failed_to_load_is_named_without_its_files_or_runtime_error
     for name in TRANSPORTS:
         _, _, message = outcome(Transport(name, clients[name]), case)
         assert message == "model 'broken' is failed (the server log says why)", name
+
+
+def test_http_exchanges_fit_the_openapi_document(error_repository_server: ServerProcess) -> None:
+    """Every case over HTTP through a recording proxy: each request and answer fits /openapi.json."""
+    with urllib.request.urlopen(f"{error_repository_server.http_url}/openapi.json", timeout=10) as reply:
+        spec = OpenApiSpec(json.load(reply))
+    proxy = TeeProxy((error_repository_server.host, error_repository_server.http_port))
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{proxy.port}")
+    try:
+        transport = Transport("http", client)
+        for case in CASES:
+            outcome(transport, case)
+    finally:
+        client.close()
+        proxy.close()
+    exchanges = proxy.exchanges()
+    assert len(exchanges) > len(CASES)
+    for exchange in exchanges:
+        spec.check(exchange)

@@ -25,6 +25,7 @@ from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.openapi_routes import add_openapi_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
 from ortserve.server.memory import HeapTrimmer
@@ -71,6 +72,7 @@ class Server:
         self.http_app = HttpApp(self.dataplane, limits, self.telemetry, settings.max_body_bytes)
         self.observability.add_routes(self.http_app)
         add_shared_memory_routes(self.http_app, shared_memory)
+        add_openapi_routes(self.http_app, __version__)
         self.capture = _capture(settings, self.observability)
         self.http_app.capture = self.capture
         # One cap on connections across both listeners: a socket costs the same either way.

@@ -35,10 +35,29 @@ from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
 from ortserve.telemetry import RequestScope, Telemetry
 
-__all__ = ["HttpApp", "RouteHandler", "SectionHandler"]
+__all__ = ["BUILTIN_ROUTES", "HttpApp", "Operation", "RouteHandler", "SectionHandler"]
 
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse]
+Operation = dict[str, Any]
+"""An OpenAPI operation object describing a route added to the app."""
+
+# Every (method, path template) that _route serves itself. tests/server/test_openapi.py checks
+# that each is served and described in openapi.yaml: a route added to _route belongs here.
+BUILTIN_ROUTES = (
+    ("GET", "/v2"),
+    ("GET", "/v2/health/live"),
+    ("GET", "/v2/health/ready"),
+    ("GET", "/v2/models/stats"),
+    ("GET", "/v2/models/{model}"),
+    ("GET", "/v2/models/{model}/versions/{version}"),
+    ("GET", "/v2/models/{model}/ready"),
+    ("GET", "/v2/models/{model}/versions/{version}/ready"),
+    ("POST", "/v2/models/{model}/infer"),
+    ("POST", "/v2/models/{model}/versions/{version}/infer"),
+    ("GET", "/v2/models/{model}/stats"),
+    ("GET", "/v2/models/{model}/versions/{version}/stats"),
+)
 
 # KServe's v2 bodies ($live_server_response, $ready_server_response): its clients parse them;
 # Triton's read only the status. Built per call: a response may be changed on its way out.
@@ -71,17 +90,32 @@ class HttpApp:
         self._extra: dict[tuple[str, str], RouteHandler] = {}
         self._extra_paths: dict[str, list[str]] = {}
         self._sections: dict[str, SectionHandler] = {}
+        self._added: dict[tuple[str, str], Operation | None] = {}
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
-    def add_route(self, method: str, path: str, handler: RouteHandler) -> None:
-        """Add a fixed-path route (pipelines' REST routes, metrics)."""
+    def add_route(
+        self, method: str, path: str, handler: RouteHandler, operation: Operation | None = None
+    ) -> None:
+        """Add a fixed-path route (pipelines' REST routes, metrics).
+
+        ``operation`` describes it in /openapi.json when openapi.yaml does not already.
+        """
         self._extra[(method, path)] = handler
         self._extra_paths.setdefault(path, []).append(method)
+        self._added[(method, path)] = operation
 
-    def add_section(self, name: str, handler: SectionHandler) -> None:
-        """Hand every ``/v2/<name>/...`` path to ``handler`` with the segments after ``name``."""
+    def add_section(self, name: str, handler: SectionHandler, routes: tuple[tuple[str, str], ...]) -> None:
+        """Hand every ``/v2/<name>/...`` path to ``handler`` with the segments after ``name``.
+
+        ``routes`` are the (method, path template) pairs the handler serves.
+        """
         self._sections[name] = handler
+        self._added.update(dict.fromkeys(routes))
+
+    def routes(self) -> dict[tuple[str, str], Operation | None]:
+        """Every (method, path template) served, with the operation given when it was added."""
+        return {**dict.fromkeys(BUILTIN_ROUTES), **self._added}
 
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:

@@ -13,6 +13,7 @@ from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, RouteHandler
 from ortserve.server.http.errors import error_response, internal_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.openapi_routes import pipeline_operation
 from ortserve.telemetry import RequestScope, Telemetry
 
 __all__ = ["STEP_PHASES", "register_pipeline_routes"]
@@ -85,7 +86,9 @@ def register_pipeline_routes(registry: ModelRegistry, app: HttpApp, telemetry: T
     for entry in registry.entries():
         for version in entry.versions.values():
             if isinstance(version, PipelineVersion) and version.route is not None:
-                app.add_route("POST", version.route, _handler(registry, app, telemetry, entry.name))
+                handler = _handler(registry, app, telemetry, entry.name)
+                operation = pipeline_operation(entry.name, version.pipeline.pipeline.example())
+                app.add_route("POST", version.route, handler, operation)
                 routes.append(version.route)
                 logger.info("pipeline %s serves POST %s", entry.name, version.route)
     return routes

@@ -80,7 +80,17 @@ def _cuda(request: HttpRequest, parts: list[str]) -> HttpResponse:
     raise NotImplementedByServer(CUDA_NOT_SUPPORTED)
 
 
+def _templates(section: str) -> tuple[tuple[str, str], ...]:
+    """The (method, path template) pairs one section serves, as ``_target`` parses them."""
+    base = f"/v2/{section}"
+    return (
+        ("GET", f"{base}/status"),
+        ("POST", f"{base}/unregister"),
+        *((method, f"{base}/region/{{region}}/{action}") for action, method in _METHODS.items()),
+    )
+
+
 def add_shared_memory_routes(app: HttpApp, registry: SharedMemoryRegistry) -> None:
     """Serve both sections on ``app``; the app turns raised errors into their statuses."""
-    app.add_section(SYSTEM_SECTION, functools.partial(_system, registry))
-    app.add_section(CUDA_SECTION, _cuda)
+    app.add_section(SYSTEM_SECTION, functools.partial(_system, registry), _templates(SYSTEM_SECTION))
+    app.add_section(CUDA_SECTION, _cuda, _templates(CUDA_SECTION))
