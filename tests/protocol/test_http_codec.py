@@ -13,7 +13,7 @@ import pytest
 from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import InferOutput, InferRequest, InferResponse
 from ortserve.errors import InvalidInput
-from ortserve.protocol.http_codec import decode_infer_request, encode_infer_response
+from ortserve.protocol.http_codec import decode_infer_request, encode_infer_request, encode_infer_response
 from ortserve.protocol.tensors import TensorLimits
 from shared_memory_helpers import buffer_of, key_of
 
@@ -286,3 +286,17 @@ def test_an_output_in_shared_memory_is_answered_without_data() -> None:
     assert orjson.loads(b"".join(encoded.chunks))["outputs"] == [
         {"name": "y", "datatype": "FP32", "shape": [2], "parameters": parameters}
     ]
+
+
+def test_a_request_reencoded_for_capture_carries_its_shared_memory_input_inline(
+    block: shared_memory.SharedMemory,
+) -> None:
+    regions = SharedMemoryRegistry(1)
+    regions.register("r", key_of(block), 0, 64)
+    buffer_of(block)[4:20] = np.arange(4, dtype=np.float32).tobytes()
+    request = decode_infer_request(json.dumps(shm_input()).encode(), None, "m", None, LIMITS, regions)
+    encoded = encode_infer_request(request)
+    body = b"".join(bytes(chunk) for chunk in encoded.chunks)
+    replayed = decode_infer_request(body, encoded.header_length, "m", None, LIMITS)
+    assert replayed.inputs[0].parameters == {"binary_data_size": 16}
+    np.testing.assert_array_equal(replayed.inputs[0].data, [[0, 1], [2, 3]])

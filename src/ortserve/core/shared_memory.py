@@ -33,6 +33,7 @@ __all__ = [
     "CUDA_NOT_SUPPORTED",
     "OFFSET",
     "REGION",
+    "SHARED_MEMORY_PARAMETERS",
     "RegionStatus",
     "SharedMemoryRegistry",
     "SharedMemoryWindow",
@@ -43,6 +44,7 @@ __all__ = [
 REGION = "shared_memory_region"
 BYTE_SIZE = "shared_memory_byte_size"
 OFFSET = "shared_memory_offset"
+SHARED_MEMORY_PARAMETERS = frozenset({REGION, BYTE_SIZE, OFFSET})
 SHM_DIRECTORY = Path("/dev/shm")
 CUDA_NOT_SUPPORTED = "CUDA shared memory is not supported: ortserve serves tensors from CPU memory only"
 _MAX_NAME_LENGTH = 255

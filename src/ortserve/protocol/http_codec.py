@@ -9,7 +9,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ortserve.core.shared_memory import SharedMemoryRegistry, is_in_shared_memory
+from ortserve.core.shared_memory import (
+    SHARED_MEMORY_PARAMETERS,
+    SharedMemoryRegistry,
+    is_in_shared_memory,
+)
 from ortserve.core.types import (
     InferInput,
     InferRequest,
@@ -213,7 +217,9 @@ def encode_infer_request(request: InferRequest) -> EncodedBody:
     for tensor in request.inputs:
         binary = array_to_binary(tensor.data)
         size = sum(len(c) for c in binary)
-        parameters = {**tensor.parameters, "binary_data_size": size}
+        # The data travels inline now, so a shared-memory reference would contradict it.
+        parameters = {k: v for k, v in tensor.parameters.items() if k not in SHARED_MEMORY_PARAMETERS}
+        parameters["binary_data_size"] = size
         inputs.append(
             {
                 "name": tensor.name,
