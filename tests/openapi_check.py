@@ -76,6 +76,16 @@ class OpenApiSpec:
             item = target
         return item
 
+    def describes(self, path: str) -> bool:
+        """Some described path template matches ``path``."""
+        return any(self._match(path, method) for method in ("get", "post", "put", "delete"))
+
+    def _match(self, path: str, method: str) -> str | None:
+        try:
+            return self.operation(method, path)[0]
+        except AssertionError:
+            return None
+
     def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]]:
         """(template, operation) serving ``method path``; literal segments beat parameters."""
         segments = path.strip("/").split("/")

@@ -19,7 +19,14 @@ import yaml
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 
-__all__ = ["DOCS_PATH", "OPENAPI_PATH", "add_openapi_routes", "openapi_document", "pipeline_operation"]
+__all__ = [
+    "DOCS_PATH",
+    "OPENAPI_PATH",
+    "add_openapi_routes",
+    "base_document",
+    "openapi_document",
+    "pipeline_operation",
+]
 
 OPENAPI_PATH = "/openapi.json"
 DOCS_PATH = "/docs"
@@ -49,7 +56,8 @@ _DOCS_POLICY = (
 
 
 @functools.cache
-def _base_document() -> dict[str, Any]:
+def base_document() -> dict[str, Any]:
+    """openapi.yaml as loaded (shared: copy before changing it)."""
     text = resources.files(_PACKAGE).joinpath("openapi.yaml").read_text(encoding="utf-8")
     document: dict[str, Any] = yaml.safe_load(text)
     return document
@@ -65,7 +73,7 @@ def openapi_document(app: HttpApp, version: str) -> dict[str, Any]:
 
     Paths of openapi.yaml the app does not serve (``/metrics`` with metrics off) are left out.
     """
-    document = copy.deepcopy(_base_document())
+    document = copy.deepcopy(base_document())
     document["info"]["version"] = version
     paths: dict[str, dict[str, Any]] = document["paths"]
     routes = app.routes()
