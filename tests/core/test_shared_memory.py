@@ -223,3 +223,12 @@ async def test_cancelling_the_delivery_cancels_the_request(block: shared_memory.
     answer.cancel()
     await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
     assert pending.cancelled()
+
+
+def test_error_messages_quote_at_most_80_characters_of_what_the_client_sent() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        SharedMemoryRegistry(4).view({REGION: "r" * 100_000, BYTE_SIZE: 4}, "input 'x'")
+    assert len(refused.value.message) < 200
+    with pytest.raises(InvalidInput) as refused:
+        SharedMemoryRegistry(4).register("a", "/" + "k/" * 50_000, 0, 4)
+    assert len(refused.value.message) < 200

@@ -116,13 +116,18 @@ def _reference(parameters: Parameters, what: str) -> tuple[str, int, int] | None
     return region, offset, size
 
 
+def _shown(text: str) -> str:
+    """A client's string as an error message quotes it: bounded, whatever it sent."""
+    return repr(text) if len(text) <= 80 else f"{text[:80]!r}..."
+
+
 def _checked_key(key: object) -> str:
     """The object's file name under /dev/shm: shm_open's rules (one name, leading slashes)."""
     if not isinstance(key, str):
         raise InvalidInput("'key' must be a string")
     name = key.lstrip("/")
     if not name or "/" in name or "\0" in name or name in (".", "..") or len(name) > _MAX_NAME_LENGTH:
-        raise InvalidInput(f"shared-memory key {key!r} is not a valid POSIX shared-memory name")
+        raise InvalidInput(f"shared-memory key {_shown(key)} is not a valid POSIX shared-memory name")
     return name
 
 
@@ -235,7 +240,7 @@ class SharedMemoryRegistry:
         window = self._regions.get(name)
         if window is None:
             prefix = "" if what is None else f"{what}: "
-            raise InvalidInput(f"{prefix}shared-memory region {name!r} is not registered")
+            raise InvalidInput(f"{prefix}shared-memory region {_shown(name)} is not registered")
         return window
 
     def view(self, parameters: Parameters, what: str) -> memoryview | None:
