@@ -137,3 +137,45 @@ def test_tracing_is_off_at_ratio_zero_and_rejects_unknown_exporters() -> None:
     assert build_tracing(0.0, "otlp") is None
     with pytest.raises(ConfigError):
         build_tracing(0.5, "zipkin")
+
+
+def test_the_service_name_is_ortserve_unless_the_otel_variables_name_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    processor = SimpleSpanProcessor(InMemorySpanExporter())
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert tracer_provider(1.0, processor).resource.attributes["service.name"] == "ortserve"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,deployment.environment=test")
+    resource = tracer_provider(1.0, processor).resource
+    assert resource.attributes["service.name"] == "from-attributes"
+    assert resource.attributes["deployment.environment"] == "test"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "scorer")
+    assert tracer_provider(1.0, processor).resource.attributes["service.name"] == "scorer"
+
+
+@pytest.mark.e2e
+def test_the_default_otlp_exporter_of_the_otel_extra_serves_without_a_collector(
+    demo_repository: Path, tmp_path: Path
+) -> None:
+    import urllib.request
+
+    from ortserve.testing import free_port, run_server
+
+    root = demo_repository
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nobody listens there
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    args = ["--trace-sampling-ratio", "1", "--grpc-port", "-1", "--metrics-port", "-1"]
+    with run_server(root, tmp_path / "server.log", args, env) as server:
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [0.0] * 64}]}
+        request = urllib.request.Request(
+            f"{server.http_url}/v2/models/small_mlp/infer", json.dumps(body).encode()
+        )
+        for _ in range(3):
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                assert reply.status == 200
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()

@@ -167,10 +167,12 @@ def tracer_provider(sampling_ratio: float, processor: SpanProcessor) -> TracerPr
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    provider = TracerProvider(
-        sampler=ParentBased(TraceIdRatioBased(sampling_ratio)),
-        resource=Resource.create({"service.name": "ortserve"}),
-    )
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are read by Resource.create(); "ortserve"
+    # only replaces the SDK's "unknown_service" when neither names the service.
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "ortserve"}))
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sampling_ratio)), resource=resource)
     provider.add_span_processor(processor)
     return provider
 
@@ -197,11 +199,11 @@ def build_tracing(sampling_ratio: float, exporter: str) -> tuple[Tracing, Tracer
         processor = BatchSpanProcessor(ConsoleSpanExporter())
     elif exporter == "otlp":
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-                OTLPSpanExporter,
-            )
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError as exc:
-            raise ConfigError("--trace-exporter otlp needs opentelemetry-exporter-otlp-proto-http") from exc
+            raise ConfigError(
+                "--trace-exporter otlp needs opentelemetry-exporter-otlp-proto-http (pip install 'ortserve[otel]')"
+            ) from exc
         processor = BatchSpanProcessor(OTLPSpanExporter())
     else:
         raise ConfigError(f"unknown trace exporter {exporter!r}: use otlp or console")

@@ -264,6 +264,7 @@ def serve(
     shared_memory_regions: int,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
+    from ortserve.errors import ConfigError
     from ortserve.logs import configure_logging
     from ortserve.server.lifecycle import StartupError
     from ortserve.server.lifecycle import serve as run_server
@@ -311,7 +312,7 @@ def serve(
     )
     try:
         _run(run_server(settings))
-    except StartupError as exc:
+    except (StartupError, ConfigError) as exc:  # an operator's to fix: one line, no traceback
         raise StartupFailure(str(exc)) from None
 
 
