@@ -195,3 +195,33 @@ def test_metrics_off_serves_no_metrics_and_keeps_statistics(tmp_path: Path) -> N
             get(metrics_url(server))  # no listener on the metrics port
         stats = json.loads(get(f"{server.http_url}/v2/models/small_mlp/stats"))
     assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 1
+
+
+def test_process_gc_and_build_info_families_are_exported(traffic_server: ServerProcess) -> None:
+    from ortserve import __version__
+
+    found = scrape(metrics_url(traffic_server))
+    assert found[key("process_resident_memory_bytes")] > 10 * 1024 * 1024
+    assert found[key("process_cpu_seconds_total")] > 0
+    assert found[key("process_open_fds")] > 3
+    assert found[key("python_gc_collections_total", generation="0")] >= 0
+    (build,) = [labels for name, labels in found if name == "ortserve_build_info"]
+    assert dict(build)["version"] == __version__ and found[("ortserve_build_info", build)] == 1
+
+
+def test_openmetrics_is_served_to_scrapers_that_ask_for_it(traffic_server: ServerProcess) -> None:
+    import urllib.request
+
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+
+    for url in (metrics_url(traffic_server), f"{traffic_server.http_url}/metrics"):
+        accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert reply.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+            text = reply.read().decode()
+        assert text.endswith("# EOF\n")
+        names = {family.name for family in openmetrics_families(text)}
+        assert {"ortserve_requests", "process_cpu_seconds", "ortserve_build_info"} <= names
+    with urllib.request.urlopen(metrics_url(traffic_server), timeout=30) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain; version=")

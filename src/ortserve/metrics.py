@@ -12,14 +12,25 @@ created once per served version at load, never per request.
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
+import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
 from ortserve.core.observer import BatchRecord
@@ -44,6 +55,9 @@ __all__ = [
     "outcome_of",
     "parse_buckets",
 ]
+
+_TEXT_TYPE = CONTENT_TYPE_LATEST.encode()
+_OPENMETRICS_TYPE = OPENMETRICS_CONTENT_TYPE.encode()
 
 DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -236,6 +250,12 @@ class ServerMetrics:
         self.versions: dict[tuple[str, str], VersionMetrics] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Exporter(self, states, inflight))
+        # The families every Prometheus client exports (process_*, python_gc_*, python_info),
+        # read at scrape time only, and the build-info gauge dashboards join versions on.
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(_BuildInfo())
 
     def version(self, model: str, version: str) -> VersionMetrics:
         """The series of one version, created at load (and kept across reloads)."""
@@ -247,6 +267,35 @@ class ServerMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text format of every family."""
         return generate_latest(self.registry)
+
+    def negotiated(self, accept: bytes | None) -> tuple[bytes, bytes]:
+        """Every family as (body, content type): OpenMetrics when ``accept`` asks for it
+        (Prometheus does when it prefers it), else the Prometheus text format."""
+        if accept is not None and b"application/openmetrics-text" in accept:
+            return openmetrics_latest(self.registry), _OPENMETRICS_TYPE  # type: ignore[no-untyped-call]
+        return self.exposition(), _TEXT_TYPE
+
+
+class _BuildInfo(Collector):
+    """``ortserve_build_info{version, onnxruntime_version, python_version} 1``."""
+
+    def __init__(self) -> None:
+        from ortserve import __version__
+
+        try:
+            runtime = importlib.metadata.version("onnxruntime")
+        except importlib.metadata.PackageNotFoundError:  # a differently named build (-gpu)
+            runtime = "unknown"
+        self._labels = [__version__, runtime, platform.python_version()]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "ortserve_build_info",
+            "ortserve's version and those of ONNX Runtime and Python; always 1",
+            labels=["version", "onnxruntime_version", "python_version"],
+        )
+        family.add_metric(self._labels, 1)
+        yield family
 
 
 class _Exporter(Collector):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST
-
 from ortserve.metrics import ServerMetrics, VersionState
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import RouteHandler
@@ -14,19 +12,19 @@ from ortserve.server.http.methods import answer_methods, method_not_allowed
 
 __all__ = ["MetricsListener", "metrics_route", "version_states"]
 
-_CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
 _METRICS_LIMITS = ConnectionLimits(max_body_bytes=64 * 1024, keepalive_timeout_s=75.0)
 
 
-def _exposition(metrics: ServerMetrics) -> HttpResponse:
-    return HttpResponse(200, [metrics.exposition()], _CONTENT_TYPE)
+def _exposition(metrics: ServerMetrics, request: HttpRequest) -> HttpResponse:
+    body, content_type = metrics.negotiated(request.headers.get(b"accept"))
+    return HttpResponse(200, [body], content_type)
 
 
 def metrics_route(metrics: ServerMetrics) -> RouteHandler:
     """``GET /metrics`` for the HTTP app (the same families as the metrics port)."""
 
     async def handler(request: HttpRequest) -> HttpResponse:
-        return _exposition(metrics)
+        return _exposition(metrics, request)
 
     return handler
 
@@ -50,7 +48,7 @@ class MetricsListener:
             return json_response(404, b'{"error":"only /metrics is served on this port"}')
         if request.method != "GET":
             return method_not_allowed("GET")
-        return _exposition(self._metrics)
+        return _exposition(self._metrics, request)
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port."""
