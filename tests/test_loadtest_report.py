@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from ortserve.loadtest.measurement import Measurement
-from ortserve.loadtest.report import LevelResult, plot, render_table, result_document
+from ortserve.loadtest.plot import draw, plot
+from ortserve.loadtest.report import LevelResult, render_table, result_document
 from ortserve.loadtest.slo import judge, parse_objective
 
 
@@ -47,3 +48,54 @@ def test_the_plot_is_written_as_png(tmp_path: Path) -> None:
     out = tmp_path / "plot.png"
     plot(out, _results(), "concurrency", "test")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_ticks_are_plain_numbers_and_latency_objectives_are_drawn() -> None:
+    pytest.importorskip("matplotlib")
+    results = _results()
+    results.append(LevelResult("concurrency 16", 16, results[1].measurement))  # x spans 1..16: log2 axis
+    figure = draw(results, "concurrency", "t", [parse_objective("p99=3ms"), parse_objective("rate=5/s")])
+    labels = [
+        label.get_text()
+        for axes in figure.axes
+        for axis in (axes.xaxis, axes.yaxis)
+        for label in axis.get_ticklabels(minor=False) + axis.get_ticklabels(minor=True)
+    ]
+    assert "16" in labels and "4" in labels
+    assert not [text for text in labels if "10^" in text or "×" in text or "\\times" in text]
+    for axes in figure.axes:
+        (slo,) = [line for line in axes.get_lines() if line.get_label() == "SLO p99=3ms"]
+        assert list(slo.get_ydata()) == [3.0, 3.0]  # the rate objective has no latency line
+
+
+def test_a_replay_plot_puts_target_and_comparison_on_one_time_axis() -> None:
+    pytest.importorskip("matplotlib")
+    results = _results()
+    sequential, concurrent = (draw(results, "speed", "t", concurrent=c).axes[1] for c in (False, True))
+    starts = [line.get_xdata()[0] for line in concurrent.get_lines()[::2]]
+    assert starts == [0, 0]
+    assert [line.get_xdata()[0] for line in sequential.get_lines()[::2]] == [0, 2]
+
+
+def test_replay_plot_titles_name_the_capture_files_not_a_python_list() -> None:
+    from ortserve.cli.loadtest import _plot_title
+
+    settings: dict[str, object] = {"capture": ["/var/cap/a.ocap", "/var/cap/b"], "model": None}
+    assert _plot_title("replay", settings) == "ortserve replay: a.ocap, b"
+    assert _plot_title("bench", {"model": "small_mlp"}) == "ortserve bench: small_mlp"
+
+
+def test_plot_without_matplotlib_is_refused_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from click.testing import CliRunner
+
+    from ortserve.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # find_spec: not importable
+    args = ["bench", "http://127.0.0.1:9/", "-m", "m", "--plot", str(tmp_path / "p.png")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "--plot" in result.stderr and "needs matplotlib" in result.stderr

@@ -221,7 +221,7 @@ def test_openmetrics_is_served_to_scrapers_that_ask_for_it(traffic_server: Serve
             assert reply.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
             text = reply.read().decode()
         assert text.endswith("# EOF\n")
-        names = {family.name for family in openmetrics_families(text)}
+        names = {family.name for family in openmetrics_families(text)}  # type: ignore[no-untyped-call]
         assert {"ortserve_requests", "process_cpu_seconds", "ortserve_build_info"} <= names
     with urllib.request.urlopen(metrics_url(traffic_server), timeout=30) as reply:
         assert reply.headers["Content-Type"].startswith("text/plain; version=")

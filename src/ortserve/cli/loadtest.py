@@ -14,7 +14,8 @@ import click
 from ortserve.loadtest.generator import LoadLevel
 from ortserve.loadtest.inputs import Encoding
 from ortserve.loadtest.measurement import Measurement
-from ortserve.loadtest.report import LevelResult, plot, render_table, render_verdicts, result_document
+from ortserve.loadtest.plot import plot, plot_available
+from ortserve.loadtest.report import LevelResult, render_table, render_verdicts, result_document
 from ortserve.loadtest.slo import Objective, judge, parse_objective
 from ortserve.loadtest.transports import Target
 
@@ -98,15 +99,15 @@ def _finish(
         output.write_bytes(result_document(command, settings, results, verdicts))
         click.echo(f"wrote {output}")
     if plot_path is not None and results:
-        try:
-            plot(
-                plot_path,
-                results,
-                x_label,
-                f"ortserve {command}: {settings.get('model') or settings.get('capture')}",
-            )
-        except ImportError:
-            raise click.ClickException("--plot needs matplotlib: pip install 'ortserve[plot]'") from None
+        # A replay's target and comparison are sent at the same time; bench levels one by one.
+        plot(
+            plot_path,
+            results,
+            x_label,
+            _plot_title(command, settings),
+            objectives,
+            concurrent=command == "replay",
+        )
         click.echo(f"wrote {plot_path}")
     if interrupted:
         click.echo("interrupted: the figures above cover what ran before Ctrl-C", err=True)
@@ -168,6 +169,22 @@ def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
     return target, [encode_request(arrays, spec.model, spec.version) for arrays in inputs]
 
 
+def _plot_title(command: str, settings: dict[str, object]) -> str:
+    """ "ortserve bench: small_mlp", or "ortserve replay: a.ocap, b.ocap" (names, not a list)."""
+    subject = settings.get("model")
+    capture = settings.get("capture")
+    if subject is None and isinstance(capture, list):
+        subject = ", ".join(Path(str(p)).name for p in capture)
+    return f"ortserve {command}: {subject}"
+
+
+def _needs_matplotlib(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """Refuse --plot before the run, not after it, when matplotlib is missing."""
+    if value is not None and not plot_available():
+        raise click.BadParameter("needs matplotlib: pip install 'ortserve[plot]'")
+    return value
+
+
 def _report_options(command: Callable[..., None]) -> Callable[..., None]:
     """--output, --plot and --progress, shared by bench and replay."""
     command = click.option(
@@ -178,7 +195,8 @@ def _report_options(command: Callable[..., None]) -> Callable[..., None]:
         "plot_path",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Write a PNG plot here.",
+        callback=_needs_matplotlib,
+        help="Write a PNG plot here (needs ortserve[plot]).",
     )(command)
     return click.option(
         "--output",

@@ -1,4 +1,4 @@
-"""Results as a table, a JSON document stamped with versions/machine/settings, and a PNG plot."""
+"""Results as a table and a JSON document stamped with versions/machine/settings."""
 
 from __future__ import annotations
 
@@ -17,7 +17,14 @@ from ortserve import __version__
 from ortserve.loadtest.measurement import Measurement
 from ortserve.loadtest.slo import Verdict
 
-__all__ = ["LevelResult", "environment_stamp", "plot", "render_table", "render_verdicts", "result_document"]
+__all__ = [
+    "PERCENTILES",
+    "LevelResult",
+    "environment_stamp",
+    "render_table",
+    "render_verdicts",
+    "result_document",
+]
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
@@ -188,56 +195,3 @@ def result_document(
         "slo_ok": all(v.ok for v in verdicts),
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2)
-
-
-def plot(path: Path, results: list[LevelResult], x_label: str, title: str) -> None:
-    """Latency percentiles by level, and latency over time, as a PNG.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install 'ortserve[plot]'``).
-    """
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (by_level, over_time) = plt.subplots(1, 2, figsize=(12, 4.5))
-    xs = [r.x for r in results]
-    for p in PERCENTILES:
-        by_level.plot(
-            xs, [r.measurement.latency.percentile(p) / 1000 for r in results], marker="o", label=f"p{p:g}"
-        )
-    by_level.set(xlabel=x_label, ylabel="latency (ms)", title="Latency percentiles", yscale="log")
-    if len(xs) > 1 and min(xs) > 0 and max(xs) / min(xs) >= 8:
-        by_level.set_xscale("log", base=2)
-        by_level.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    by_level.legend()
-    by_level.grid(True, which="both", alpha=0.3)
-    offset = 0
-    for result in results:
-        seconds = sorted(result.measurement.windows)
-        windows = [result.measurement.windows[s] for s in seconds]
-        ts = [offset + s for s in seconds]
-        over_time.plot(
-            ts, [w.latency.percentile(99) / 1000 for w in windows], marker=".", label=f"{result.label} p99"
-        )
-        over_time.plot(
-            ts,
-            [w.latency.percentile(50) / 1000 for w in windows],
-            linestyle=":",
-            color=over_time.lines[-1].get_color(),
-        )
-        offset += (seconds[-1] + 1) if seconds else 0
-    over_time.set(
-        xlabel="time (s; levels one after another)",
-        ylabel="latency (ms)",
-        title="p99 (solid) and p50 (dotted) per second",
-        yscale="log",
-    )
-    over_time.legend(fontsize="small")
-    over_time.grid(True, which="both", alpha=0.3)
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
