@@ -129,3 +129,26 @@ def mlp_reference(model_path: Path, inputs: np.ndarray) -> np.ndarray:
         if index != layers - 1:
             hidden = np.maximum(hidden, 0.0)
     return hidden
+
+
+def scaled_model(scale: float) -> onnx.ModelProto:
+    """``y = x * scale`` on [-1, 4] FP32: the answer tells which version served it."""
+    factor = numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])],
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [factor],
+    )
+    model = _model(graph)
+    model.ir_version = _IR_VERSION
+    return model
+
+
+def write_scaled_version(root: Path, name: str, version: int, scale: float) -> Path:
+    """Write ``root/name/version/model.onnx`` answering ``x * scale``; returns the folder."""
+    folder = root / name / str(version)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(scaled_model(scale), str(folder / "model.onnx"))
+    return folder

@@ -16,6 +16,7 @@ from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
 from ortserve.demo import build_mlp
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
@@ -55,7 +56,7 @@ async def serve_tiny(tmp_path: Path, sampling_ratio: float) -> tuple[Served, Mod
     provider = tracer_provider(sampling_ratio, SimpleSpanProcessor(exporter))
     telemetry = Telemetry(ServerStatistics(), tracing=Tracing(provider.get_tracer("test")))
     registry = ModelRegistry(observers=telemetry.observer_for)
-    await registry.load_repository(ServerSettings(model_repository=tmp_path, intra_op_threads=1))
+    await LifecycleManager(registry, ServerSettings(model_repository=tmp_path, intra_op_threads=1)).start()
     dataplane = DataPlane(registry, ServerMetadata("ortserve", "test", ()))
     return Served(HttpApp(dataplane, TensorLimits(1 << 20, 8, 1 << 20), telemetry), exporter), registry
 

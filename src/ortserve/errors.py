@@ -13,12 +13,15 @@ __all__ = [
     "InferenceError",
     "InternalError",
     "InvalidInput",
+    "ModelControlDisabled",
+    "ModelLoadFailed",
     "ModelNotFound",
     "ModelNotReady",
     "NotImplementedByServer",
     "OrtServeError",
     "Overloaded",
     "PayloadTooLarge",
+    "PermissionDenied",
     "RepositoryError",
 ]
 
@@ -87,6 +90,27 @@ class DeadlineExceeded(OrtServeError):
 
     http_status = 504
     grpc_code = "DEADLINE_EXCEEDED"
+
+
+class ModelControlDisabled(OrtServeError):
+    """Load or unload asked while the model control mode is not ``explicit`` (as Triton: UNAVAILABLE)."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+class ModelLoadFailed(OrtServeError):
+    """A load request failed; whatever served before keeps serving (as Triton: 400)."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class PermissionDenied(OrtServeError):
+    """A restricted endpoint was called without the configured header or metadata."""
+
+    http_status = 403
+    grpc_code = "PERMISSION_DENIED"
 
 
 class NotImplementedByServer(OrtServeError):

@@ -397,7 +397,7 @@ def _state_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily]:
     for s in states:
         depth.add_metric([s.model, s.version], s.queue_depth)
         busy.add_metric([s.model, s.version], s.busy_instances)
-        for name in ("loading", "ready", "failed", "unloading"):
+        for name in ("loading", "ready", "failed", "draining", "unloading", "unloaded"):
             state.add_metric([s.model, s.version, name], 1.0 if s.state == name else 0.0)
         if s.provider:
             provider.add_metric([s.model, s.version, s.provider], 1.0)

@@ -79,3 +79,14 @@ class ServerSettings:
     shared_memory_regions: int = 0
     """Most system shared-memory regions clients may register; 0 turns the extension off, since a
     client that reaches the server could read and overwrite any /dev/shm object it may open."""
+    model_control_mode: str = "none"
+    """``none`` (load at start; SIGHUP re-scans), ``poll`` (re-scan every poll period and on
+    SIGHUP) or ``explicit`` (only the repository API loads and unloads), as Triton."""
+    repository_poll_secs: float = 5.0
+    """Poll mode: seconds between two looks at the repository."""
+    load_models: tuple[str, ...] = ()
+    """Explicit mode: models loaded at start (``*``: all)."""
+    http_restricted_api: str | None = None
+    """``model-repository:HEADER=VALUE``: repository calls over HTTP must carry that header."""
+    grpc_restricted_protocol: str | None = None
+    """``model-repository:KEY=VALUE``: repository calls over gRPC must carry that metadata."""

@@ -78,10 +78,6 @@ def test_metadata_and_readiness(client: grpcclient.InferenceServerClient) -> Non
 @pytest.mark.parametrize(
     "call",
     [
-        lambda c: c.get_model_config("small_mlp"),
-        lambda c: c.get_model_repository_index(),
-        lambda c: c.load_model("small_mlp"),
-        lambda c: c.unload_model("small_mlp"),
         lambda c: c.get_system_shared_memory_status(),
     ],
 )

@@ -18,6 +18,7 @@ from ortserve.core.types import ServerMetadata
 from ortserve.loadtest.capture import Capture, read_capture
 from ortserve.metrics import ServerMetrics
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.messages import HttpRequest, HttpResponse
@@ -55,7 +56,8 @@ async def served(demo_repository: Path, tmp_path: Path) -> AsyncIterator[Served]
     metrics = ServerMetrics(lambda: [], lambda: {})
     telemetry = Telemetry(ServerStatistics(), metrics, Tracing(provider.get_tracer("test")))
     registry = ModelRegistry(observers=telemetry.observer_for)
-    await registry.load_repository(ServerSettings(model_repository=tmp_path / "models", intra_op_threads=1))
+    settings = ServerSettings(model_repository=tmp_path / "models", intra_op_threads=1)
+    await LifecycleManager(registry, settings).start()
     app = HttpApp(
         DataPlane(registry, ServerMetadata("ortserve", "test", ())),
         TensorLimits(1 << 20, 8, 1 << 20),

@@ -133,7 +133,14 @@ CASES = [
         lambda t: t.server_metadata(),
         {
             "name": "ortserve",
-            "extensions": ["binary_tensor_data", "schedule_policy", "statistics", "system_shared_memory"],
+            "extensions": [
+                "binary_tensor_data",
+                "model_configuration",
+                "model_repository",
+                "schedule_policy",
+                "statistics",
+                "system_shared_memory",
+            ],
         },
     ),
     Case(

@@ -41,6 +41,17 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
         raise click.BadParameter(str(exc)) from exc
 
 
+def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ortserve.server.restriction import parse_restriction
+
+    if value is not None:
+        try:
+            parse_restriction(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 @main.command()
 @click.option(
     "--model-repository",
@@ -232,6 +243,41 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     default=0,
     help="Let clients register up to N system shared-memory regions (0: the extension is off).",
 )
+@click.option(
+    "--model-control-mode",
+    envvar="ORTSERVE_MODEL_CONTROL_MODE",
+    type=click.Choice(["none", "poll", "explicit"]),
+    default="none",
+    help="none: load at start (SIGHUP re-scans); poll: re-scan periodically; explicit: repository API.",
+)
+@click.option(
+    "--repository-poll-secs",
+    envvar="ORTSERVE_REPOSITORY_POLL_SECS",
+    type=click.FloatRange(min=0.05),
+    default=5.0,
+    help="Poll mode: seconds between two looks at the repository.",
+)
+@click.option(
+    "--load-model",
+    "load_models",
+    envvar="ORTSERVE_LOAD_MODEL",
+    multiple=True,
+    help="Explicit mode: a model to load at start (repeatable; '*' loads all).",
+)
+@click.option(
+    "--http-restricted-api",
+    envvar="ORTSERVE_HTTP_RESTRICTED_API",
+    default=None,
+    callback=_restriction,
+    help="model-repository:HEADER=VALUE: repository calls must carry that header.",
+)
+@click.option(
+    "--grpc-restricted-protocol",
+    envvar="ORTSERVE_GRPC_RESTRICTED_PROTOCOL",
+    default=None,
+    callback=_restriction,
+    help="model-repository:KEY=VALUE: repository calls must carry that metadata.",
+)
 def serve(
     model_repository: Path,
     host: str,
@@ -262,6 +308,11 @@ def serve(
     capture_dir: Path | None,
     capture_rate: float,
     shared_memory_regions: int,
+    model_control_mode: str,
+    repository_poll_secs: float,
+    load_models: tuple[str, ...],
+    http_restricted_api: str | None,
+    grpc_restricted_protocol: str | None,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import ConfigError
@@ -309,6 +360,11 @@ def serve(
         capture_dir=capture_dir,
         capture_rate=capture_rate,
         shared_memory_regions=shared_memory_regions,
+        model_control_mode=model_control_mode,
+        repository_poll_secs=repository_poll_secs,
+        load_models=load_models,
+        http_restricted_api=http_restricted_api,
+        grpc_restricted_protocol=grpc_restricted_protocol,
     )
     try:
         _run(run_server(settings))

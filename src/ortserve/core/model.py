@@ -28,7 +28,11 @@ class ModelState(enum.Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
+    DRAINING = "draining"
+    """Replaced or removed: no new requests; those it holds finish."""
     UNLOADING = "unloading"
+    UNLOADED = "unloaded"
+    """Unloaded on purpose (model control): not serving, and not a readiness failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +135,17 @@ class ServedVersion:
 
     async def unload(self, grace_s: float) -> None:
         """Stop admitting, let queued and running requests finish (up to ``grace_s``), close."""
-        self.state = ModelState.UNLOADING
+        self.state = ModelState.DRAINING
         if not await self.scheduler.drain(grace_s):
-            self.scheduler.abort(f"model {self.info.name!r} was unloaded")
+            self.scheduler.abort(
+                f"model {self.info.name!r} version {self.info.version} was unloaded before this "
+                f"request could run (drain grace {grace_s:g} s)"
+            )
+        self.state = ModelState.UNLOADING
         if self.runner is not None:
             self.runner.close()
+            # Released means released: the worker threads are gone when unload returns.
+            await asyncio.to_thread(self.runner.join, max(grace_s, 1.0))
 
 
 def select_outputs(request: InferRequest, output_index: dict[str, int]) -> list[tuple[int, Parameters]]:

@@ -131,6 +131,11 @@ class OrtRunner:
         for _ in self._threads:
             self._jobs.put(None)
 
+    def join(self, timeout_s: float) -> None:
+        """Wait (blocking) for the workers stopped by :meth:`close` to exit."""
+        for thread in self._threads:
+            thread.join(timeout_s)
+
 
 def _prefer_batch_scheduling() -> None:
     """Mark this worker thread SCHED_BATCH (Linux): it then never preempts the event loop on

@@ -12,6 +12,7 @@ import orjson
 from ortserve.errors import ModelNotFound
 from ortserve.pipeline.contract import JsonObject
 from ortserve.pipeline.runtime import PipelineVersion, pipeline_model_name
+from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.settings import ServerSettings
 
@@ -69,8 +70,9 @@ async def pipeline_harness(
         intra_op_threads: ONNX Runtime threads per session (1 keeps tests light).
     """
     registry = ModelRegistry()
-    await registry.load_repository(ServerSettings(model_repository, intra_op_threads=intra_op_threads))
+    manager = LifecycleManager(registry, ServerSettings(model_repository, intra_op_threads=intra_op_threads))
+    await manager.start()
     try:
         yield PipelineHarness(registry)
     finally:
-        await registry.unload_all(5.0)
+        await manager.close(5.0)

@@ -98,6 +98,8 @@ class ModelConfig(_Strict):
     """Batch sizes run with generated inputs before ready; default: 1 and max_batch_size."""
     pipeline: str | None = None
     """``package.module:Class`` of a pipeline that wraps this model (see ortserve.pipeline)."""
+    default_model_filename: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,255}$")] = "model.onnx"
+    """The model file inside each version folder (Triton's field of the same name)."""
 
     def provider_list(self) -> list[ProviderConfig] | None:
         if self.providers is None:

@@ -9,7 +9,15 @@ from pathlib import Path
 from ortserve.errors import RepositoryError
 from ortserve.repository.config import LatestPolicy, SpecificPolicy, VersionPolicy
 
-__all__ = ["ModelDir", "scan_repository", "select_versions"]
+__all__ = [
+    "MODEL_FILE",
+    "ModelDir",
+    "is_model_name",
+    "model_folders",
+    "scan_repository",
+    "select_versions",
+    "version_folders",
+]
 
 MODEL_FILE = "model.onnx"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -24,30 +32,53 @@ class ModelDir:
     versions: dict[int, Path]
 
 
-def scan_repository(root: Path) -> list[ModelDir]:
-    """Every model folder under ``root`` (folders with invalid names are skipped, not fatal).
+def is_model_name(name: str) -> bool:
+    """A name a model folder may have (also what model control accepts)."""
+    return _NAME.match(name) is not None
+
+
+def model_folders(root: Path) -> list[Path]:
+    """Every folder under ``root`` with a valid model name, sorted.
 
     Raises:
         RepositoryError: ``root`` is not a readable folder.
     """
     if not root.is_dir():
         raise RepositoryError(f"model repository {root} is not a folder")
-    models = []
-    for entry in sorted(root.iterdir()):
-        if not entry.is_dir() or entry.name.startswith("."):
-            continue
-        if not _NAME.match(entry.name):
-            continue
-        versions = {
-            int(child.name): child / MODEL_FILE
-            for child in entry.iterdir()
-            if child.is_dir()
-            and child.name.isdigit()
-            and int(child.name) > 0
-            and (child / MODEL_FILE).is_file()
-        }
-        models.append(ModelDir(entry.name, entry, versions))
-    return models
+    return [
+        entry
+        for entry in sorted(root.iterdir())
+        if entry.is_dir() and not entry.name.startswith(".") and _NAME.match(entry.name)
+    ]
+
+
+def version_folders(model: Path) -> dict[int, Path]:
+    """The numbered (> 0) version folders of a model folder."""
+    try:
+        children = list(model.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    return {
+        int(child.name): child
+        for child in children
+        if child.name.isdigit() and int(child.name) > 0 and child.is_dir()
+    }
+
+
+def scan_repository(root: Path) -> list[ModelDir]:
+    """Every model folder under ``root`` (folders with invalid names are skipped, not fatal).
+
+    Raises:
+        RepositoryError: ``root`` is not a readable folder.
+    """
+    return [
+        ModelDir(
+            folder.name,
+            folder,
+            {n: p / MODEL_FILE for n, p in version_folders(folder).items() if (p / MODEL_FILE).is_file()},
+        )
+        for folder in model_folders(root)
+    ]
 
 
 def select_versions(available: dict[int, Path], policy: VersionPolicy) -> list[int]:

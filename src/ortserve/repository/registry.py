@@ -1,33 +1,58 @@
-"""The set of served models and versions: loading, lookup by name and version, unloading."""
+"""The set of served models and versions: what serves a name now, swapped atomically.
+
+The registry holds no loading logic (that is :mod:`ortserve.repository.manager`). It answers
+"which version object serves this name now" and changes that answer by replacing a model's
+``versions`` mapping with a new one in a single assignment on the event loop thread, so a
+request resolves either the old set or the new one and never a half-updated one. A request
+keeps the version object it resolved: once submitted it finishes there even if the name moves
+on a moment later.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ortserve.core.model import ModelState, Servable
 from ortserve.core.observer import SchedulerObserver
-from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError
-from ortserve.pipeline.contract import PipelineContext
-from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
-from ortserve.repository.config import load_model_config
-from ortserve.repository.layout import ModelDir, scan_repository, select_versions
-from ortserve.repository.loader import load_version
-from ortserve.settings import ServerSettings
+from ortserve.errors import ModelNotFound, ModelNotReady
+from ortserve.repository.config import ModelConfig
 
-__all__ = ["ModelEntry", "ModelRegistry"]
+__all__ = ["IndexState", "ModelEntry", "ModelRegistry", "VersionRecord"]
 
 logger = logging.getLogger(__name__)
 
 _SEE_LOG = " (the server log says why)"
 
 
+class IndexState(enum.Enum):
+    """A version's state as Triton's repository index reports it."""
+
+    READY = "READY"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """What the repository index says about one version, and why."""
+
+    state: IndexState
+    reason: str = ""
+
+
 @dataclass(slots=True)
 class ModelEntry:
-    """A model and its served versions; ``error`` says why it failed to load."""
+    """A model and its served versions; ``error`` says why it failed to load.
+
+    ``versions`` is replaced, never mutated in place, once the entry is registered (see
+    :meth:`ModelRegistry.publish`); ``records`` also keeps versions that failed, are loading
+    or draining, for the repository index.
+    """
 
     name: str
     versions: dict[int, Servable] = field(default_factory=dict)
@@ -35,6 +60,9 @@ class ModelEntry:
     error: str | None = None
     load_seconds: dict[int, float] = field(default_factory=dict)
     """Load and warm-up time of each version."""
+    records: dict[int, VersionRecord] = field(default_factory=dict)
+    config: ModelConfig | None = None
+    """The configuration the newest load used (the model configuration API reports it)."""
 
     def latest_ready(self) -> Servable | None:
         for number in sorted(self.versions, reverse=True):
@@ -68,9 +96,49 @@ class ModelRegistry:
             raise ModelNotFound(f"unknown model {name!r}")
         return found
 
+    def find(self, name: str) -> ModelEntry | None:
+        return self._models.get(name)
+
     def add(self, entry: ModelEntry) -> None:
         """Register an entry built outside the repository (pipelines, tests)."""
         self._models[entry.name] = entry
+
+    def ensure(self, name: str) -> ModelEntry:
+        """The entry of ``name``, created (state LOADING) when there is none."""
+        return self._models.setdefault(name, ModelEntry(name))
+
+    def publish(self, name: str, number: int, served: Servable, load_seconds: float) -> Servable | None:
+        """Serve ``served`` as version ``number`` from now on; returns the object it replaced.
+
+        One assignment of a new mapping: requests resolving now see either the old set or the
+        new one. The replaced version (if any) is the caller's to drain.
+        """
+        entry = self.ensure(name)
+        replaced = entry.versions.get(number)
+        entry.versions = {**entry.versions, number: served}
+        entry.load_seconds[number] = load_seconds
+        entry.records[number] = VersionRecord(IndexState.READY)
+        entry.state = ModelState.READY
+        entry.error = None
+        return replaced
+
+    def withdraw(self, name: str, number: int) -> Servable | None:
+        """Stop resolving version ``number``; returns it (the caller drains it) or None."""
+        entry = self._models.get(name)
+        if entry is None or number not in entry.versions:
+            return None
+        served = entry.versions[number]
+        entry.versions = {n: v for n, v in entry.versions.items() if n != number}
+        entry.load_seconds.pop(number, None)
+        return served
+
+    def record(self, name: str, number: int, record: VersionRecord | None) -> None:
+        """Set (or with None, forget) what the index says about a version not serving."""
+        entry = self.ensure(name)
+        if record is None:
+            entry.records.pop(number, None)
+        else:
+            entry.records[number] = record
 
     def resolve(self, name: str, version: str | None) -> Servable:
         """The served version a request names (latest ready when it names none).
@@ -80,6 +148,7 @@ class ModelRegistry:
             ModelNotReady: the model exists but no version can take requests.
         """
         entry = self.entry(name)
+        versions = entry.versions
         if version is None or version == "":
             served = entry.latest_ready()
             if served is None:
@@ -87,9 +156,9 @@ class ModelRegistry:
                 # log at load time, and the client learns only the model's state.
                 raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
             return served
-        if not version.isdigit() or int(version) not in entry.versions:
+        if not version.isdigit() or int(version) not in versions:
             raise ModelNotFound(f"model {name!r} has no served version {version!r}")
-        return entry.versions[int(version)]
+        return versions[int(version)]
 
     def served_versions(self, name: str) -> tuple[str, ...]:
         """Version numbers of a model, highest first (ModelNotFound if unknown)."""
@@ -97,67 +166,16 @@ class ModelRegistry:
 
     @property
     def all_ready(self) -> bool:
-        """Loading finished and, with strict readiness, every model is ready."""
+        """Loading finished and, with strict readiness, every model not unloaded on purpose is ready."""
         if not self.loading_done:
             return False
-        return not self.strict or all(e.state is ModelState.READY for e in self._models.values())
-
-    async def load_repository(self, settings: ServerSettings) -> None:
-        """Load every model in the repository; one model's failure never stops the others."""
-        dirs = scan_repository(settings.model_repository)
-        for model_dir in dirs:
-            self._models.setdefault(model_dir.name, ModelEntry(model_dir.name))
-        await asyncio.gather(*(self._load_model(d, settings) for d in dirs))
-        self.loading_done = True
-
-    async def _load_model(self, model_dir: ModelDir, settings: ServerSettings) -> None:
-        entry = self._models[model_dir.name]
-        try:
-            config = load_model_config(model_dir.path)
-            wanted = select_versions(model_dir.versions, config.version_policy)
-            if not wanted:
-                raise ModelNotFound("no version folder with a model.onnx matches the version policy")
-            for number in wanted:
-                started = time.perf_counter()
-                observer = None if self.observers is None else self.observers(model_dir.name, str(number))
-                entry.versions[number] = await load_version(
-                    model_dir.name, number, model_dir.versions[number], config, settings, observer
-                )
-                entry.load_seconds[number] = time.perf_counter() - started
-        except OrtServeError as exc:
-            self._fail(entry, exc.message)
-        except Exception as exc:  # ONNX Runtime's own load errors: logged, the model fails alone
-            logger.debug("load of %s failed", model_dir.name, exc_info=exc)
-            self._fail(entry, f"{type(exc).__name__}: {exc}")
-        else:
-            entry.state = ModelState.READY
-            if config.pipeline is not None:
-                await self._load_pipeline(model_dir, max(entry.versions), config.pipeline)
-
-    async def _load_pipeline(self, model_dir: ModelDir, number: int, spec: str) -> None:
-        """Serve the pipeline that wraps a loaded model as its own entry; it fails alone."""
-        entry = ModelEntry(pipeline_model_name(model_dir.name))
-        self.add(entry)
-        context = PipelineContext(model_dir.name, str(number), model_dir.versions[number].parent)
-        try:
-            entry.versions[number] = await load_pipeline(spec, context, self)
-        except OrtServeError as exc:
-            self._fail(entry, exc.message)
-        except Exception as exc:  # a plug-in's own errors: logged, the pipeline fails alone
-            logger.debug("load of pipeline %s failed", entry.name, exc_info=exc)
-            self._fail(entry, f"{type(exc).__name__}: {exc}")
-        else:
-            entry.state = ModelState.READY
-
-    @staticmethod
-    def _fail(entry: ModelEntry, reason: str) -> None:
-        entry.state = ModelState.FAILED
-        entry.error = reason
-        logger.error("model %s failed to load: %s", entry.name, reason)
+        return not self.strict or all(
+            e.state in (ModelState.READY, ModelState.UNLOADED) for e in self._models.values()
+        )
 
     async def unload_all(self, grace_s: float) -> None:
         """Drain and close every served version."""
         versions = [v for e in self._models.values() for v in e.versions.values()]
-        await asyncio.gather(*(v.unload(grace_s) for v in versions))
         for entry in self._models.values():
             entry.state = ModelState.UNLOADING
+        await asyncio.gather(*(v.unload(grace_s) for v in versions))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -19,7 +20,9 @@ from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
 from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
+from ortserve.repository.watcher import RepositoryWatcher, control_mode
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.app import HttpApp
@@ -27,9 +30,12 @@ from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.openapi_routes import add_openapi_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
+from ortserve.server.http.repository_routes import add_repository_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
 from ortserve.server.memory import HeapTrimmer
+from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
+from ortserve.server.restriction import parse_restriction
 from ortserve.settings import ServerSettings
 
 __all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "StartupError", "serve"]
@@ -38,7 +44,13 @@ logger = logging.getLogger(__name__)
 
 _Port = TypeVar("_Port", int, int | None)
 
-EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "schedule_policy",
+    "statistics",
+    "model_repository",
+    "model_configuration",
+)
 SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
@@ -60,6 +72,10 @@ class Server:
         self.settings = settings
         self.registry = ModelRegistry(strict=settings.strict_readiness)
         self.observability = Observability(settings, self.registry)
+        self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events)
+        self.watcher = RepositoryWatcher(
+            self.manager, control_mode(settings.model_control_mode), settings.repository_poll_secs
+        )
         self.telemetry = self.observability.telemetry
         shared_memory = SharedMemoryRegistry(settings.shared_memory_regions)
         extensions = (*EXTENSIONS, SHARED_MEMORY_EXTENSION) if shared_memory.enabled else EXTENSIONS
@@ -73,6 +89,11 @@ class Server:
         self.observability.add_routes(self.http_app)
         add_shared_memory_routes(self.http_app, shared_memory)
         add_openapi_routes(self.http_app, __version__)
+        self.control = ModelControl(self.manager, settings.model_control_mode)
+        http_restricted = (
+            parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}
+        )
+        add_repository_routes(self.http_app, self.control, http_restricted.get("model-repository"))
         self.capture = _capture(settings, self.observability)
         self.http_app.capture = self.capture
         # One cap on connections across both listeners: a socket costs the same either way.
@@ -101,6 +122,11 @@ class Server:
         )
         if self._grpc is not None:
             self._grpc.service.capture = self.capture
+            self._grpc.service.control = self.control
+            if settings.grpc_restricted_protocol:
+                restricted = parse_restriction(settings.grpc_restricted_protocol)
+                self._grpc.service.restriction = restricted.get("model-repository")
+        self._watching: asyncio.Task[None] | None = None
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
 
@@ -129,8 +155,12 @@ class Server:
         self.bound.metrics_port = await _bound("metrics", s.host, s.metrics_port, self.observability.start)
         if self.capture is not None:
             await self.capture.start()
-        await self.registry.load_repository(s)
-        register_pipeline_routes(self.registry, self.http_app, self.telemetry)
+        self.manager.changed.append(self._register_pipeline_routes)
+        explicit = s.model_control_mode == "explicit"
+        snapshots = await self.manager.start(s.load_models if explicit else None)
+        self.watcher.seed(snapshots)
+        self._watching = asyncio.get_running_loop().create_task(self.watcher.run())
+        _warn_unrestricted(s)
         for entry in self.registry.entries():
             versions = ", ".join(
                 f"{n} [{'/'.join(v.info.providers)}]" for n, v in sorted(entry.versions.items())
@@ -139,6 +169,9 @@ class Server:
         logger.info("server %s", "ready" if self.dataplane.ready() else "NOT ready (a model failed)")
         if self._grpc is not None:
             self._grpc.readiness_changed()
+
+    def _register_pipeline_routes(self) -> None:
+        register_pipeline_routes(self.registry, self.http_app, self.telemetry)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -151,10 +184,14 @@ class Server:
         grace = self.settings.shutdown_grace_s
         logger.info("shutting down: draining in-flight requests (grace %.1f s)", grace)
         self.dataplane.start_draining()
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
         self._http.stop_accepting()
         if self._grpc is not None:
             self._grpc.stop_accepting(grace)
-        await self.registry.unload_all(grace)
+        await self.manager.close(grace)
         await self._http.wait_closed(grace)
         if self.capture is not None:
             await self.capture.stop()
@@ -177,6 +214,22 @@ async def _bound(what: str, host: str, port: int, start: Callable[[str, int], Aw
         raise StartupError(f"cannot listen for {what} on {host}:{port}: {reason}") from None
 
 
+def _warn_unrestricted(settings: ServerSettings) -> None:
+    """Model control on a non-loopback address without a restriction: anyone who reaches the
+    port can change what the server serves."""
+    if settings.model_control_mode == "none" or settings.host in ("127.0.0.1", "::1", "localhost"):
+        return
+    if settings.http_restricted_api is None or (
+        settings.grpc_port >= 0 and settings.grpc_restricted_protocol is None
+    ):
+        logger.warning(
+            "model control mode %s on %s without --http-restricted-api / --grpc-restricted-protocol: "
+            "anyone who reaches the server can load and unload models",
+            settings.model_control_mode,
+            settings.host,
+        )
+
+
 def _capture(settings: ServerSettings, observability: Observability) -> Capture | None:
     """The traffic capture when ``--capture-dir`` is set, its counters exported as metrics."""
     if settings.capture_dir is None:
@@ -193,6 +246,7 @@ async def serve(settings: ServerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_stop)
+    loop.add_signal_handler(signal.SIGHUP, server.watcher.rescan_soon)
     await server.start()
     await server.wait_for_stop()
     await server.stop()

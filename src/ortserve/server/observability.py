@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ortserve.lifecycle_metrics import LifecycleMetrics
 from ortserve.metrics import DEFAULT_LATENCY_BUCKETS, ServerMetrics
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp
@@ -48,6 +49,11 @@ class Observability:
         if built is not None:
             self.telemetry.tracing, self._provider = built
         registry.observers = self.telemetry.observer_for
+        self.lifecycle_events: LifecycleMetrics | None = None
+        """Load/unload counters for the lifecycle manager (None with metrics off)."""
+        if self.metrics is not None:
+            self.lifecycle_events = LifecycleMetrics()
+            self.metrics.registry.register(self.lifecycle_events)
         self._listener: MetricsListener | None = None
         if self.metrics is not None and settings.metrics_port >= 0:
             self._listener = MetricsListener(self.metrics)

@@ -7,7 +7,7 @@ from google.protobuf.descriptor import FileDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2 as rpb
 
-from ortserve.protocol.grpc import grpc_service_pb2
+from ortserve.protocol.grpc import grpc_service_pb2, model_config_pb2
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.errors import StatusCode
 from ortserve.server.grpc.health import HEALTH_SERVICE
@@ -24,7 +24,7 @@ class Reflection:
 
     def __init__(self) -> None:
         self._pool = descriptor_pool.DescriptorPool()
-        for module in (grpc_service_pb2, health_pb2, rpb):
+        for module in (model_config_pb2, grpc_service_pb2, health_pb2, rpb):  # dependencies first
             self._pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
         self._services = (INFERENCE_SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES)
 

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
-from ortserve.errors import InternalError, NotImplementedByServer, OrtServeError
+from ortserve.errors import InternalError, InvalidInput, NotImplementedByServer, OrtServeError
 from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import (
@@ -26,6 +26,8 @@ from ortserve.protocol.grpc.codec import (
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
 from ortserve.server.grpc.errors import INTERNAL_MESSAGE, log_internal
+from ortserve.server.model_control import ModelControl
+from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import RequestScope, Telemetry
 
@@ -51,6 +53,10 @@ class InferenceService:
         self._telemetry = telemetry or Telemetry(ServerStatistics())
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
+        self.control: ModelControl | None = None
+        """Set by the server: the repository extension and the model configuration API."""
+        self.restriction: Restriction | None = None
+        """The metadata repository calls must carry (``--grpc-restricted-protocol``)."""
 
     def routes(self) -> dict[str, Rpc]:
         """Every method of the service, by its HTTP/2 path."""
@@ -62,13 +68,11 @@ class InferenceService:
             "ModelMetadata": Rpc(pb.ModelMetadataRequest, unary=self.model_metadata),
             "ModelInfer": Rpc(pb.ModelInferRequest, unary=self.model_infer),
             "ModelStreamInfer": Rpc(pb.ModelInferRequest, streaming=self.model_stream_infer),
-            "ModelConfig": Rpc(pb.ModelConfigRequest, unary=_not_offered("ModelConfig")),
+            "ModelConfig": Rpc(pb.ModelConfigRequest, unary=self.model_config),
             "ModelStatistics": Rpc(pb.ModelStatisticsRequest, unary=self.model_statistics),
-            "RepositoryIndex": Rpc(pb.RepositoryIndexRequest, unary=_not_offered("RepositoryIndex")),
-            "RepositoryModelLoad": Rpc(pb.RepositoryModelLoadRequest, unary=_not_offered("model control")),
-            "RepositoryModelUnload": Rpc(
-                pb.RepositoryModelUnloadRequest, unary=_not_offered("model control")
-            ),
+            "RepositoryIndex": Rpc(pb.RepositoryIndexRequest, unary=self.repository_index),
+            "RepositoryModelLoad": Rpc(pb.RepositoryModelLoadRequest, unary=self.repository_load),
+            "RepositoryModelUnload": Rpc(pb.RepositoryModelUnloadRequest, unary=self.repository_unload),
             "SystemSharedMemoryStatus": Rpc(pb.SystemSharedMemoryStatusRequest, unary=self.shm_status),
             "SystemSharedMemoryRegister": Rpc(pb.SystemSharedMemoryRegisterRequest, unary=self.shm_register),
             "SystemSharedMemoryUnregister": Rpc(
@@ -117,6 +121,54 @@ class InferenceService:
     ) -> pb.SystemSharedMemoryUnregisterResponse:
         self._dataplane.shared_memory.unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
+
+    def model_config(self, request: pb.ModelConfigRequest, call: GrpcCall) -> pb.ModelConfigResponse:
+        config = self._control().config(request.name, request.version or None)
+        return pb.ModelConfigResponse(config=config)
+
+    def repository_index(
+        self, request: pb.RepositoryIndexRequest, call: GrpcCall
+    ) -> pb.RepositoryIndexResponse:
+        self._check_restricted(call)
+        rows = self._control().index(request.ready)
+        models = [
+            pb.RepositoryIndexResponse.ModelIndex(
+                name=r.name, version=r.version, state=r.state, reason=r.reason
+            )
+            for r in rows
+        ]
+        return pb.RepositoryIndexResponse(models=models)
+
+    async def repository_load(
+        self, request: pb.RepositoryModelLoadRequest, call: GrpcCall
+    ) -> pb.RepositoryModelLoadResponse:
+        self._check_restricted(call)
+        config = request.parameters.get("config")
+        if any(key.startswith("file:") for key in request.parameters):
+            raise InvalidInput("parameters file:<path> (model files in the request) are not supported")
+        if config is not None and config.WhichOneof("parameter_choice") != "string_param":
+            raise InvalidInput("parameters.config must be a string holding the model configuration as JSON")
+        await self._control().load(request.model_name, None if config is None else config.string_param)
+        return pb.RepositoryModelLoadResponse()
+
+    async def repository_unload(
+        self, request: pb.RepositoryModelUnloadRequest, call: GrpcCall
+    ) -> pb.RepositoryModelUnloadResponse:
+        self._check_restricted(call)
+        dependents = request.parameters.get("unload_dependents")
+        await self._control().unload(request.model_name, dependents is not None and dependents.bool_param)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _control(self) -> ModelControl:
+        if self.control is None:
+            raise NotImplementedByServer("model control is not offered by this server")
+        return self.control
+
+    def _check_restricted(self, call: GrpcCall) -> None:
+        if self.restriction is None:
+            return
+        given = next((value for key, value in call.metadata if key == self.restriction.key), None)
+        self.restriction.check(given)
 
     def model_infer(
         self, request: pb.ModelInferRequest, call: GrpcCall
@@ -229,11 +281,6 @@ def _finished_with(scope: RequestScope, exc: Exception) -> OrtServeError:
         exc = InternalError(INTERNAL_MESSAGE)
     scope.finish(exc, exc.grpc_code)
     return exc
-
-
-def _not_offered(what: str) -> UnaryHandler:
-    """UNIMPLEMENTED until the feature behind the call exists."""
-    return functools.partial(_refuse, f"{what} is not offered by this server")
 
 
 def _refuse(message: str, request: object, call: GrpcCall) -> NoReturn:

@@ -35,10 +35,11 @@ from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
 from ortserve.telemetry import RequestScope, Telemetry
 
-__all__ = ["BUILTIN_ROUTES", "HttpApp", "Operation", "RouteHandler", "SectionHandler"]
+__all__ = ["BUILTIN_ROUTES", "HttpApp", "ModelRouteHandler", "Operation", "RouteHandler", "SectionHandler"]
 
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
-SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse]
+SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse | Coroutine[Any, Any, HttpResponse]]
+ModelRouteHandler = Callable[[HttpRequest, str, str | None], HttpResponse]
 Operation = dict[str, Any]
 """An OpenAPI operation object describing a route added to the app."""
 
@@ -91,6 +92,7 @@ class HttpApp:
         self._extra_paths: dict[str, list[str]] = {}
         self._sections: dict[str, SectionHandler] = {}
         self._added: dict[tuple[str, str], Operation | None] = {}
+        self._model_routes: dict[str, ModelRouteHandler] = {}
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
@@ -105,6 +107,9 @@ class HttpApp:
         self._extra_paths.setdefault(path, []).append(method)
         self._added[(method, path)] = operation
 
+    def has_route(self, method: str, path: str) -> bool:
+        return (method, path) in self._extra
+
     def add_section(self, name: str, handler: SectionHandler, routes: tuple[tuple[str, str], ...]) -> None:
         """Hand every ``/v2/<name>/...`` path to ``handler`` with the segments after ``name``.
 
@@ -116,6 +121,12 @@ class HttpApp:
     def routes(self) -> dict[tuple[str, str], Operation | None]:
         """Every (method, path template) served, with the operation given when it was added."""
         return {**dict.fromkeys(BUILTIN_ROUTES), **self._added}
+
+    def add_model_route(self, method: str, last: str, handler: ModelRouteHandler) -> None:
+        """Hand ``/v2/models/<m>[/versions/<v>]/<last>`` to ``handler`` with the model and version."""
+        self._model_routes[last] = handler
+        for template in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            self._added[(method, f"{template}/{last}")] = None
 
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:
@@ -160,7 +171,8 @@ class HttpApp:
             return self._model_route(request, rest[1:])
         section = self._sections.get(rest[0])
         if section is not None:
-            return section(request, rest[1:])
+            result = section(request, rest[1:])
+            return result if isinstance(result, HttpResponse) else _guarded(result)
         return _not_found(path)
 
     def _health(self, request: HttpRequest, which: str) -> HttpResponse:
@@ -200,6 +212,9 @@ class HttpApp:
             return self._get(
                 request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
             )
+        handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
+        if handler is not None:
+            return handler(request, name, version)
         return _not_found(request.path)
 
     @staticmethod

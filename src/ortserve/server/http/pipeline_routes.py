@@ -78,14 +78,19 @@ def _handler(registry: ModelRegistry, app: HttpApp, telemetry: Telemetry, name: 
 
 
 def register_pipeline_routes(registry: ModelRegistry, app: HttpApp, telemetry: Telemetry) -> list[str]:
-    """Add ``POST <route>`` for every loaded pipeline that declares one; returns the routes.
+    """Add ``POST <route>`` for every loaded pipeline that declares one; returns the new routes.
 
-    Errors become their statuses here (400 names the field), so they are counted too.
+    Called again after every model change: routes already there are kept. Errors become their
+    statuses here (400 names the field), so they are counted too.
     """
     routes = []
     for entry in registry.entries():
         for version in entry.versions.values():
-            if isinstance(version, PipelineVersion) and version.route is not None:
+            if (
+                isinstance(version, PipelineVersion)
+                and version.route is not None
+                and not app.has_route("POST", version.route)
+            ):
                 handler = _handler(registry, app, telemetry, entry.name)
                 operation = pipeline_operation(entry.name, version.pipeline.pipeline.example())
                 app.add_route("POST", version.route, handler, operation)

@@ -1,0 +1,86 @@
+"""Which configuration file a model folder has, and reading it into a ModelConfig.
+
+A folder holds ``config.yaml`` (ortserve's own), ``config.pbtxt`` (Triton's), or neither
+(defaults). Both at once is refused: two files that can disagree about batching or versions
+would make the served behaviour depend on a precedence rule nobody reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ortserve.core.model import VersionInfo
+from ortserve.errors import ConfigError
+from ortserve.repository.config import CONFIG_FILE, ModelConfig, load_model_config
+from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, parse_pbtxt
+
+__all__ = ["PBTXT_FILE", "ModelSource", "check_declared", "read_model_config", "read_model_source"]
+
+PBTXT_FILE = "config.pbtxt"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A model's configuration and where it came from (for error messages)."""
+
+    config: ModelConfig
+    where: str
+    inputs: tuple[DeclaredTensor, ...] = ()
+    outputs: tuple[DeclaredTensor, ...] = ()
+
+    @classmethod
+    def from_triton(cls, triton: TritonConfig, where: str) -> ModelSource:
+        return cls(triton.config, where, triton.inputs, triton.outputs)
+
+
+def read_model_source(folder: Path) -> ModelSource:
+    """The model's configuration from its folder (defaults when it has no file).
+
+    Raises:
+        ConfigError: both files, or an invalid one; the message names the file and the field.
+    """
+    yaml_path, pbtxt_path = folder / CONFIG_FILE, folder / PBTXT_FILE
+    if yaml_path.exists() and pbtxt_path.exists():
+        raise ConfigError(f"{folder}: has both {CONFIG_FILE} and {PBTXT_FILE}; keep one of them")
+    if pbtxt_path.exists():
+        return ModelSource.from_triton(parse_pbtxt(pbtxt_path, folder.name), str(pbtxt_path))
+    return ModelSource(load_model_config(folder), str(yaml_path))
+
+
+def read_model_config(folder: Path) -> ModelConfig:
+    """Only the ModelConfig of :func:`read_model_source`."""
+    return read_model_source(folder).config
+
+
+def check_declared(source: ModelSource, info: VersionInfo) -> None:
+    """The tensors a config.pbtxt declares must be the graph's (dims without the batch dim).
+
+    Raises:
+        ConfigError: an unknown tensor, another datatype, or other dims.
+    """
+    batched = info.max_batch_size > 0
+    for kind, declared, specs in (
+        ("input", source.inputs, info.inputs),
+        ("output", source.outputs, info.outputs),
+    ):
+        graph = {spec.name: spec for spec in specs}
+        for tensor in declared:
+            spec = graph.get(tensor.name)
+            if spec is None:
+                raise ConfigError(
+                    f"{source.where}: {kind} {tensor.name!r} is not in the graph ({sorted(graph)})"
+                )
+            if spec.datatype != tensor.datatype:
+                raise ConfigError(
+                    f"{source.where}: {kind} {tensor.name!r} has data_type {tensor.datatype}; "
+                    f"the graph says {spec.datatype}"
+                )
+            shape = spec.shape[1:] if batched else spec.shape
+            if len(shape) != len(tensor.dims) or any(
+                g not in (-1, d) and d != -1 for g, d in zip(shape, tensor.dims)
+            ):
+                raise ConfigError(
+                    f"{source.where}: {kind} {tensor.name!r} has dims {list(tensor.dims)}; the graph's "
+                    f"are {list(shape)}{' after the batch dimension' if batched else ''}"
+                )

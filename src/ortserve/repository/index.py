@@ -1,0 +1,53 @@
+"""The repository index: every model of the repository and the server, each version's state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ortserve.core.model import ModelState
+from ortserve.repository.layout import model_folders
+from ortserve.repository.registry import IndexState, ModelRegistry
+
+__all__ = ["IndexRow", "repository_index"]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """One line of Triton's repository index."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def repository_index(registry: ModelRegistry, root: Path, ready_only: bool) -> list[IndexRow]:
+    """Served versions, versions loading, draining or failed, and models not loaded, by name.
+
+    Raises:
+        RepositoryError: ``root`` is not a readable folder.
+    """
+    rows: list[IndexRow] = []
+    known = set()
+    for entry in registry.entries():
+        known.add(entry.name)
+        for number, record in sorted(entry.records.items()):
+            if number in entry.versions:
+                state, reason = IndexState.READY, ""
+                if not entry.versions[number].ready:
+                    state, reason = IndexState.UNLOADING, entry.versions[number].state.value
+            else:
+                state, reason = record.state, record.reason
+            rows.append(IndexRow(entry.name, str(number), state.value, reason))
+        if not entry.records:
+            loading = entry.state is ModelState.LOADING
+            state = IndexState.LOADING if loading else IndexState.UNAVAILABLE
+            rows.append(IndexRow(entry.name, "", state.value, entry.error or entry.state.value))
+    for folder in model_folders(root):
+        if folder.name not in known:
+            rows.append(IndexRow(folder.name, "", IndexState.UNAVAILABLE.value, "not loaded"))
+    rows.sort(key=lambda row: (row.name, row.version))
+    if ready_only:
+        rows = [row for row in rows if row.state == IndexState.READY.value]
+    return rows

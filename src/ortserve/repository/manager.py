@@ -1,0 +1,378 @@
+"""The lifecycle manager: loads, verifies, warms, swaps in, drains and releases model versions.
+
+Every change of what the server serves goes through :meth:`LifecycleManager.sync`: a model
+folder as observed (plus which of its versions are complete), brought to what the version
+policy wants. A new or changed version is built and warmed up completely before the registry
+publishes it; only then is the version it replaces (or the one the policy drops) withdrawn and
+drained in a task the manager owns, so requests already queued there finish there and new ones
+see the new version at once. A failed load leaves whatever served untouched, and the same files
+are not retried until they change (or an explicit load asks). Changes to one model are
+serialised by a per-model lock; different models load concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Protocol
+
+from ortserve.core.model import ModelState, Servable
+from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
+from ortserve.pipeline.contract import PipelineContext
+from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
+from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
+from ortserve.repository.layout import is_model_name, select_versions
+from ortserve.repository.loader import load_version
+from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
+from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
+from ortserve.settings import ServerSettings
+
+__all__ = ["LifecycleEvents", "LifecycleManager", "LoadedModel"]
+
+logger = logging.getLogger(__name__)
+
+
+class LifecycleEvents(Protocol):
+    """Where the manager reports transitions (metrics); every call is on the event loop."""
+
+    def loaded(self, model: str, version: str, seconds: float) -> None: ...
+
+    def load_failed(self, model: str, version: str) -> None: ...
+
+    def unloaded(self, model: str, version: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """What a model's served versions were built from, to tell when the files change."""
+
+    config: Fingerprint
+    override: ModelSource | None
+    versions: dict[int, Fingerprint]
+
+
+class LifecycleManager:
+    """Owns every load, swap and drain of one registry.
+
+    Args:
+        registry: where versions are published and withdrawn.
+        settings: repository path, thread defaults, drain grace (``shutdown_grace_s``).
+        events: transition counters (None: not reported).
+    """
+
+    def __init__(
+        self, registry: ModelRegistry, settings: ServerSettings, events: LifecycleEvents | None = None
+    ) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.events = events
+        self.changed: list[Callable[[], None]] = []
+        """Called after any change of what is served (pipeline routes follow it)."""
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loaded: dict[str, LoadedModel] = {}
+        self._failed: dict[tuple[str, int], Fingerprint] = {}
+        self._failed_config: dict[str, Fingerprint] = {}
+        self._drains: set[asyncio.Task[None]] = set()
+
+    async def start(self, names: Collection[str] | None = None) -> list[ModelSnapshot]:
+        """Load every model of the repository (or only ``names``; ``"*"`` means all).
+
+        Returns the snapshots loaded from, the first observation of a watcher.
+        """
+        snapshots = await asyncio.to_thread(snapshot_repository, self.settings.model_repository)
+        wanted = snapshots
+        if names is not None and "*" not in names:
+            wanted = [s for s in snapshots if s.name in names]
+            for missing in sorted(set(names) - {s.name for s in snapshots}):
+                logger.error("--load-model %s: no such model folder in the repository", missing)
+        for snapshot in wanted:
+            self.registry.ensure(snapshot.name)
+        await asyncio.gather(*(self.sync(s) for s in wanted))
+        self.registry.loading_done = True
+        return snapshots
+
+    async def load(self, name: str, override: ModelSource | None = None) -> None:
+        """Load or reload one model from its folder now (model control ``load``).
+
+        Every version the policy wants is rebuilt, even with unchanged files, as Triton does.
+
+        Raises:
+            ModelNotFound: no such model folder.
+            ModelLoadFailed: a version the policy wants failed to load (whatever served before
+                keeps serving; the reason is also in the index).
+        """
+        folder = self.settings.model_repository / name
+        if not is_model_name(name) or not folder.is_dir():
+            raise ModelNotFound(f"no model folder {name!r} in the repository")
+        snapshot = await asyncio.to_thread(snapshot_model, folder)
+        failures = await self.sync(snapshot, override=override, force=True)
+        if failures:
+            serving = self.registry.entry(name).versions
+            kept = f"; still serving version(s) {sorted(serving)}" if serving else ""
+            raise ModelLoadFailed(f"failed to load model {name!r}: {'; '.join(failures)}{kept}")
+
+    async def unload(self, name: str, dependents: bool = False) -> None:
+        """Stop serving every version of ``name``; they drain in the background.
+
+        Args:
+            dependents: also unload the pipeline that wraps the model.
+
+        Raises:
+            ModelNotFound: the model is not known to the server.
+        """
+        self.registry.entry(name)
+        async with self._lock(name):
+            self._withdraw_all(name, "unloaded by request")
+            self._loaded.pop(name, None)
+        if dependents and self.registry.find(pipeline_model_name(name)) is not None:
+            await self.unload(pipeline_model_name(name))
+        self._notify()
+
+    async def sync(
+        self,
+        snapshot: ModelSnapshot,
+        complete: Collection[int] | None = None,
+        override: ModelSource | None = None,
+        force: bool = False,
+    ) -> list[str]:
+        """Bring one model to what its folder and version policy say now.
+
+        Args:
+            snapshot: the model folder as observed.
+            complete: the versions whose files are complete (None: all of them).
+            override: a configuration given with a load request, used instead of the files.
+            force: rebuild every wanted version and retry failed ones.
+
+        Returns:
+            Why each load that failed failed (empty when all went well).
+        """
+        async with self._lock(snapshot.name):
+            failures = await self._sync(snapshot, complete, override, force)
+        self._notify()
+        return failures
+
+    async def remove(self, name: str) -> None:
+        """The model folder is gone: stop serving it."""
+        async with self._lock(name):
+            self._withdraw_all(name, "its folder was removed from the repository")
+            self._loaded.pop(name, None)
+        self._notify()
+
+    async def close(self, grace_s: float) -> None:
+        """Drain everything still served and wait for drains already under way."""
+        await self.registry.unload_all(grace_s)
+        if self._drains:
+            await asyncio.gather(*self._drains, return_exceptions=True)
+
+    async def _sync(
+        self,
+        snapshot: ModelSnapshot,
+        complete: Collection[int] | None,
+        override: ModelSource | None,
+        force: bool,
+    ) -> list[str]:
+        """Returns the reasons of the loads that failed."""
+        name = snapshot.name
+        before = self._loaded.get(name)
+        if override is None and before is not None:
+            override = before.override
+        if force:
+            self._forget_failures(name)
+        try:
+            source = (
+                override
+                if override is not None
+                else await asyncio.to_thread(read_model_source, snapshot.folder)
+            )
+        except OrtServeError as exc:
+            self._model_failed(name, snapshot, exc.message)
+            return [exc.message]
+        config = source.config
+        rebuild_all = before is None or before.config != snapshot.config or force
+        filename = config.default_model_filename
+        candidates = {
+            n: v.folder
+            for n, v in snapshot.versions.items()
+            if (complete is None or n in complete) and v.holds(filename)
+        }
+        entry = self.registry.ensure(name)
+        built = dict(before.versions) if before else {}
+        attempted: set[int] = set()
+        failures: list[str] = []
+        while True:
+            usable = {
+                n: p
+                for n, p in candidates.items()
+                if self._failed.get((name, n)) != snapshot.versions[n].files
+            }
+            wanted = select_versions(usable, config.version_policy)
+            stale = [
+                n
+                for n in wanted
+                if n not in attempted
+                and (rebuild_all or built.get(n) != snapshot.versions[n].files or n not in entry.versions)
+            ]
+            if not stale:
+                break
+            for number in stale:
+                attempted.add(number)
+                reason = await self._load_version(snapshot, number, source)
+                if reason is None:
+                    built[number] = snapshot.versions[number].files
+                else:
+                    failures.append(f"version {number}: {reason}")
+        # A serving version whose folder is being re-copied keeps serving until it settles.
+        keep = set(wanted) | {n for n in entry.versions if n in snapshot.versions and n not in candidates}
+        for number in sorted(set(entry.versions) - keep):
+            self._retire(name, number, "the version policy no longer selects it")
+        self._loaded[name] = LoadedModel(
+            snapshot.config, override, {n: built[n] for n in entry.versions if n in built}
+        )
+        if not entry.versions:
+            reason = "; ".join(failures) or "no complete version folder matches the version policy"
+            self._model_failed(name, snapshot, reason)
+        elif config.pipeline is not None:
+            newest = max(entry.versions)
+            pipeline = self.registry.find(pipeline_model_name(name))
+            if newest in attempted or pipeline is None or newest not in pipeline.versions:
+                await self._sync_pipeline(name, newest, snapshot, config.pipeline)
+        return failures
+
+    async def _load_version(self, snapshot: ModelSnapshot, number: int, source: ModelSource) -> str | None:
+        """Build, warm up and publish one version; returns why it failed, None on success."""
+        name, files, config = snapshot.name, snapshot.versions[number].files, source.config
+        if number not in self.registry.ensure(name).versions:
+            self.registry.record(name, number, VersionRecord(IndexState.LOADING))
+        logger.info("model %s version %d: loading", name, number)
+        started = time.perf_counter()
+        observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
+        try:
+            served = await load_version(
+                name,
+                number,
+                snapshot.model_file(number, config.default_model_filename),
+                config,
+                self.settings,
+                observer,
+            )
+        except OrtServeError as exc:
+            return self._version_failed(name, number, files, exc.message)
+        except Exception as exc:  # ONNX Runtime's own load errors: logged, this version fails alone
+            logger.debug("load of %s version %d failed", name, number, exc_info=exc)
+            return self._version_failed(name, number, files, f"{type(exc).__name__}: {exc}")
+        try:
+            check_declared(source, served.info)
+        except OrtServeError as exc:
+            await served.unload(0.0)
+            return self._version_failed(name, number, files, exc.message)
+        seconds = time.perf_counter() - started
+        replaced = self.registry.publish(name, number, served, seconds)
+        self.registry.ensure(name).config = config
+        self._failed.pop((name, number), None)
+        logger.info("model %s version %d: ready (loaded and warmed up in %.3f s)", name, number, seconds)
+        if self.events is not None:
+            self.events.loaded(name, str(number), seconds)
+        if replaced is not None:
+            self._drain(name, number, replaced, "replaced by a reload of the same version")
+        return None
+
+    def _version_failed(self, name: str, number: int, files: Fingerprint, reason: str) -> str:
+        self._failed[(name, number)] = files
+        entry = self.registry.ensure(name)
+        if number not in entry.versions:
+            self.registry.record(name, number, VersionRecord(IndexState.UNAVAILABLE, reason))
+        serving = "; the version already serving keeps serving" if number in entry.versions else ""
+        logger.error("model %s version %d failed to load: %s%s", name, number, reason, serving)
+        if self.events is not None:
+            self.events.load_failed(name, str(number))
+        return reason
+
+    def _model_failed(self, name: str, snapshot: ModelSnapshot, reason: str) -> None:
+        entry = self.registry.ensure(name)
+        if entry.versions:
+            if self._failed_config.get(name) != snapshot.config:
+                logger.error("model %s: %s; the versions serving keep serving", name, reason)
+                if self.events is not None:
+                    self.events.load_failed(name, "")
+            self._failed_config[name] = snapshot.config
+            return
+        entry.state = ModelState.FAILED
+        if entry.error != reason:
+            logger.error("model %s failed to load: %s", name, reason)
+        entry.error = reason
+
+    def _forget_failures(self, name: str) -> None:
+        self._failed = {key: files for key, files in self._failed.items() if key[0] != name}
+        self._failed_config.pop(name, None)
+
+    def _withdraw_all(self, name: str, reason: str) -> None:
+        entry = self.registry.entry(name)
+        for number in sorted(entry.versions):
+            self._retire(name, number, reason)
+        entry.records = {}
+        entry.state = ModelState.UNLOADED
+        entry.error = reason
+
+    def _retire(self, name: str, number: int, reason: str) -> None:
+        served = self.registry.withdraw(name, number)
+        if served is not None:
+            self._drain(name, number, served, reason)
+
+    def _drain(self, name: str, number: int, served: Servable, reason: str) -> None:
+        """Drain and release ``served`` in a task this manager owns (awaited by ``close``)."""
+        entry = self.registry.ensure(name)
+        if number not in entry.versions:
+            self.registry.record(name, number, VersionRecord(IndexState.UNLOADING, reason))
+        logger.info("model %s version %d: draining (%s)", name, number, reason)
+        task = asyncio.get_running_loop().create_task(self._release(name, number, served))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _release(self, name: str, number: int, served: Servable) -> None:
+        await served.unload(self.settings.shutdown_grace_s)
+        entry = self.registry.ensure(name)
+        if number not in entry.versions and entry.records.get(
+            number, VersionRecord(IndexState.READY)
+        ).state is (IndexState.UNLOADING):
+            self.registry.record(name, number, None)
+        logger.info("model %s version %d: unloaded", name, number)
+        if self.events is not None:
+            self.events.unloaded(name, str(number))
+
+    async def _sync_pipeline(self, name: str, number: int, snapshot: ModelSnapshot, spec: str) -> None:
+        """Serve the pipeline wrapping the model on its newest version; it fails alone."""
+        pipeline_name = pipeline_model_name(name)
+        entry = self.registry.ensure(pipeline_name)
+        context = PipelineContext(name, str(number), snapshot.versions[number].folder)
+        started = time.perf_counter()
+        try:
+            version = await load_pipeline(spec, context, self.registry)
+        except OrtServeError as exc:
+            self._pipeline_failed(pipeline_name, exc.message)
+            return
+        except Exception as exc:  # a plug-in's own errors: logged, the pipeline fails alone
+            logger.debug("load of pipeline %s failed", pipeline_name, exc_info=exc)
+            self._pipeline_failed(pipeline_name, f"{type(exc).__name__}: {exc}")
+            return
+        replaced = self.registry.publish(pipeline_name, number, version, time.perf_counter() - started)
+        if replaced is not None:
+            self._drain(pipeline_name, number, replaced, "its model was reloaded")
+        for old in sorted(set(entry.versions) - {number}):
+            self._retire(pipeline_name, old, "its model moved to a newer version")
+
+    def _pipeline_failed(self, name: str, reason: str) -> None:
+        entry = self.registry.ensure(name)
+        logger.error("pipeline %s failed to load: %s", name, reason)
+        if not entry.versions:
+            entry.state = ModelState.FAILED
+            entry.error = reason
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _notify(self) -> None:
+        for callback in self.changed:
+            callback()

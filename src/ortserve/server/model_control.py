@@ -1,0 +1,69 @@
+"""Model control for both transports: repository index, load, unload, model configuration.
+
+The HTTP routes and the gRPC handlers only decode, call this, and encode, so both wires
+refuse and answer alike. Load and unload are refused unless the control mode is ``explicit``
+(Triton's behaviour, UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+from ortserve.errors import ModelControlDisabled
+from ortserve.protocol.grpc import model_config_pb2 as mc
+from ortserve.repository.config_source import ModelSource
+from ortserve.repository.effective_config import effective_config
+from ortserve.repository.index import IndexRow, repository_index
+from ortserve.repository.manager import LifecycleManager
+from ortserve.repository.triton_config import parse_json_config
+
+__all__ = ["ModelControl"]
+
+
+class ModelControl:
+    """What the repository extension and the model configuration API do.
+
+    Args:
+        manager: the server's lifecycle manager.
+        mode: the model control mode (``none``, ``poll``, ``explicit``).
+    """
+
+    def __init__(self, manager: LifecycleManager, mode: str) -> None:
+        self._manager = manager
+        self._mode = mode
+
+    def index(self, ready_only: bool) -> list[IndexRow]:
+        """Raises: RepositoryError (the repository folder is gone)."""
+        return repository_index(self._manager.registry, self._manager.settings.model_repository, ready_only)
+
+    async def load(self, name: str, config_json: str | None) -> None:
+        """Load or reload ``name``; ``config_json`` (Triton JSON) replaces its config files.
+
+        Raises:
+            ModelControlDisabled, ModelNotFound, ConfigError, ModelLoadFailed.
+        """
+        self._check_explicit("load")
+        override = None
+        if config_json is not None:
+            override = ModelSource.from_triton(parse_json_config(config_json, name), "parameters.config")
+        await self._manager.load(name, override)
+
+    async def unload(self, name: str, dependents: bool) -> None:
+        """Raises: ModelControlDisabled, ModelNotFound."""
+        self._check_explicit("unload")
+        await self._manager.unload(name, dependents)
+
+    def config(self, name: str, version: str | None) -> mc.ModelConfig:
+        """The effective configuration of the version a request would reach.
+
+        Raises:
+            ModelNotFound, ModelNotReady.
+        """
+        registry = self._manager.registry
+        served = registry.resolve(name, version)
+        return effective_config(served.info, registry.entry(name).config)
+
+    def _check_explicit(self, what: str) -> None:
+        if self._mode != "explicit":
+            raise ModelControlDisabled(
+                f"explicit model {what} is not allowed: the model control mode is {self._mode!r} "
+                "(start the server with --model-control-mode explicit)"
+            )
