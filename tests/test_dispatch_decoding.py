@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ortserve.apps.dispatch.assignment import Problem, greedy, solve, value
+from ortserve.apps.dispatch import assignment
+from ortserve.apps.dispatch.assignment import Problem, greedy, repair, solve, value
 from ortserve.apps.dispatch.decoding import (
     DEADLINE_PASSED,
     NO_CAPACITY,
@@ -97,10 +98,10 @@ def test_an_order_greedy_would_strand_is_served_by_moving_another_to_its_second_
     assert fractional.courier.tolist() == [1, 0] and fractional.method == "mip" and fractional.optimal
 
 
-def test_when_greedy_is_provably_optimal_no_solver_runs() -> None:
+def test_when_every_order_can_have_its_best_courier_no_solver_runs() -> None:
     score = np.array([[0.9, 0.1], [0.2, 0.8]])
     solution = solve(Problem(score, np.ones((2, 2), dtype=bool), np.array([1.0, 2.0]), np.full(2, 2.0)))
-    assert solution.courier.tolist() == [0, 1] and solution.method == "certified_greedy"
+    assert solution.courier.tolist() == [0, 1] and solution.method == "best_each"
 
 
 def test_when_the_mip_budget_runs_out_the_greedy_answer_stands_and_is_feasible() -> None:
@@ -216,3 +217,21 @@ def test_a_courier_outside_the_top_k_that_capacity_forced_is_listed_among_the_ca
     assert sorted(result.courier) == [0, 1]
     for o, c in enumerate(result.courier):
         assert c in result.candidates[o]
+
+
+def test_repair_serves_an_order_greedy_stranded_by_moving_another_out_of_the_way() -> None:
+    score = np.array([[0.9, 0.8], [0.85, 0.1]])
+    fits = np.array([[True, True], [True, False]])
+    problem = Problem(score, fits, np.array([1.0, 0.5]), np.ones(2))
+    stranded = greedy(problem)
+    assert stranded.tolist() == [0, -1]
+    assert repair(problem, stranded).tolist() == [1, 0]
+
+
+def test_beyond_the_mip_size_the_repaired_greedy_answer_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(assignment, "MIP_MAX_PAIRS", 2)
+    score = np.array([[0.9, 0.8], [0.85, 0.1]])
+    fits = np.array([[True, True], [True, False]])
+    solution = solve(Problem(score, fits, np.array([1.0, 0.5]), np.ones(2)))
+    assert solution.method == "greedy" and not solution.optimal
+    assert solution.courier.tolist() == [1, 0]

@@ -135,8 +135,8 @@ def test_an_order_with_a_bad_field_is_rejected_alone_with_the_reason(
 
 
 def test_more_pairs_than_the_limit_is_payload_too_large() -> None:
-    orders = [order(f"o{i}") for i in range(MAX_PAIRS // 100 + 1)]
-    couriers = [courier(f"c{i}") for i in range(100)]
+    orders = [order(f"o{i}") for i in range(MAX_PAIRS // 200 + 1)]
+    couriers = [courier(f"c{i}") for i in range(200)]
     with pytest.raises(PayloadTooLarge, match="pairs"):
         parse_dispatch_request({"orders": orders, "couriers": couriers}, NOW)
 

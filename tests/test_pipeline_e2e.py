@@ -92,7 +92,7 @@ def test_route_leaves_an_unplaceable_address_unassigned_and_rejects_bad_requests
     assert "orders[0].address" in str(answer["unassigned"])
     status, answer = post(server, "/v1/route", orjson.dumps({"orders": [mars]}))
     assert status == 400 and "'couriers'" in str(answer["error"])
-    status, answer = post(server, "/v1/route", route_body(orders=201, couriers=100))
+    status, answer = post(server, "/v1/route", route_body(orders=501, couriers=200))
     assert status == 413 and "pairs" in str(answer["error"])
 
 

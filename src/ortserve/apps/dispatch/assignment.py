@@ -4,8 +4,8 @@ as possible, then maximise the total score, over every eligible pair.
 Equal weights reduce to a rectangular assignment over courier slots (Hungarian-type, exact and
 polynomial). Unequal weights make it a generalised assignment problem (NP-hard): it is solved
 as a small MIP with a time budget, and the greedy answer stands in when the budget runs out
-before the MIP finds a better one. A cheap certificate skips both when greedy is provably
-optimal (every order that can be served got its best courier).
+before the MIP finds a better one. A cheap check skips all of them when every servable order's
+best courier has room for all the orders that chose it (then that is optimal).
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ import numpy.typing as npt
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 from scipy.sparse import csr_array
 
-__all__ = ["MIP_TIME_BUDGET_S", "Method", "Problem", "Solution", "greedy", "solve"]
+__all__ = ["MIP_MAX_PAIRS", "MIP_TIME_BUDGET_S", "Method", "Problem", "Solution", "greedy", "repair", "solve"]
 
-MIP_TIME_BUDGET_S = 0.25
-"""Wall time the MIP may take on unequal weights before the greedy answer is kept."""
+MIP_TIME_BUDGET_S = 1.0
+"""Wall time the MIP may take on unequal weights before the repaired greedy answer is kept."""
+MIP_MAX_PAIRS = 20_000
+"""Beyond this many eligible pairs the MIP would spend its budget setting up: greedy at once."""
 _ROOM_SLACK = 1e-9
 
 Floats = npt.NDArray[np.float64]
-Method = Literal["certified_greedy", "assignment", "mip", "greedy"]
+Method = Literal["best_each", "assignment", "mip", "greedy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +61,60 @@ def greedy(problem: Problem) -> npt.NDArray[np.int64]:
     """Pairs by descending score (ties: order, then courier index), each taken if both are free."""
     orders, couriers = np.nonzero(problem.eligible)
     ranked = np.lexsort((couriers, orders, -problem.score[orders, couriers]))
-    courier = np.full(problem.score.shape[0], -1, dtype=np.int64)
-    room = problem.room.copy()
-    weights = problem.weights
+    courier = [-1] * problem.score.shape[0]
+    room = problem.room.tolist()
+    weights = problem.weights.tolist()
+    left = int(problem.eligible.any(axis=1).sum())
     for o, c in zip(orders[ranked].tolist(), couriers[ranked].tolist(), strict=True):
         if courier[o] == -1 and room[c] + _ROOM_SLACK >= weights[o]:
             courier[o] = c
             room[c] -= weights[o]
+            left -= 1
+            if left == 0:
+                break
+    return np.array(courier, dtype=np.int64)
+
+
+def repair(problem: Problem, courier: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Serve stranded orders by moving one order out of the way: for a stranded order, a
+    courier it could take is freed by moving one of that courier's orders to another courier
+    with room (an augmenting path of length two). Each move serves one more order."""
+    courier = courier.copy()
+    weights = problem.weights
+    room = problem.room - np.bincount(
+        courier[courier >= 0], weights=weights[courier >= 0], minlength=len(problem.room)
+    )
+    stranded = np.flatnonzero((courier < 0) & problem.eligible.any(axis=1))
+    for o in stranded.tolist():
+        for c in np.flatnonzero(problem.eligible[o])[
+            np.argsort(-problem.score[o, problem.eligible[o]], kind="stable")
+        ].tolist():
+            need = weights[o] - room[c] - _ROOM_SLACK
+            for other in np.flatnonzero((courier == c) & (weights >= need)).tolist():
+                free = np.flatnonzero(problem.eligible[other] & (room + _ROOM_SLACK >= weights[other]))
+                free = free[free != c]
+                if len(free):
+                    target = int(free[np.argmax(problem.score[other, free])])
+                    courier[other], courier[o] = target, c
+                    room[target] -= weights[other]
+                    room[c] += weights[other] - weights[o]
+                    break
+            if courier[o] >= 0:
+                break
     return courier
 
 
-def _certified(problem: Problem, courier: npt.NDArray[np.int64]) -> bool:
-    """Greedy is optimal when every servable order got its highest-scoring eligible courier."""
+def _best_each(problem: Problem) -> npt.NDArray[np.int64] | None:
+    """Every servable order with its highest-scoring eligible courier (ties: lower index), when
+    that fits every courier's room: then it is optimal (nothing serves more, nothing scores
+    more). None when it does not fit."""
     masked = np.where(problem.eligible, problem.score, -np.inf)
+    best = np.argmax(masked, axis=1)
     servable = problem.eligible.any(axis=1)
-    if not np.array_equal(courier >= 0, servable):
-        return False
-    rows = np.flatnonzero(servable)
-    return bool(np.all(masked[rows, courier[rows]] >= masked[rows].max(axis=1)))
+    load = np.bincount(best[servable], weights=problem.weights[servable], minlength=len(problem.room))
+    if np.any(load > problem.room + _ROOM_SLACK):
+        return None
+    return np.where(servable, best, -1).astype(np.int64)
 
 
 def _slots(problem: Problem, weight: float) -> npt.NDArray[np.int64]:
@@ -149,11 +187,14 @@ def solve(problem: Problem, time_budget_s: float = MIP_TIME_BUDGET_S) -> Solutio
         problem: scores, eligibility, weights and rooms (deterministic for the same arrays).
         time_budget_s: wall time the MIP may use when weights differ.
     """
-    first = greedy(problem)
-    if _certified(problem, first):
-        return Solution(first, "certified_greedy", True)
+    best = _best_each(problem)
+    if best is not None:
+        return Solution(best, "best_each", True)
     if np.all(problem.weights == problem.weights[0]):
         return Solution(_assignment(problem), "assignment", True)
+    first = repair(problem, greedy(problem))
+    if int(problem.eligible.sum()) > MIP_MAX_PAIRS:
+        return Solution(first, "greedy", False)
     found = _mip(problem, time_budget_s)
     if found is None or not _feasible(problem, found[0]) or value(problem, found[0]) < value(problem, first):
         return Solution(first, "greedy", False)

@@ -21,10 +21,10 @@ __all__ = [
     "parse_dispatch_request",
 ]
 
-MAX_ORDERS = 500
-MAX_COURIERS = 200
-MAX_PAIRS = 20_000
-"""Orders x couriers scored per request at most; beyond it, 413."""
+MAX_ORDERS = 1000
+MAX_COURIERS = 400
+MAX_PAIRS = 100_000
+"""Orders x couriers scored per request at most (500 x 200); beyond it, 413."""
 MAX_TOP_K = 10
 DEFAULT_TOP_K = 5
 DEFAULT_MIN_ON_TIME = 0.5
