@@ -7,14 +7,8 @@ from urllib.parse import unquote
 import hpack
 import pytest
 
-from ortserve.server.grpc.headers import (
-    RESPONSE_HEADERS,
-    HeaderBlockDecoder,
-    HeaderError,
-    MalformedRequest,
-    trailers,
-    trailers_only,
-)
+from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, request_head, trailers, trailers_only
+from ortserve.server.http2.headers import HeaderBlockDecoder, HeaderError, MalformedHeaders
 
 REQUEST = [
     (b":method", b"POST"),
@@ -46,8 +40,8 @@ BASE = b"".join(literal(name, value) for name, value in REQUEST)  # leaves the t
 NEWEST = b"\xbe"  # indexed field 62: the newest entry of the dynamic table
 
 
-def decoder() -> HeaderBlockDecoder:
-    return HeaderBlockDecoder(max_header_list_size=64 * 1024)
+def decoder(max_header_list_size: int = 64 * 1024) -> HeaderBlockDecoder[RequestHead]:
+    return HeaderBlockDecoder(max_header_list_size, request_head)
 
 
 def test_a_block_of_plain_literals_decodes_to_the_request_head() -> None:
@@ -109,7 +103,7 @@ def test_entries_shifted_by_an_addition_give_a_different_head() -> None:
     reference.decode(change)
     # Every dynamic index now points one entry further: :path falls out of the block.
     assert b":path" not in dict(reference.decode(repeat))
-    with pytest.raises(MalformedRequest):
+    with pytest.raises(MalformedHeaders):
         headers.decode(repeat)
 
 
@@ -145,7 +139,7 @@ def test_a_header_error_goes_to_the_client_without_python_reprs() -> None:
 
 def test_a_header_list_over_the_limit_is_a_header_error() -> None:
     with pytest.raises(HeaderError):
-        HeaderBlockDecoder(max_header_list_size=200).decode(BASE + literal(b"x-big", b"b" * 300))
+        decoder(200).decode(BASE + literal(b"x-big", b"b" * 300))
 
 
 @pytest.mark.parametrize(
@@ -168,7 +162,7 @@ def test_grpc_timeout_units(value: bytes, seconds: float) -> None:
 
 @pytest.mark.parametrize("value", [b"", b"5", b"S", b"123456789S", b"-1S", b"1.5S", b"1s", b" 1S", b"1S "])
 def test_a_malformed_grpc_timeout_is_a_malformed_request(value: bytes) -> None:
-    with pytest.raises(MalformedRequest, match="grpc-timeout"):
+    with pytest.raises(MalformedHeaders, match="grpc-timeout"):
         decoder().decode(BASE + literal(b"grpc-timeout", value))
 
 
@@ -199,7 +193,7 @@ def without(name: bytes) -> list[tuple[bytes, bytes]]:
     ],
 )
 def test_a_head_that_breaks_http2_request_rules_is_malformed(fields: list[tuple[bytes, bytes]]) -> None:
-    with pytest.raises(MalformedRequest):
+    with pytest.raises(MalformedHeaders):
         decoder().decode(b"".join(literal(name, value) for name, value in fields))
 
 

@@ -1,6 +1,6 @@
 """One gRPC call on one HTTP/2 stream: length-prefixed messages in, the handler, messages and status out.
 
-The connection (:mod:`~ortserve.server.grpc.connection`) owns HTTP/2 and hands each stream's
+The HTTP/2 engine (:mod:`~ortserve.server.http2`) owns the stream; the connection hands its
 DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message"),
 decompresses them, runs the method's handler and answers through its :class:`CallOwner`.
 A unary handler may answer at once, with a :class:`Deferred` (a future plus the function
@@ -64,26 +64,29 @@ class Rpc:
 
 
 class CallOwner(Protocol):
-    """What a call needs from its connection: writing frames under flow control."""
+    """What a call needs from its connection: sending under flow control, and more input.
+
+    The call decides what to send and keeps its own state; the owner only delivers.
+    """
 
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
-        """Headers, one message and OK trailers, ending the stream."""
+        """Headers, one message and OK trailers, ending the call."""
 
     def send_headers(self, call: GrpcCall, block: bytes) -> None:
-        """The response's first header block (not the end of the stream)."""
+        """The response's first header block (not the end of the call)."""
 
     def send_message(self, call: GrpcCall, payload: bytes) -> None:
         """One more length-prefixed message."""
 
     def send_trailers(self, call: GrpcCall, block: bytes) -> None:
-        """The closing header block, after every queued message; ends the stream."""
+        """The closing header block, after every queued message; ends the call."""
 
     def drained(self, call: GrpcCall) -> None:
         """The handler took every queued request message: the client may send more."""
 
 
 class GrpcCall:
-    """A call's gRPC state, and the HTTP/2 stream state the connection keeps on it.
+    """One call's gRPC state; the HTTP/2 stream under it is the engine's.
 
     Handlers see :attr:`metadata`, :meth:`time_remaining`, and for streaming methods
     :meth:`read` and :meth:`write`.
@@ -92,8 +95,11 @@ class GrpcCall:
     __slots__ = (
         "_compressed",
         "_deadline",
+        "_ended",
         "_failed",
+        "_headers_sent",
         "_inbox",
+        "_input_ended",
         "_length",
         "_loop",
         "_max_message",
@@ -106,15 +112,7 @@ class GrpcCall:
         "_stop_reading",
         "_task",
         "_timer",
-        "counted_held",
         "head",
-        "headers_sent",
-        "local_closed",
-        "outbound",
-        "outbound_bytes",
-        "recv_window",
-        "remote_closed",
-        "send_window",
         "stream_id",
     )
 
@@ -126,26 +124,16 @@ class GrpcCall:
         rpc: Rpc,
         loop: asyncio.AbstractEventLoop,
         max_message: int,
-        send_window: int,
-        recv_window: int,
     ) -> None:
         self.stream_id = stream_id
         self.head = head
-        self.send_window = send_window
-        self.recv_window = recv_window
-        self.outbound: deque[tuple[bytes | memoryview, bool]] = deque()
-        """Frames waiting for flow-control window: (payload, is_trailers)."""
-        self.outbound_bytes = 0
-        """Message bytes in :attr:`outbound`, kept by the connection."""
-        self.counted_held = 0
-        """:attr:`held` as the connection last counted it."""
-        self.remote_closed = False
-        self.local_closed = False
-        self.headers_sent = False
         self._owner = owner
         self._rpc = rpc
         self._loop = loop
         self._max_message = max_message
+        self._input_ended = False
+        self._ended = False
+        self._headers_sent = False
         self._deadline = None if head.timeout_s is None else loop.time() + head.timeout_s
         self._prefix = b""
         self._length = -1
@@ -174,7 +162,7 @@ class GrpcCall:
     async def read(self) -> Message | None:
         """The next request message of a streaming call; None once the client is done sending."""
         while not self._inbox:
-            if self.remote_closed or self._stop_reading:
+            if self._input_ended or self._stop_reading:
                 return None
             self._reader = self._loop.create_future()
             await self._reader
@@ -185,9 +173,10 @@ class GrpcCall:
 
     def write(self, message: Message) -> None:
         """Send one response message of a streaming call (queued under flow control)."""
-        if self.local_closed:
+        if self._ended:
             return
-        if not self.headers_sent:
+        if not self._headers_sent:
+            self._headers_sent = True
             self._owner.send_headers(self, RESPONSE_HEADERS)
         self._owner.send_message(self, _framed(message.SerializeToString()))
 
@@ -197,6 +186,11 @@ class GrpcCall:
         self._wake()
 
     # -- for the connection -----------------------------------------------------------
+    @property
+    def ended(self) -> bool:
+        """The call sent its end, or was cancelled."""
+        return self._ended
+
     @property
     def held(self) -> int:
         """Request bytes received but not yet handed to the handler (a partial message, or a
@@ -223,8 +217,8 @@ class GrpcCall:
     def receive(self, payload: memoryview, end_stream: bool) -> None:
         """Take one DATA frame's payload (padding removed)."""
         if end_stream:
-            self.remote_closed = True
-        if self.local_closed or self._failed:
+            self._input_ended = True
+        if self._ended or self._failed:
             return
         try:
             if payload:
@@ -241,10 +235,8 @@ class GrpcCall:
 
     def cancel(self) -> None:
         """The client reset the stream or went away: stop the handler, send nothing more."""
-        self.local_closed = True
+        self._ended = True
         self._stop_timer()
-        self.outbound.clear()
-        self.outbound_bytes = 0
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._wake()
@@ -365,7 +357,7 @@ class GrpcCall:
         self, finish: Callable[[asyncio.Future[Any]], Message], done: asyncio.Future[Any]
     ) -> None:
         self._task = None
-        if done.cancelled() or self.local_closed:
+        if done.cancelled() or self._ended:
             return
         try:
             answer = finish(done)
@@ -376,7 +368,7 @@ class GrpcCall:
 
     def _on_unary_task(self, task: asyncio.Future[Any]) -> None:
         self._task = None
-        if task.cancelled() or self.local_closed:
+        if task.cancelled() or self._ended:
             return
         error = task.exception()
         if error is not None:
@@ -385,7 +377,7 @@ class GrpcCall:
             self._answer(task.result())
 
     def _answer(self, message: Message) -> None:
-        if self.local_closed:
+        if self._ended:
             return
         self._stop_timer()
         payload = message.SerializeToString()
@@ -397,33 +389,38 @@ class GrpcCall:
                 )
             )
             return
+        self._ended = True
+        self._headers_sent = True
         self._owner.send_answer(self, _framed(payload))
 
     async def _run_streaming(self, handler: StreamHandler) -> None:
         try:
             await handler(self)
         except asyncio.CancelledError:
-            if not self.local_closed:  # cancelled by the server (shutdown), not by the client
+            if not self._ended:  # cancelled by the server (shutdown), not by the client
                 self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
             raise
         except Exception as exc:
             self._fail(_abort(exc))
             return
-        if not self.local_closed:
+        if not self._ended:
             self._stop_timer()
-            if not self.headers_sent:
+            if not self._headers_sent:
+                self._headers_sent = True
                 self._owner.send_headers(self, RESPONSE_HEADERS)
+            self._ended = True
             self._owner.send_trailers(self, trailers(StatusCode.OK))
 
     def _fail(self, abort: GrpcAbort) -> None:
-        if self.local_closed:
+        if self._ended:
             return
         self._failed = True
         self._stop_timer()
         self._inbox.clear()
         self._request = None
         self.stop_reading()  # a streaming handler reads no more; its writes are dropped
-        if self.headers_sent:
+        self._ended = True
+        if self._headers_sent:
             self._owner.send_trailers(self, trailers(abort.code, abort.message, abort.trailers))
         else:
             self._owner.send_trailers(self, trailers_only(abort.code, abort.message, abort.trailers))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ortserve.server.http2.config import EngineConfig
+from ortserve.server.http2.frames import MAX_WINDOW
 from ortserve.settings import ServerSettings
 
 __all__ = ["GrpcOptions"]
@@ -18,6 +20,19 @@ class GrpcOptions:
     keepalive_timeout_s: float
     max_concurrent_streams: int
     max_header_list_bytes: int = 64 * 1024
+
+    def engine(self) -> EngineConfig:
+        """The HTTP/2 engine's limits: a connection window with room for the largest message plus
+        a stream window, so a big message never stalls."""
+        stream_window = 4 << 20
+        return EngineConfig(
+            max_concurrent_streams=self.max_concurrent_streams,
+            max_header_list_bytes=self.max_header_list_bytes,
+            stream_window=stream_window,
+            connection_window=min(MAX_WINDOW, max(16 << 20, self.max_message_bytes + stream_window)),
+            keepalive_time_s=self.keepalive_time_s,
+            keepalive_timeout_s=self.keepalive_timeout_s,
+        )
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> GrpcOptions:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ortserve.server.grpc.guards import Keepalive, KeepaliveStep, PingStrikes, ResetBudget
+from ortserve.server.http2.guards import Keepalive, KeepaliveStep, PingStrikes, ResetBudget
 
 
 def test_pings_spaced_by_the_interval_never_strike() -> None:

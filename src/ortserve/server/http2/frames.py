@@ -112,8 +112,10 @@ def rst_stream_frame(stream_id: int, code: ErrorCode) -> bytes:
     return frame(FrameType.RST_STREAM, 0, stream_id, struct.pack(">L", code))
 
 
-def goaway_frame(last_stream_id: int, code: ErrorCode, debug: bytes = b"") -> bytes:
-    return frame(FrameType.GOAWAY, 0, 0, struct.pack(">LL", last_stream_id, code) + debug)
+def goaway_frame(last_stream_id: int, code: ErrorCode, debug: str = "") -> bytes:
+    """GOAWAY with ``debug`` as plain ASCII text (anything else replaced), cut to 256 bytes."""
+    text = debug.encode("ascii", "replace")[:256]
+    return frame(FrameType.GOAWAY, 0, 0, struct.pack(">LL", last_stream_id, code) + text)
 
 
 class Http2Error(Exception):

@@ -1,0 +1,187 @@
+"""The send side of one HTTP/2 connection: the bytes to send, the peer's flow-control windows and
+frame size, and payloads waiting for window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from ortserve.server.http2.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_WINDOW,
+    MAX_WINDOW,
+    ErrorCode,
+    Flag,
+    FrameType,
+    Http2Error,
+    data_frame,
+    frame,
+    header_frames,
+)
+from ortserve.server.http2.stream import Stream
+
+__all__ = ["Outbound", "SendOwner"]
+
+
+class SendOwner(Protocol):
+    """What the send side tells the engine."""
+
+    def local_done(self, stream: Stream) -> None:
+        """The stream's last frame left."""
+
+    def grant(self, stream: Stream) -> None:
+        """The stream's queue shrank: its receive window may reopen."""
+
+
+class Outbound:
+    """Frames to send, in order; payloads go out as the peer's windows allow.
+
+    Everything written is kept in one list until :meth:`take`, so what a read (or one
+    application call) produced leaves in one system call.
+
+    Args:
+        owner: the engine.
+    """
+
+    def __init__(self, owner: SendOwner) -> None:
+        self._owner = owner
+        self._out: list[bytes | memoryview] = []
+        self.window = DEFAULT_WINDOW
+        """The connection-level window the peer has granted."""
+        self.initial_window = DEFAULT_WINDOW
+        """The peer's SETTINGS_INITIAL_WINDOW_SIZE: each new stream's send window."""
+        self.max_frame = DEFAULT_MAX_FRAME_SIZE
+        self._blocked: dict[int, Stream] = {}
+
+    def write(self, data: bytes) -> None:
+        self._out.append(data)
+
+    def take(self) -> list[bytes | memoryview]:
+        """Everything written since the last call."""
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._out)
+
+    # -- a stream's frames ----------------------------------------------------------------
+    def answer(self, stream: Stream, headers: bytes, payload: bytes, trailers: bytes) -> None:
+        """A header block, one DATA payload and a closing header block; in one piece when the
+        windows and frame size allow, which is the common case for small answers."""
+        stream.local_closed = True
+        size = len(payload)
+        stream_id = stream.stream_id
+        if (
+            size <= stream.send_window
+            and size <= self.window
+            and size <= self.max_frame
+            and len(headers) <= self.max_frame
+            and len(trailers) <= self.max_frame
+        ):
+            stream.send_window -= size
+            self.window -= size
+            header, data = data_frame(stream_id, payload, False)
+            out = self._out
+            out.append(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, headers))
+            out.append(header)
+            out.append(data)
+            out.append(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers))
+            self._owner.local_done(stream)
+            return
+        self._out.append(header_frames(stream_id, headers, False, self.max_frame))
+        stream.outbound.append((payload, False))
+        stream.outbound_bytes += size
+        stream.outbound.append((trailers, True))
+        self.flush(stream)
+
+    def headers(self, stream: Stream, block: bytes, end_stream: bool) -> None:
+        """A header block now (headers never wait for window); ``end_stream`` ends our side."""
+        if end_stream and stream.outbound:  # closing block: after the queued data
+            stream.local_closed = True
+            stream.outbound.append((block, True))
+            self.flush(stream)
+            return
+        self._out.append(header_frames(stream.stream_id, block, end_stream, self.max_frame))
+        if end_stream:
+            stream.local_closed = True
+            self._owner.local_done(stream)
+
+    def data(self, stream: Stream, payload: bytes | memoryview) -> None:
+        stream.outbound.append((payload, False))
+        stream.outbound_bytes += len(payload)
+        self.flush(stream)
+
+    def flush(self, stream: Stream) -> None:
+        """Send what the windows allow of a stream's queued payloads, then its closing block."""
+        outbound = stream.outbound
+        while outbound:
+            payload, closing = outbound[0]
+            if closing:
+                outbound.popleft()
+                self._out.append(header_frames(stream.stream_id, bytes(payload), True, self.max_frame))
+                self._blocked.pop(stream.stream_id, None)
+                self._owner.local_done(stream)
+                return
+            room = min(stream.send_window, self.window, self.max_frame)
+            if room <= 0:
+                self._blocked[stream.stream_id] = stream
+                self._owner.grant(stream)
+                return
+            chunk = payload if len(payload) <= room else memoryview(payload)[:room]
+            stream.send_window -= len(chunk)
+            self.window -= len(chunk)
+            stream.outbound_bytes -= len(chunk)
+            self._out.extend(data_frame(stream.stream_id, chunk, False))
+            if len(chunk) == len(payload):
+                outbound.popleft()
+            else:
+                outbound[0] = (memoryview(payload)[room:], False)
+        self._blocked.pop(stream.stream_id, None)
+        self._owner.grant(stream)
+
+    # -- window changes ---------------------------------------------------------------
+    def grow_connection_window(self, increment: int) -> None:
+        """A WINDOW_UPDATE on stream 0.
+
+        Raises:
+            Http2Error: the window passed 2^31-1 (FLOW_CONTROL_ERROR).
+        """
+        self.window += increment
+        if self.window > MAX_WINDOW:
+            raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+        for blocked in list(self._blocked.values()):
+            self.flush(blocked)
+
+    def grow_stream_window(self, stream: Stream, increment: int) -> bool:
+        """A WINDOW_UPDATE on a stream; False when its window overflowed (reset it)."""
+        stream.send_window += increment
+        if stream.send_window > MAX_WINDOW:
+            return False
+        self.flush(stream)
+        return True
+
+    def set_initial_window(self, value: int, streams: Iterable[Stream]) -> bool:
+        """The peer changed SETTINGS_INITIAL_WINDOW_SIZE; True when stream windows grew.
+
+        Raises:
+            Http2Error: the value, or a stream's window after the change, passed 2^31-1.
+        """
+        if value > MAX_WINDOW:
+            raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
+        delta = value - self.initial_window
+        self.initial_window = value
+        for stream in streams:
+            stream.send_window += delta
+            if stream.send_window > MAX_WINDOW:
+                raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "a stream window overflowed")
+        return delta > 0
+
+    def forget(self, stream: Stream) -> None:
+        """The stream was reset: drop what it still had to send."""
+        stream.outbound.clear()
+        stream.outbound_bytes = 0
+        self._blocked.pop(stream.stream_id, None)
+
+    def clear(self) -> None:
+        self._blocked.clear()
