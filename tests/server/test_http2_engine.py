@@ -192,6 +192,15 @@ def test_request_trailers_end_the_request_and_trailers_that_do_not_reset_it() ->
     assert isinstance(reset, StreamReset) and reset.code == ErrorCode.PROTOCOL_ERROR and not reset.remote
 
 
+def test_trailers_with_a_pseudo_header_reset_the_stream_and_a_block_after_the_end_is_stream_closed() -> None:
+    peer = Peer().handshake()
+    peer.send(peer.request(1), peer.request(3, end_stream=True))
+    [malformed] = peer.send(raw_frame(HEADERS, END_HEADERS | END_STREAM, 1, peer.block([(":path", "/x")])))
+    assert isinstance(malformed, StreamReset) and malformed.code == ErrorCode.PROTOCOL_ERROR
+    [late] = peer.send(raw_frame(HEADERS, END_HEADERS | END_STREAM, 3, peer.block([("x-sum", "1")])))
+    assert isinstance(late, StreamReset) and late.code == ErrorCode.STREAM_CLOSED  # half-closed (remote)
+
+
 def test_headers_on_a_closed_stream_are_answered_stream_closed() -> None:
     peer = Peer().handshake()
     peer.send(peer.request(3, end_stream=True))

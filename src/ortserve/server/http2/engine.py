@@ -113,6 +113,12 @@ class Http2Engine(Generic[_H]):
         return len(self._streams)
 
     @property
+    def last_stream_id(self) -> int:
+        """The highest stream id the peer has used: streams above it are idle, below it closed
+        unless open."""
+        return self._last_stream_id
+
+    @property
     def open_stream_ids(self) -> frozenset[int]:
         """Ids of the streams open or half-closed."""
         return frozenset(self._streams)
@@ -312,15 +318,7 @@ class Http2Engine(Generic[_H]):
         end_stream = bool(flags & Flag.END_STREAM)
         stream = self._streams.get(stream_id)
         if stream is not None or stream_id <= self._last_stream_id:
-            self._discard_block(block)
-            if stream is None:
-                self._reset(stream_id, ErrorCode.STREAM_CLOSED)
-            elif not end_stream or stream.remote_closed:  # trailers must end the stream
-                self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
-            else:
-                stream.remote_closed = True
-                self._events.append(DataReceived(stream_id, _EMPTY, True))
-                self._remote_done(stream)
+            self._trailers(stream, stream_id, end_stream, block)
             return
         self._last_stream_id = stream_id
         if self._going_away or len(self._streams) >= self._config.max_concurrent_streams:
@@ -339,6 +337,27 @@ class Http2Engine(Generic[_H]):
         self._streams[stream_id] = stream
         stream.remote_closed = end_stream
         self._events.append(RequestReceived(stream_id, head, end_stream))
+
+    def _trailers(self, stream: Stream | None, stream_id: int, end_stream: bool, block: bytes) -> None:
+        """A header block on a stream already open (trailers) or closed."""
+        try:
+            malformed = False
+            if stream is None or not end_stream or stream.remote_closed:
+                self._decoder.decode_and_discard(block)
+            else:
+                self._decoder.check_trailers(block)
+        except HeaderError as exc:
+            raise Http2Error(ErrorCode.COMPRESSION_ERROR, f"header block not decodable: {exc}") from None
+        except MalformedHeaders:
+            malformed = True
+        if stream is None or stream.remote_closed:  # closed, or half-closed (remote): 5.1
+            self._reset(stream_id, ErrorCode.STREAM_CLOSED)
+        elif malformed or not end_stream:  # trailers must end the stream: 8.1
+            self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
+        else:
+            stream.remote_closed = True
+            self._events.append(DataReceived(stream_id, _EMPTY, True))
+            self._remote_done(stream)
 
     def _discard_block(self, block: bytes) -> None:
         try:

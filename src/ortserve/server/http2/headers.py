@@ -104,6 +104,18 @@ class HeaderBlockDecoder(Generic[_H]):
             self._cache[block] = head
         return head
 
+    def check_trailers(self, block: bytes) -> None:
+        """Decode a request's trailers (which are not kept) and check them (RFC 9113 8.1).
+
+        Raises:
+            HeaderError: the block is not valid HPACK.
+            MalformedHeaders: a pseudo-header or an uppercase name.
+        """
+        fields, _ = self._decode(block)
+        for name, _value in fields:
+            if name.startswith(b":") or name != name.lower():
+                raise MalformedHeaders("trailers with a pseudo-header or an uppercase name")
+
     def decode_and_discard(self, block: bytes) -> None:
         """Keep the HPACK state in step for a block whose stream is refused, closed, or trailers.
 

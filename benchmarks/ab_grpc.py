@@ -1,0 +1,80 @@
+"""gRPC A/B of two source trees in one run: small_mlp ModelInfer at c=1 (p50) and c=64 (req/s).
+
+Both servers run at once, pinned to CPU 0 with one intra-op thread; h2load runs on CPU 1 and
+loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike. A is the
+``--old-src`` tree (a ``src/`` folder, e.g. from ``git worktree add /tmp/base main``), B the
+installed package. Cells are medians over ``--rounds``. Writes JSON under benchmarks/out/.
+
+    python benchmarks/ab_grpc.py --old-src /tmp/base/src --seconds 4 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_grpc import INFER, WIDTHS, grpc_request
+from h2load import run_h2load
+from machine import stamp as machine_stamp
+
+from ortserve.demo import write_demo_repository
+from ortserve.testing import run_server
+
+OUT = Path(__file__).parent / "out"
+MODEL = "small_mlp"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old-src", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    repo = OUT / "models"
+    if not (repo / MODEL).exists():
+        write_demo_repository(repo)
+    payload = grpc_request(MODEL, WIDTHS[MODEL])
+    server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
+    runs: dict[str, dict[str, list[float]]] = {"A-old": {}, "B-new": {}}
+    with ExitStack() as stack:
+        servers = {
+            "A-old": stack.enter_context(
+                run_server(
+                    repo, OUT / "ab-grpc-old.log", server_args, {"PYTHONPATH": str(args.old_src)}, pin_cpu=0
+                )
+            ),
+            "B-new": stack.enter_context(run_server(repo, OUT / "ab-grpc-new.log", server_args, pin_cpu=0)),
+        }
+        for server in servers.values():  # warm both
+            run_h2load(f"http://{server.grpc_address}{INFER}", payload, 16, 1.0)
+        for _ in range(args.rounds):
+            for label, server in servers.items():
+                url = f"http://{server.grpc_address}{INFER}"
+                c1 = run_h2load(url, payload, 1, args.seconds)
+                c64 = run_h2load(url, payload, 64, args.seconds)
+                cells = runs[label]
+                cells.setdefault("c1_p50_ms", []).append(c1.p50_ms)
+                cells.setdefault("c1_req_s", []).append(c1.requests_per_s)
+                cells.setdefault("c64_req_s", []).append(c64.requests_per_s)
+                cells.setdefault("c64_p50_ms", []).append(c64.p50_ms)
+                errors = c1.http_errors + c64.http_errors
+                print(label, f"c1 p50 {c1.p50_ms:.3f} ms", f"c64 {c64.requests_per_s:.0f} req/s", f"errors {errors}")
+    medians = {label: {k: statistics.median(v) for k, v in cells.items()} for label, cells in runs.items()}
+    ratios = {k: medians["B-new"][k] / medians["A-old"][k] for k in medians["A-old"]}
+    report = {"machine": machine_stamp(), "args": vars(args) | {"old_src": str(args.old_src)}}
+    report |= {"runs": runs, "medians": medians, "new_over_old": ratios}
+    path = OUT / f"ab_grpc-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps({"medians": medians, "new_over_old": ratios}, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
