@@ -1,7 +1,8 @@
 """gRPC A/B of two source trees in one run: small_mlp ModelInfer at c=1 (p50) and c=64 (req/s).
 
 Both servers run at once, pinned to CPU 0 with one intra-op thread; h2load runs on CPU 1 and
-loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike. A is the
+loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike; the
+server's CPU time per call is reported too, which a busy machine disturbs less than rates. A is the
 ``--old-src`` tree (a ``src/`` folder, e.g. from ``git worktree add /tmp/base main``), B the
 installed package. Cells are medians over ``--rounds``. Writes JSON under benchmarks/out/.
 
@@ -19,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_grpc import INFER, WIDTHS, grpc_request
+from bench_grpc import INFER, WIDTHS, grpc_request, server_cpu_s
 from h2load import run_h2load
 from machine import stamp as machine_stamp
 
@@ -57,15 +58,28 @@ def main() -> None:
         for _ in range(args.rounds):
             for label, server in servers.items():
                 url = f"http://{server.grpc_address}{INFER}"
+                pid = server.process.pid
+                cpu = server_cpu_s(pid)
                 c1 = run_h2load(url, payload, 1, args.seconds)
+                cpu_c1 = server_cpu_s(pid) - cpu
                 c64 = run_h2load(url, payload, 64, args.seconds)
+                cpu_c64 = server_cpu_s(pid) - cpu - cpu_c1
                 cells = runs[label]
+                # Server CPU per call (warm-up included in both): steadier than rates on a busy machine.
+                cells.setdefault("c1_cpu_us_per_call", []).append(1e6 * cpu_c1 / max(1, c1.completed))
+                cells.setdefault("c64_cpu_us_per_call", []).append(1e6 * cpu_c64 / max(1, c64.completed))
                 cells.setdefault("c1_p50_ms", []).append(c1.p50_ms)
                 cells.setdefault("c1_req_s", []).append(c1.requests_per_s)
                 cells.setdefault("c64_req_s", []).append(c64.requests_per_s)
                 cells.setdefault("c64_p50_ms", []).append(c64.p50_ms)
                 errors = c1.http_errors + c64.http_errors
-                print(label, f"c1 p50 {c1.p50_ms:.3f} ms", f"c64 {c64.requests_per_s:.0f} req/s", f"errors {errors}")
+                print(
+                    label,
+                    f"c1 p50 {c1.p50_ms:.3f} ms",
+                    f"c64 {c64.requests_per_s:.0f} req/s",
+                    f"cpu/call c1 {cells['c1_cpu_us_per_call'][-1]:.0f} us c64 {cells['c64_cpu_us_per_call'][-1]:.0f} us",
+                    f"errors {errors}",
+                )
     medians = {label: {k: statistics.median(v) for k, v in cells.items()} for label, cells in runs.items()}
     ratios = {k: medians["B-new"][k] / medians["A-old"][k] for k in medians["A-old"]}
     report = {"machine": machine_stamp(), "args": vars(args) | {"old_src": str(args.old_src)}}

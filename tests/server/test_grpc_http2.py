@@ -682,6 +682,20 @@ async def test_compressed_requests(
     await assert_serves(client)
 
 
+async def test_a_compressed_message_inflating_over_several_ticks_keeps_its_place_on_a_stream(
+    server: Server,
+) -> None:
+    client = await server.connect()
+    stream_id = client.start(STREAM_INFER, metadata=(("grpc-encoding", "gzip"),))
+    big = bytes(range(256)) * 2400  # 600 KiB: more than one tick's inflation budget
+    client.send(stream_id, framed(gzip.compress(infer_request("echo", big)), 1))
+    client.send(stream_id, framed(infer_request("echo", b"second")), end_stream=True)
+    stream = await client.response(stream_id)
+    assert stream.status == StatusCode.OK, stream.message
+    answers = [pb.ModelStreamInferResponse.FromString(m).infer_response for m in stream.messages()]
+    assert [bytes(a.raw_output_contents[0]) for a in answers] == [big, b"second"]
+
+
 # -- refusals and malformed requests --------------------------------------------------------
 @pytest.mark.parametrize(
     ("method", "path", "content_type", "http_status", "code"),

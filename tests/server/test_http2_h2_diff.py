@@ -38,6 +38,9 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import hpack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from http2_peer import (
     CONTINUATION,
     DATA,
@@ -49,15 +52,13 @@ from http2_peer import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
+    Frame,
     Peer,
     parse_frames,
     raw_frame,
     setting,
     u32,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from ortserve.server.http2 import ConnectionEnded, DataReceived, ErrorCode
 
 WINDOW = 65_535

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import zlib
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ortserve.server.grpc.headers import (
     trailers,
     trailers_only,
 )
+from ortserve.server.grpc.inflate import InflateJob, Inflater
 
 __all__ = ["CallOwner", "Deferred", "GrpcCall", "Rpc", "StreamHandler", "UnaryHandler"]
 
@@ -93,12 +93,16 @@ class GrpcCall:
     """
 
     __slots__ = (
+        "_after",
+        "_after_bytes",
         "_compressed",
         "_deadline",
         "_ended",
         "_failed",
         "_headers_sent",
         "_inbox",
+        "_inflater",
+        "_inflating",
         "_input_ended",
         "_length",
         "_loop",
@@ -124,6 +128,7 @@ class GrpcCall:
         rpc: Rpc,
         loop: asyncio.AbstractEventLoop,
         max_message: int,
+        inflater: Inflater,
     ) -> None:
         self.stream_id = stream_id
         self.head = head
@@ -139,6 +144,11 @@ class GrpcCall:
         self._length = -1
         self._partial = bytearray()  # copied: a view would pin the whole read buffer it came in
         self._compressed = False
+        self._inflater = inflater
+        self._inflating: InflateJob | None = None
+        self._after: deque[tuple[bytes, bool]] = deque()
+        """Messages that arrived while an earlier one inflates: (bytes, compressed)."""
+        self._after_bytes = 0
         self._request: bytes | bytearray | memoryview | None = None
         self._inbox: deque[Message] = deque()
         self._reader: asyncio.Future[None] | None = None
@@ -162,7 +172,7 @@ class GrpcCall:
     async def read(self) -> Message | None:
         """The next request message of a streaming call; None once the client is done sending."""
         while not self._inbox:
-            if self._input_ended or self._stop_reading:
+            if (self._input_ended and self._inflating is None) or self._stop_reading:
                 return None
             self._reader = self._loop.create_future()
             await self._reader
@@ -196,12 +206,13 @@ class GrpcCall:
         """Request bytes received but not yet handed to the handler (a partial message, or a
         unary request waiting for the end of the stream)."""
         request = self._request
-        return len(self._prefix) + len(self._partial) + (0 if request is None else len(request))
+        held = len(self._prefix) + len(self._partial) + self._after_bytes
+        return held + (0 if request is None else len(request))
 
     @property
     def backlogged(self) -> bool:
         """Messages wait for the handler: the client gets no more window until it takes them."""
-        return bool(self._inbox) or self._request is not None
+        return bool(self._inbox) or self._request is not None or self._inflating is not None
 
     def start(self) -> None:
         """Headers arrived: a streaming handler starts now, a unary one when its message is in.
@@ -237,6 +248,7 @@ class GrpcCall:
         """The client reset the stream or went away: stop the handler, send nothing more."""
         self._ended = True
         self._stop_timer()
+        self._stop_inflating()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._wake()
@@ -283,10 +295,28 @@ class GrpcCall:
         self._length = length
 
     def _complete(self, data: bytes | bytearray | memoryview) -> None:
-        """One whole message arrived: decompress, then hold it (unary) or queue it (streaming)."""
+        """One whole message arrived: in order behind one still inflating, else accepted now."""
         self._length = -1
-        if self._compressed:
-            data = self._decompress(data)
+        if self._inflating is not None:
+            self._after.append((bytes(data), self._compressed))
+            self._after_bytes += len(data)
+        elif self._compressed:
+            self._accept(data, True)
+        else:
+            self._deliver(data)
+
+    def _accept(self, data: bytes | bytearray | memoryview, compressed: bool) -> None:
+        if compressed:
+            job = self._inflater.submit(data, self._wbits(), self._max_message)
+            if not job.done:  # a large message: it inflates a slice per loop tick
+                self._inflating = job
+                job.on_done = self._on_inflated
+                return
+            data = job.take()
+        self._deliver(data)
+
+    def _deliver(self, data: bytes | bytearray | memoryview) -> None:
+        """Hold the message (unary) or queue it for the handler (streaming)."""
         if self._rpc.streaming is None:
             if self._request is not None:
                 raise GrpcAbort(
@@ -297,7 +327,35 @@ class GrpcCall:
         self._inbox.append(_parse(self._rpc.request_type, data))
         self._wake()
 
-    def _decompress(self, data: bytes | bytearray | memoryview) -> bytes:
+    def _on_inflated(self, job: InflateJob) -> None:
+        """A message inflated over several ticks: deliver it, then what arrived behind it."""
+        self._inflating = None
+        if self._ended:
+            return
+        try:
+            self._deliver(job.take())
+            while self._after and self._inflating is None:
+                data, compressed = self._after.popleft()
+                self._after_bytes -= len(data)
+                self._accept(data, compressed)
+            if self._input_ended and self._inflating is None:
+                self._input_complete()
+        except GrpcAbort as abort:
+            self._fail(abort)
+
+    def _stop_inflating(self) -> None:
+        if self._inflating is not None:
+            self._inflating.cancelled = True
+            self._inflating = None
+        self._after.clear()
+        self._after_bytes = 0
+
+    def _wbits(self) -> int:
+        """zlib's window bits for the call's grpc-encoding.
+
+        Raises:
+            GrpcAbort: the encoding is not one the server inflates.
+        """
         encoding = self.head.encoding
         wbits = _DECOMPRESSORS.get(encoding)
         if wbits is None:
@@ -308,24 +366,16 @@ class GrpcCall:
                 f"message compression {encoding.decode('latin-1')!r} is not supported",
                 (("grpc-accept-encoding", ACCEPT_ENCODING.decode()),),
             )
-        inflater = zlib.decompressobj(wbits)
-        try:
-            # max_length bounds what a small compressed message may expand to.
-            out = inflater.decompress(data, self._max_message + 1)
-        except zlib.error as exc:
-            raise GrpcAbort(StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
-        if len(out) > self._max_message or inflater.unconsumed_tail:
-            raise GrpcAbort(
-                StatusCode.RESOURCE_EXHAUSTED,
-                f"decompressed message larger than max ({self._max_message})",
-            )
-        if not inflater.eof:  # zlib returns what it could of a cut stream, without an error
-            raise GrpcAbort(StatusCode.INTERNAL, "cannot decompress the message: it is truncated")
-        return out
+        return wbits
 
     def _end_of_input(self) -> None:
         if self._length >= 0 or self._prefix:
             raise GrpcAbort(StatusCode.INTERNAL, "the stream ended inside a message")
+        if self._inflating is None:
+            self._input_complete()
+
+    def _input_complete(self) -> None:
+        """The client is done sending and every message is in: run a unary handler."""
         if self._rpc.streaming is not None:
             self._wake()
             return
@@ -416,6 +466,7 @@ class GrpcCall:
             return
         self._failed = True
         self._stop_timer()
+        self._stop_inflating()
         self._inbox.clear()
         self._request = None
         self.stop_reading()  # a streaming handler reads no more; its writes are dropped

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 
 from ortserve.server.connections import ConnectionSet
@@ -28,6 +29,7 @@ from ortserve.server.grpc.headers import (
     request_head,
     trailers_only,
 )
+from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.http2.engine import Http2Engine
 from ortserve.server.http2.events import ConnectionEnded, DataReceived, RequestReceived, StreamReset
@@ -48,6 +50,7 @@ class Http2Connection(asyncio.Protocol):
         settings: limits and keepalive timers.
         connections: the listener's set, joined on connect and left on close.
         loop: the running loop.
+        inflater: the listener's decompression queue, shared by its connections.
     """
 
     def __init__(
@@ -56,14 +59,16 @@ class Http2Connection(asyncio.Protocol):
         settings: GrpcOptions,
         connections: ConnectionSet[Http2Connection],
         loop: asyncio.AbstractEventLoop,
+        inflater: Inflater,
     ) -> None:
         self._routes = routes
+        self._inflater = inflater
         self._settings = settings
         self._connections = connections
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         config = settings.engine()
-        self._engine: Http2Engine[RequestHead] = Http2Engine(config, request_head, loop.time)
+        self._engine: Http2Engine[RequestHead] = Http2Engine(config, request_head, time.monotonic)
         self._calls: dict[int, GrpcCall] = {}
         self._held_by: dict[int, int] = {}
         self._held = 0
@@ -133,7 +138,9 @@ class Http2Connection(asyncio.Protocol):
             status, code, message = refusal
             self._engine.send_headers(stream_id, trailers_only(code, message, http_status=status), True)
             return
-        call = GrpcCall(self, stream_id, head, rpc, self._loop, self._settings.max_message_bytes)
+        call = GrpcCall(
+            self, stream_id, head, rpc, self._loop, self._settings.max_message_bytes, self._inflater
+        )
         self._calls[stream_id] = call
         call.start()
         if event.end_stream:
@@ -184,24 +191,29 @@ class Http2Connection(asyncio.Protocol):
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
         self._forget(call.stream_id)
         self._engine.send_response(call.stream_id, RESPONSE_HEADERS, payload, OK_TRAILERS)
-        self._flush()
+        if not self._in_read:
+            self._flush()
 
     def send_headers(self, call: GrpcCall, block: bytes) -> None:
         self._engine.send_headers(call.stream_id, block)
-        self._flush()
+        if not self._in_read:
+            self._flush()
 
     def send_message(self, call: GrpcCall, payload: bytes) -> None:
         self._engine.send_data(call.stream_id, payload)
-        self._flush()
+        if not self._in_read:
+            self._flush()
 
     def send_trailers(self, call: GrpcCall, block: bytes) -> None:
         self._forget(call.stream_id)
         self._engine.send_headers(call.stream_id, block, end_stream=True)
-        self._flush()
+        if not self._in_read:
+            self._flush()
 
     def drained(self, call: GrpcCall) -> None:
         self._engine.consumed(call.stream_id)
-        self._flush()
+        if not self._in_read:
+            self._flush()
 
     # -- writing and lifecycle --------------------------------------------------------
     def _flush(self) -> None:

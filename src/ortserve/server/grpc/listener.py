@@ -16,6 +16,7 @@ from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.health import ReadinessHealth
+from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
 from ortserve.server.grpc.service import InferenceService
@@ -93,11 +94,12 @@ class GrpcListener:
             OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
+        inflater = Inflater(loop)
 
         def accept() -> asyncio.Protocol:
             if not self._connections.limit.admit():
-                return self._refusal(loop)
-            connection = Http2Connection(self._routes, self._options, self._connections, loop)
+                return self._refusal(loop, inflater)
+            connection = Http2Connection(self._routes, self._options, self._connections, loop, inflater)
             return FirstBytesGate(connection, self._connections)
 
         try:
@@ -106,9 +108,9 @@ class GrpcListener:
             raise OSError(exc.errno, f"gRPC cannot listen on {host}:{port}: {exc.strerror}") from None
         return int(self._server.sockets[0].getsockname()[1])
 
-    def _refusal(self, loop: asyncio.AbstractEventLoop) -> Http2Connection:
+    def _refusal(self, loop: asyncio.AbstractEventLoop, inflater: Inflater) -> Http2Connection:
         """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after a second."""
-        connection = Http2Connection(_RefuseEveryCall(), self._options, self._refused, loop)
+        connection = Http2Connection(_RefuseEveryCall(), self._options, self._refused, loop, inflater)
         loop.call_later(_REFUSAL_LINGER_S, connection.go_away)  # a no-op once it has closed
         return connection
 

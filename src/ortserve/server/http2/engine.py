@@ -89,7 +89,9 @@ class Http2Engine(Generic[_H]):
         self._last_stream_id = 0
         self._open_block: _OpenHeaderBlock | None = None
         self._events: list[Event[_H]] = []
-        self._closed = False
+        self.closed = False
+        """The connection is over: send what :meth:`data_to_send` has, then close the transport.
+        (An attribute, not a property: it is read after every read and every answer.)"""
         self._going_away = False
         self._recv_window = config.connection_window
         self._recv_unacked = 0
@@ -102,11 +104,6 @@ class Http2Engine(Generic[_H]):
         self._pings_sent = 0
 
     # -- state --------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        """The connection is over: send what :meth:`data_to_send` has, then close the transport."""
-        return self._closed
-
     @property
     def open_streams(self) -> int:
         """Streams open or half-closed."""
@@ -147,7 +144,10 @@ class Http2Engine(Generic[_H]):
 
     def data_to_send(self) -> list[bytes | memoryview]:
         """Bytes to write, in order; empty when there are none."""
-        return self._out.take()
+        out = self._out.out
+        if out:
+            self._out.out = []
+        return out
 
     # -- reading ------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> list[Event[_H]]:
@@ -156,7 +156,7 @@ class Http2Engine(Generic[_H]):
         Nothing is raised for anything the peer sends: a connection error becomes GOAWAY in
         :meth:`data_to_send` and a :class:`ConnectionEnded` event.
         """
-        if self._closed:
+        if self.closed:
             return []
         self._last_read = self._clock()
         if self._partial:
@@ -212,7 +212,7 @@ class Http2Engine(Generic[_H]):
                 break
             self._frame(kind, flags, stream_id & 0x7FFF_FFFF, view[pos + 9 : stop])
             pos = stop
-            if self._closed:  # a graceful end completed inside this read
+            if self.closed:  # a graceful end completed inside this read
                 return end
         return pos
 
@@ -457,37 +457,31 @@ class Http2Engine(Generic[_H]):
         self._close_if_done()
 
     # -- the application's side -----------------------------------------------------------
-    def _sendable(self, stream_id: int) -> Stream | None:
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed or self._closed:
-            return None
-        return stream
-
     def send_response(self, stream_id: int, headers: bytes, payload: bytes, trailers: bytes) -> None:
         """A whole answer of one DATA payload: headers, payload, closing header block.
 
         Ignored for a stream that is gone (reset, or the connection ended) or already ended.
         """
-        stream = self._sendable(stream_id)
-        if stream is not None:
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.local_closed:
             self._out.answer(stream, headers, payload, trailers)
 
     def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
         """A header block; ``end_stream`` makes it the last (trailers, or a headers-only answer)."""
-        stream = self._sendable(stream_id)
-        if stream is not None:
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.local_closed:
             self._out.headers(stream, block, end_stream)
 
     def send_data(self, stream_id: int, payload: bytes | memoryview) -> None:
         """Body bytes, sent as the peer's windows allow (queued until then)."""
-        stream = self._sendable(stream_id)
-        if stream is not None:
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.local_closed:
             self._out.data(stream, payload)
 
     def reset_stream(self, stream_id: int, code: ErrorCode = ErrorCode.CANCEL) -> None:
         """End a stream abruptly, dropping what it still had to send."""
         stream = self._streams.pop(stream_id, None)
-        if stream is None or self._closed:
+        if stream is None or self.closed:
             return
         self._out.forget(stream)
         self._out.write(rst_stream_frame(stream_id, code))
@@ -502,7 +496,7 @@ class Http2Engine(Generic[_H]):
 
     def go_away(self) -> None:
         """Graceful shutdown: refuse new streams, finish the open ones, then close."""
-        if self._closed:
+        if self.closed:
             return
         self._going_away = True
         self._out.write(goaway_frame(self._last_stream_id, ErrorCode.NO_ERROR))
@@ -510,13 +504,13 @@ class Http2Engine(Generic[_H]):
 
     def close(self, code: ErrorCode, message: str) -> None:
         """End the connection now with GOAWAY ``code`` (the application's own failure)."""
-        if not self._closed:
+        if not self.closed:
             self._fail(code, message)
 
     def tick(self) -> float | None:
         """Timers: the preface deadline, then keepalive (ping a quiet peer, drop one that does not
         answer). Returns the seconds until the next tick, or None once the connection is over."""
-        if self._closed:
+        if self.closed:
             return None
         now = self._clock()
         config = self._config
@@ -566,16 +560,16 @@ class Http2Engine(Generic[_H]):
             self._forget(stream)
 
     def _forget(self, stream: Stream) -> None:
-        if self._streams.pop(stream.stream_id, None) is not None:
+        if self._streams.pop(stream.stream_id, None) is not None and self._going_away:
             self._close_if_done()
 
     def _close_if_done(self) -> None:
-        if self._going_away and not self._streams and not self._closed:
-            self._closed = True
+        if self._going_away and not self._streams and not self.closed:
+            self.closed = True
 
     def _fail(self, code: ErrorCode, message: str) -> None:
         self._out.write(goaway_frame(self._last_stream_id, code, message))
-        self._closed = True
+        self.closed = True
         self._streams.clear()
         self._out.clear()
         self._open_block = None

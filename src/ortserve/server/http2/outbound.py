@@ -45,7 +45,8 @@ class Outbound:
 
     def __init__(self, owner: SendOwner) -> None:
         self._owner = owner
-        self._out: list[bytes | memoryview] = []
+        self.out: list[bytes | memoryview] = []
+        """Bytes to send, in order (the engine hands them over)."""
         self.window = DEFAULT_WINDOW
         """The connection-level window the peer has granted."""
         self.initial_window = DEFAULT_WINDOW
@@ -54,16 +55,7 @@ class Outbound:
         self._blocked: dict[int, Stream] = {}
 
     def write(self, data: bytes) -> None:
-        self._out.append(data)
-
-    def take(self) -> list[bytes | memoryview]:
-        """Everything written since the last call."""
-        out, self._out = self._out, []
-        return out
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._out)
+        self.out.append(data)
 
     # -- a stream's frames ----------------------------------------------------------------
     def answer(self, stream: Stream, headers: bytes, payload: bytes, trailers: bytes) -> None:
@@ -82,14 +74,14 @@ class Outbound:
             stream.send_window -= size
             self.window -= size
             header, data = data_frame(stream_id, payload, False)
-            out = self._out
+            out = self.out
             out.append(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, headers))
             out.append(header)
             out.append(data)
             out.append(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers))
             self._owner.local_done(stream)
             return
-        self._out.append(header_frames(stream_id, headers, False, self.max_frame))
+        self.out.append(header_frames(stream_id, headers, False, self.max_frame))
         stream.outbound.append((payload, False))
         stream.outbound_bytes += size
         stream.outbound.append((trailers, True))
@@ -102,7 +94,7 @@ class Outbound:
             stream.outbound.append((block, True))
             self.flush(stream)
             return
-        self._out.append(header_frames(stream.stream_id, block, end_stream, self.max_frame))
+        self.out.append(header_frames(stream.stream_id, block, end_stream, self.max_frame))
         if end_stream:
             stream.local_closed = True
             self._owner.local_done(stream)
@@ -119,7 +111,7 @@ class Outbound:
             payload, closing = outbound[0]
             if closing:
                 outbound.popleft()
-                self._out.append(header_frames(stream.stream_id, bytes(payload), True, self.max_frame))
+                self.out.append(header_frames(stream.stream_id, bytes(payload), True, self.max_frame))
                 self._blocked.pop(stream.stream_id, None)
                 self._owner.local_done(stream)
                 return
@@ -132,7 +124,7 @@ class Outbound:
             stream.send_window -= len(chunk)
             self.window -= len(chunk)
             stream.outbound_bytes -= len(chunk)
-            self._out.extend(data_frame(stream.stream_id, chunk, False))
+            self.out.extend(data_frame(stream.stream_id, chunk, False))
             if len(chunk) == len(payload):
                 outbound.popleft()
             else:
