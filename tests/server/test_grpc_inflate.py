@@ -96,7 +96,7 @@ async def test_queued_messages_finish_in_order_and_a_cancelled_one_is_skipped() 
     jobs = [inflater.submit(zlib.compress(bytes([i]) * (300 << 10)), 15, 1 << 20) for i in range(3)]
     assert not any(job.done for job in jobs)
     for i, job in enumerate(jobs):
-        job.on_done = lambda _, i=i: finished_order.append(i)  # type: ignore[misc]
+        job.on_done = lambda _, i=i: finished_order.append(i)
     jobs[1].cancelled = True
     await finished(jobs[2])
     assert finished_order == [0]  # jobs[2]'s own callback was replaced by finished()

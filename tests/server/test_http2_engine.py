@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from http2_peer import (
@@ -31,7 +33,7 @@ from ortserve.server.http2 import ConnectionEnded, DataReceived, ErrorCode, Requ
 STREAM_WINDOW = 4 << 20
 
 
-def ended(events: list[object]) -> ErrorCode | None:
+def ended(events: Sequence[object]) -> ErrorCode | None:
     """The code of the ConnectionEnded among ``events``, if any."""
     codes = [event.code for event in events if isinstance(event, ConnectionEnded)]
     return codes[0] if codes else None

@@ -148,7 +148,7 @@ def event_note(text: str) -> None:
 class Harness:
     """The application's side: what it was told is open, and what it queued."""
 
-    peer: Peer = field(default_factory=lambda: Peer(**CONFIG))  # type: ignore[arg-type]
+    peer: Peer = field(default_factory=lambda: Peer(**CONFIG))
     open: set[int] = field(default_factory=set)
     queued: set[int] = field(default_factory=set)
     """Streams the application sent body bytes on (they may wait for window)."""
