@@ -38,9 +38,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
-    repo = OUT / "models"
-    if not (repo / MODEL).exists():
-        write_demo_repository(repo)
+    repo = OUT / "ab-grpc-models"
+    write_demo_repository(repo)
     payload = grpc_request(MODEL, WIDTHS[MODEL])
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
     runs: dict[str, dict[str, list[float]]] = {"A-old": {}, "B-new": {}}

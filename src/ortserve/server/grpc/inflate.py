@@ -20,7 +20,7 @@ from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 
 __all__ = ["InflateJob", "Inflater"]
 
-DEFAULT_SLICE_BYTES = 256 << 10
+DEFAULT_SLICE_BYTES = 64 << 10
 
 
 class InflateJob:
