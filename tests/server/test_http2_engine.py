@@ -397,12 +397,18 @@ def test_bad_control_frames_are_connection_errors(frame: bytes, code: ErrorCode)
     assert connection_error(peer, frame) == code
 
 
-def test_priority_frames_are_ignored_and_a_wrong_sized_one_resets_its_stream() -> None:
+def test_priority_frames_are_ignored_and_a_wrong_sized_or_self_dependent_one_resets_its_stream() -> None:
     peer = Peer().handshake()
     assert peer.send(raw_frame(PRIORITY, 0, 1, bytes(5))) == []
-    peer.send(raw_frame(PRIORITY, 0, 3, bytes(4)))
+    peer.send(raw_frame(PRIORITY, 0, 3, bytes(4)), raw_frame(PRIORITY, 0, 5, u32(5) + b"\x10"))
+    peer.send(raw_frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 7, u32(7) + b"\x10" + peer.block()))
     peer.read()
-    assert peer.resets() == {3: ErrorCode.FRAME_SIZE_ERROR}
+    assert peer.resets() == {
+        3: ErrorCode.FRAME_SIZE_ERROR,
+        5: ErrorCode.PROTOCOL_ERROR,
+        7: ErrorCode.PROTOCOL_ERROR,
+    }
+    assert [type(e) for e in peer.send(peer.request(9))] == [RequestReceived]  # HPACK kept in step
 
 
 def test_a_rapid_reset_flood_is_told_to_calm_down() -> None:

@@ -51,6 +51,7 @@ _H = TypeVar("_H")
 _U32 = struct.Struct(">L")
 _SETTING = struct.Struct(">HL")
 _EMPTY = memoryview(b"")
+_SELF_DEPENDENT = 0x100  # not a wire flag: marks a HEADERS frame whose priority names its own stream
 
 
 @dataclass(slots=True)
@@ -243,6 +244,8 @@ class Http2Engine(Generic[_H]):
                 raise Http2Error(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
             if len(payload) != 5:
                 self._reset(stream_id, ErrorCode.FRAME_SIZE_ERROR)
+            elif _U32.unpack_from(payload)[0] & 0x7FFF_FFFF == stream_id:
+                self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)  # depends on itself: 5.3.1
         elif kind in (FrameType.PUSH_PROMISE, FrameType.CONTINUATION):
             raise Http2Error(ErrorCode.PROTOCOL_ERROR, f"unexpected {FrameType(kind).name}")
         # Unknown frame types are ignored (RFC 9113 5.5).
@@ -292,6 +295,8 @@ class Http2Engine(Generic[_H]):
         if flags & Flag.PRIORITY:
             if len(payload) < 5:
                 raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+            if _U32.unpack_from(payload)[0] & 0x7FFF_FFFF == stream_id:
+                flags |= _SELF_DEPENDENT
             payload = payload[5:]
         if flags & Flag.END_HEADERS:
             self._header_block(flags, stream_id, bytes(payload))
@@ -324,6 +329,10 @@ class Http2Engine(Generic[_H]):
         if self._going_away or len(self._streams) >= self._config.max_concurrent_streams:
             self._discard_block(block)
             self._reset(stream_id, ErrorCode.REFUSED_STREAM)
+            return
+        if flags & _SELF_DEPENDENT:  # a stream cannot depend on itself (5.3.1): a stream error
+            self._discard_block(block)
+            self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         try:
             head = self._decoder.decode(block)
