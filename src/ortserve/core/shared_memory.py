@@ -39,6 +39,7 @@ __all__ = [
     "SharedMemoryWindow",
     "deliver_to_shared_memory",
     "is_in_shared_memory",
+    "write_output",
 ]
 
 REGION = "shared_memory_region"
@@ -300,15 +301,19 @@ def _write_outputs(
         for output in response.outputs:
             target = targets.get(output.name)
             if target is not None:
-                output.parameters = _write(output, target)
+                output.parameters = write_output(output, target)
     except InvalidInput as refused:
         answer.set_exception(refused)
         return
     answer.set_result(response)
 
 
-def _write(output: InferOutput, target: memoryview) -> Parameters:
-    """Copy one output into its window; the parameters that answer for it on the wire."""
+def write_output(output: InferOutput, target: memoryview) -> Parameters:
+    """Copy one output into its window; the parameters that answer for it on the wire.
+
+    Raises:
+        InvalidInput: the output is larger than the window.
+    """
     chunks = array_to_binary(output.data)
     size = sum(len(chunk) for chunk in chunks)
     if size > len(target):
