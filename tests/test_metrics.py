@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fake_executor import FakeExecutor
 from ortserve.core.observer import BatchRecord
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.scheduler import Scheduler
@@ -47,31 +48,6 @@ def value(exposition: bytes, name: str, **labels: str) -> float:
 
 def idle_metrics(buckets: tuple[float, ...] = (0.001, 0.01, 0.1)) -> ServerMetrics:
     return ServerMetrics(lambda: [], lambda: {"http": 0, "grpc": 0}, buckets)
-
-
-class FakeExecutor:
-    """Batches finish when the test says so; outputs are the inputs."""
-
-    inline_below_s = 0.0  # never inline: these tests drive runs by hand
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.running: list[tuple[Feeds, asyncio.Future[tuple[list[np.ndarray], float]]]] = []
-
-    @property
-    def instances(self) -> int:
-        return 1
-
-    def execute(
-        self, feeds: Feeds, expected_s: float = 0.0
-    ) -> asyncio.Future[tuple[list[np.ndarray], float]]:
-        future: asyncio.Future[tuple[list[np.ndarray], float]] = self._loop.create_future()
-        self.running.append((feeds, future))
-        return future
-
-    def finish(self, seconds: float) -> None:
-        feeds, future = self.running.pop(0)
-        future.set_result(([feeds["x"]], seconds))
 
 
 def rows(n: int) -> Feeds:
@@ -184,7 +160,7 @@ async def test_a_real_scheduler_reports_batches_rejections_and_expiries() -> Non
     loop = asyncio.get_running_loop()
     metrics = idle_metrics()
     telemetry = Telemetry(ServerStatistics(), metrics)
-    executor, clock = FakeExecutor(loop), FakeClock()
+    executor, clock = FakeExecutor(), FakeClock()
     policy = SchedulingPolicy(max_batch_size=8, max_queue_size=3)
     scheduler = Scheduler(executor, policy, clock, loop, observer=telemetry.observer_for("m", "1"))
     first = scheduler.submit(rows(1), 1)  # runs at once
@@ -195,9 +171,9 @@ async def test_a_real_scheduler_reports_batches_rejections_and_expiries() -> Non
     clock.advance(0.01)
     with pytest.raises(DeadlineExceeded):
         await expiring
-    executor.finish(0.002)
+    executor.finish(seconds=0.002)
     await first
-    executor.finish(0.003)  # the two queued requests ran as one batch of 5 rows
+    executor.finish(seconds=0.003)  # the two queued requests ran as one batch of 5 rows
     await asyncio.gather(*batched)
     text = metrics.exposition()
     m = {"model": "m", "version": "1"}

@@ -14,6 +14,7 @@ import pytest
 
 from ortserve.core.clock import LoopClock
 from ortserve.core.datatypes import bf16_from_float32
+from ortserve.core.job import BatchJob
 from ortserve.core.model import ModelState, ServedVersion, VersionInfo
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.scheduler import Scheduler
@@ -41,13 +42,13 @@ class RecordingExecutor:
     def instances(self) -> int:
         return 1
 
-    def execute(
-        self, feeds: dict[str, Array], expected_s: float = 0.0
-    ) -> asyncio.Future[tuple[list[Array], float]]:
-        self.batches.append(len(feeds["x"]))
-        future: asyncio.Future[tuple[list[Array], float]] = self._loop.create_future()
-        self._loop.call_soon(future.set_result, ([feeds["x"] * 2], 0.0001))
-        return future
+    def execute(self, job: BatchJob) -> None:
+        self._loop.call_soon(self._run, job)
+
+    def _run(self, job: BatchJob | None) -> None:
+        while job is not None:  # like a worker, run the batches each completion hands back
+            self.batches.append(len(job.feeds["x"]))
+            job = job.complete(([job.feeds["x"] * 2], 0.0001), None, chain=True)
 
 
 class Resolver:

@@ -4,52 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+import contextlib
+import math
 
 import numpy as np
 import pytest
 
+from fake_executor import FakeExecutor
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.observer import BatchRecord
-from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.policy import SchedulingPolicy, queue_wait_target
 from ortserve.core.scheduler import Scheduler
 from ortserve.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, Overloaded
 from ortserve.testing import FakeClock
 
 Feeds = dict[str, np.ndarray]
-
-
-class FakeExecutor:
-    """Records each batch; the test decides when it finishes (outputs = inputs * 2)."""
-
-    inline_below_s = 0.0  # never inline: these tests drive runs by hand
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, instances: int = 1) -> None:
-        self._loop = loop
-        self._instances = instances
-        self.batches: list[Feeds] = []
-        self.expected: list[float] = []
-        self.running: list[tuple[Feeds, asyncio.Future[tuple[list[np.ndarray], float]]]] = []
-
-    @property
-    def instances(self) -> int:
-        return self._instances
-
-    def execute(
-        self, feeds: Feeds, expected_s: float = 0.0
-    ) -> asyncio.Future[tuple[list[np.ndarray], float]]:
-        future: asyncio.Future[tuple[list[np.ndarray], float]] = self._loop.create_future()
-        self.expected.append(expected_s)
-        self.batches.append(feeds)
-        self.running.append((feeds, future))
-        return future
-
-    def finish(self, index: int = 0, seconds: float = 0.001) -> None:
-        feeds, future = self.running.pop(index)
-        future.set_result(([feeds["x"] * 2], seconds))
-
-    def fail(self, index: int = 0) -> None:
-        _, future = self.running.pop(index)
-        future.set_exception(RuntimeError("device fault"))
 
 
 class Recorder:
@@ -71,7 +40,7 @@ def rows(n: int, start: float = 0.0, width: int = 4) -> Feeds:
 def make(
     loop: asyncio.AbstractEventLoop, instances: int = 1, cost: BatchCostModel | None = None, **policy: Any
 ) -> tuple[Scheduler, FakeExecutor, FakeClock, Recorder]:
-    executor = FakeExecutor(loop, instances)
+    executor = FakeExecutor(instances)
     clock = FakeClock()
     recorder = Recorder()
     settings = {"max_batch_size": 8, **policy}
@@ -347,7 +316,147 @@ async def test_drain_waits_for_the_batch_started_after_the_running_one() -> None
 async def test_a_batch_cancelled_by_shutdown_fails_its_requests() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     pending = scheduler.submit(rows(1), 1)
-    _, run = executor.running.pop()
-    run.cancel()
+    executor.cancel()
     with pytest.raises(ModelNotReady):
         await pending
+
+
+def fitted_cost(per_row_s: float) -> BatchCostModel:
+    cost = BatchCostModel()
+    for n in (1, 8):
+        cost.observe(n, per_row_s * n)
+    return cost
+
+
+def test_the_automatic_queue_wait_target_is_four_full_batches_and_at_least_50_ms() -> None:
+    auto = SchedulingPolicy(max_batch_size=8)
+    assert queue_wait_target(auto, 0.080) == pytest.approx(0.320)
+    assert queue_wait_target(auto, 0.001) == pytest.approx(0.050)
+    assert queue_wait_target(SchedulingPolicy(8, max_queue_wait_s=0.2), 0.080) == pytest.approx(0.2)
+    assert queue_wait_target(SchedulingPolicy(8, max_queue_wait_s=0.0), 0.080) == math.inf
+
+
+async def test_admission_refuses_work_beyond_the_queue_wait_target() -> None:
+    # 10 ms per row: a full batch of 8 takes 80 ms.
+    scheduler, _, _, recorder = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.010), max_queue_wait_s=0.300
+    )
+    admitted = 0
+    with pytest.raises(Overloaded, match="queue-wait target") as caught:
+        for _ in range(100):
+            scheduler.submit(rows(8), 8)
+            admitted += 1
+    # One running (80 ms left) and 2 queued batches: a 4th queued one would wait 320 ms.
+    assert admitted == 4 and scheduler.queue_depth == 3
+    assert caught.value.retry_after_s == pytest.approx(0.320)
+    assert recorder.rejected == [caught.value]
+
+
+async def test_a_zero_queue_wait_target_leaves_only_the_queue_bound() -> None:
+    scheduler, _, _, _ = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.010), max_queue_wait_s=0.0, max_queue_size=50
+    )
+    for _ in range(51):
+        scheduler.submit(rows(8), 8)
+    with pytest.raises(Overloaded, match="queue full"):
+        scheduler.submit(rows(8), 8)
+
+
+async def test_requests_that_waited_twice_the_target_are_shed_unrun() -> None:
+    scheduler, executor, clock, recorder = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.001), max_queue_wait_s=0.010
+    )
+    scheduler.submit(rows(1), 1)  # runs, and stalls (a device hiccup)
+    stale = scheduler.submit(rows(1, 10), 1)
+    clock.advance(0.015)
+    fresh = scheduler.submit(rows(1, 20), 1)
+    clock.advance(0.006)  # stale waited 21 ms > 2 x 10 ms; fresh 6 ms
+    executor.finish()
+    with pytest.raises(Overloaded, match="shed"):
+        await stale
+    assert executor.batches[1]["x"][0, 0] == 20
+    executor.finish()
+    await fresh
+    assert isinstance(recorder.rejected[0], Overloaded)
+
+
+async def test_budget_admission_refuses_at_once_what_would_finish_past_the_budget() -> None:
+    scheduler, _, _, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040)
+    scheduler.submit(rows(8), 8)  # running: 16 ms
+    scheduler.submit(rows(8), 8)  # done at about 32 ms: within 40 ms
+    with pytest.raises(Overloaded, match="deadline"):
+        scheduler.submit(rows(8), 8)  # about 48 ms
+    assert scheduler.queue_depth == 1
+
+
+async def test_check_admission_answers_like_submit_without_queueing() -> None:
+    scheduler, _, _, recorder = make(asyncio.get_running_loop(), max_queue_size=1)
+    scheduler.check_admission()
+    scheduler.submit(rows(1), 1)  # running
+    scheduler.check_admission()
+    scheduler.submit(rows(1), 1)  # queued: the queue is now full
+    with pytest.raises(Overloaded, match="queue full"):
+        scheduler.check_admission()
+    with pytest.raises(InvalidInput, match="priority"):
+        scheduler.check_admission(priority=9)
+    assert scheduler.queue_depth == 1 and len(recorder.rejected) == 1
+    drained = asyncio.ensure_future(scheduler.drain(0.0))
+    await asyncio.sleep(0)
+    with pytest.raises(ModelNotReady):
+        scheduler.check_admission()
+    await drained
+
+
+async def test_a_free_worker_takes_the_next_batch_without_the_loop() -> None:
+    scheduler, executor, _, _ = make(asyncio.get_running_loop())
+    scheduler.submit(rows(1), 1)
+    scheduler.submit(rows(2), 2)
+    executor.finish()  # no loop tick in between: the "worker" gets the next batch at once
+    assert len(executor.running) == 1 and executor.running[0].feeds["x"].shape == (2, 4)
+    assert scheduler.busy_instances == 1 and scheduler.queue_depth == 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_no_instance_idles_while_requests_wait_under_any_interleaving(seed: int) -> None:
+    # Random interleavings of submissions (some with deadlines), completions, failures,
+    # cancellations and time passing. After each step has settled, a queued request means
+    # every instance is busy or a free one is deliberately waiting for company (its timer
+    # armed). At the end every request has an answer.
+    rng = np.random.default_rng(seed)
+    instances = int(rng.integers(1, 4))
+    scheduler, executor, clock, _ = make(
+        asyncio.get_running_loop(),
+        instances=instances,
+        max_batch_size=int(rng.choice([0, 1, 4])),
+        max_queue_delay_s=0.002,
+        max_queue_size=12,
+    )
+    futures: list[asyncio.Future[list[np.ndarray]]] = []
+    for _ in range(60):
+        op = rng.integers(0, 6)
+        if op <= 1:
+            timeout = None if rng.random() < 0.7 else float(rng.uniform(0.001, 0.01))
+            with contextlib.suppress(Overloaded):
+                futures.append(scheduler.submit(rows(1), 1, timeout_s=timeout))
+        elif op == 2 and executor.running:
+            executor.finish(int(rng.integers(0, len(executor.running))))
+        elif op == 3 and executor.running:
+            executor.fail(int(rng.integers(0, len(executor.running))))
+        elif op == 4 and futures:
+            futures[int(rng.integers(0, len(futures)))].cancel()
+        else:
+            clock.advance(float(rng.uniform(0.0, 0.004)))
+        await settle()
+        if scheduler.queue_depth:
+            assert scheduler.busy_instances == instances or scheduler.waiting_for_company
+        assert len(executor.running) == scheduler.busy_instances <= instances
+    while executor.running or scheduler.queue_depth:
+        if executor.running:
+            executor.finish()
+        else:
+            clock.advance(0.01)
+        await settle()
+    assert all(f.done() for f in futures)
+    for future in futures:  # retrieve the failures so that none is reported as unobserved
+        if not future.cancelled():
+            future.exception()

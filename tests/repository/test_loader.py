@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from model_builders import bf16_model, serialized
 from ortserve.core.datatypes import bf16_from_float32, bf16_to_float32
+from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.observer import BatchRecord
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.errors import OrtServeError
@@ -26,6 +30,13 @@ class Recorder:
 
     def on_rejected(self, error: OrtServeError) -> None:
         pass
+
+
+def _wait(gate: threading.Event) -> Callable[[RunResult | None, BaseException | None, bool], None]:
+    def complete(result: RunResult | None, error: BaseException | None, chain: bool) -> None:
+        gate.wait(10)
+
+    return complete
 
 
 def bf16_request(values: list[list[float]]) -> InferRequest:
@@ -53,12 +64,18 @@ async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tm
             [[0.1, -0.5, 1e30, float("nan")], [5, 6, 7, 8]],
             [[-1, -2, -3, -4]],
         ]
-        # The first request runs at once; the next two wait for the busy instance and go together.
-        # (A batch predicted under inline_below_s would instead start at the end of the tick and
-        # take all three: whether warm-up predicts that depends on the machine, so it is off.)
+        # The first request goes to the instance at once; the next two wait for it and go
+        # together. A job the scheduler does not know of holds the worker meanwhile, so the
+        # worker cannot take the second request before the third has arrived.
         assert served.runner is not None
-        served.runner.inline_below_s = 0.0
+        served.runner.inline_below_s = 0.0  # decided by warm-up timings otherwise
+        gate = threading.Event()
+        hold = BatchJob(
+            {"x": bf16_from_float32(np.zeros((1, 4), dtype=np.float32))}, math.inf, False, _wait(gate)
+        )
+        served.runner.execute(hold)
         answers = [served.submit(bf16_request(values)) for values in rows]
+        gate.set()
         responses = await asyncio.gather(*answers)
     finally:
         await served.unload(5.0)

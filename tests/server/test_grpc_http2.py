@@ -63,6 +63,9 @@ class FakeModel:
     def ready(self) -> bool:
         return True
 
+    def check_admission(self, priority: int = 0) -> None:
+        pass
+
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         self.requests.append(request)
         data = request.inputs[0].data

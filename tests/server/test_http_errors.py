@@ -253,6 +253,45 @@ def test_overload_is_429_with_retry_after(error_repository_server: ServerProcess
     good_request(error_repository_server)
 
 
+def _fill_slow_queue(server: ServerProcess, pool: ThreadPoolExecutor) -> list[object]:
+    body, headers = slow_body()
+    return [pool.submit(post, server, "/v2/models/slow/infer", body, headers) for _ in range(6)]
+
+
+def test_an_overloaded_model_refuses_from_the_headers_without_reading_the_body(
+    error_repository_server: ServerProcess,
+) -> None:
+    # While the slow model's queue is full, a request whose body is not even valid gets 429
+    # (its body was never decoded, or it would be 400), and the connection stays usable.
+    garbage = b"\xff" * 5000
+    request = (
+        b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nX-Request-ID: early-1\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(garbage)
+    ) + garbage
+    statuses = []
+    for _ in range(5):  # the queue must still be full when the request lands
+        with ThreadPoolExecutor(6) as pool:
+            filling = _fill_slow_queue(error_repository_server, pool)
+            with socket.create_connection(
+                (error_repository_server.host, error_repository_server.http_port), timeout=30
+            ) as sock:
+                sock.sendall(request + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                reply = sock.recv(65536)
+                while reply.count(b"HTTP/1.1 ") < 2:
+                    chunk = sock.recv(65536)
+                    assert chunk, "connection closed early"
+                    reply += chunk
+            for future in filling:
+                future.result()  # type: ignore[attr-defined]
+        statuses.append(reply[9:12])
+        if reply.startswith(b"HTTP/1.1 429"):
+            break
+    assert statuses[-1] == b"429", statuses
+    head = reply.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"retry-after: " in head and b"x-request-id: early-1" in head
+    assert b"HTTP/1.1 200" in reply  # the next request on the same connection was served
+
+
 def test_deadline_passing_in_queue_is_504(error_repository_server: ServerProcess) -> None:
     slow, headers = slow_body()
     hurried, hurried_headers = slow_body(timeout_us=2000)

@@ -73,6 +73,17 @@ class DataPlane:
         except ModelNotReady:
             return False
 
+    def check_admission(self, name: str, version: str | None, priority: int = 0) -> None:
+        """Whether an infer request for this model would be admitted now, before it is decoded.
+
+        The transports call it with the path (HTTP) or the message's first fields (gRPC), so
+        a refusal under overload costs a small fraction of a served request.
+
+        Raises:
+            ModelNotFound, ModelNotReady, Overloaded, InvalidInput (priority out of range).
+        """
+        self._resolver.resolve(name, version).check_admission(priority)
+
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Queue one request; errors found before queueing are raised at once.
 

@@ -57,6 +57,11 @@ class Servable(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    def check_admission(self, priority: int = 0) -> None:
+        """Raise what ``submit`` would raise for load (Overloaded, ModelNotReady), cheaply,
+        before the request is decoded."""
+        ...
+
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
@@ -84,6 +89,16 @@ class ServedVersion:
     @property
     def ready(self) -> bool:
         return self.state is ModelState.READY
+
+    def check_admission(self, priority: int = 0) -> None:
+        """Whether a request would be admitted now, from its model name alone.
+
+        Raises:
+            ModelNotReady, Overloaded, InvalidInput (priority out of range).
+        """
+        if self.state is not ModelState.READY:
+            raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
+        self.scheduler.check_admission(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Validate and queue one request; the future gives an answer with only its rows.

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import math
+import logging
 import os
 import queue
 import threading
@@ -14,13 +13,14 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.ortvalues import OrtValueRun, needs_ort_values
 
 __all__ = ["OrtRunner"]
 
+logger = logging.getLogger(__name__)
+
 Array = npt.NDArray[np.generic]
-Result = tuple[list[Array], float]
-_Job = tuple[dict[str, Array], "asyncio.Future[Result]"]
 
 
 class OrtRunner:
@@ -29,14 +29,15 @@ class OrtRunner:
     ONNX Runtime sessions are safe to run from several threads at once and ``run`` releases
     the GIL, so one session serves every instance without copying the weights N times.
 
-    The workers are plain threads fed by a queue and answering with one
-    ``call_soon_threadsafe``: measured against ``loop.run_in_executor`` this skips a
-    ``concurrent.futures.Future`` (with its condition variable) and the future chaining per
-    batch, which is a visible share of a small model's latency at concurrency 1.
+    The workers are plain threads fed by a queue (measured against ``loop.run_in_executor``
+    this skips a ``concurrent.futures.Future`` and the future chaining per batch, a visible
+    share of a small model's latency at concurrency 1). A worker that finishes a batch takes
+    the next one from the scheduler itself (:meth:`BatchJob.complete`): it never waits for
+    the event loop while work is queued.
 
-    A batch expected to take under :attr:`inline_below_s` runs on the calling (event loop)
-    thread when no worker has a job: handing it to a worker and back costs two thread
-    switches, a futex and a wake-up of the loop, more than such a run itself.
+    A job the scheduler marks ``inline`` (predicted under :attr:`inline_below_s`, no other
+    batch running) runs on the calling (event loop) thread: handing it to a worker and back
+    costs two thread switches, a futex and a wake-up of the loop, more than such a run.
 
     A graph with bfloat16 inputs or outputs runs through OrtValues instead (see
     :class:`~ortserve.core.ortvalues.OrtValueRun`); every other graph keeps ``session.run``.
@@ -44,21 +45,16 @@ class OrtRunner:
     Args:
         session: the built session.
         instances: how many batches may run at the same time.
-        loop: the loop whose futures ``execute`` returns and whose thread gets the results.
         name: used to name the worker threads.
     """
 
-    def __init__(
-        self, session: ort.InferenceSession, instances: int, loop: asyncio.AbstractEventLoop, name: str
-    ) -> None:
+    def __init__(self, session: ort.InferenceSession, instances: int, name: str) -> None:
         self._session = session
         self._instances = instances
-        self._loop = loop
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[BatchJob | None] = queue.SimpleQueue()
         self.output_names = [o.name for o in session.get_outputs()]
         self._ort_values = OrtValueRun(session, self.output_names) if needs_ort_values(session) else None
         self.inline_below_s = 100e-6
-        self._queued = 0  # jobs handed to the workers and not settled yet (loop thread only)
         self._threads = [
             threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)
             for index in range(instances)
@@ -75,7 +71,7 @@ class OrtRunner:
         """The execution providers the session actually uses, in priority order."""
         return list(self._session.get_providers())
 
-    def run_blocking(self, feeds: dict[str, Array]) -> Result:
+    def run_blocking(self, feeds: dict[str, Array]) -> RunResult:
         """Run on the calling thread (warm-up, worker threads); returns outputs and seconds."""
         start = time.perf_counter()
         if self._ort_values is None:
@@ -84,47 +80,42 @@ class OrtRunner:
             outputs = self._ort_values(feeds)
         return outputs, time.perf_counter() - start
 
-    def execute(self, feeds: dict[str, Array], expected_s: float = math.inf) -> asyncio.Future[Result]:
-        """Run inline when short (see the class) and no worker is busy, else queue for the workers."""
-        future: asyncio.Future[Result] = self._loop.create_future()
-        if expected_s < self.inline_below_s and not self._queued:
+    def execute(self, job: BatchJob) -> None:
+        """Run inline when the scheduler says so (see the class), else queue for the workers."""
+        if job.inline:
             try:
-                future.set_result(self.run_blocking(feeds))
+                result = self.run_blocking(job.feeds)
             except Exception as exc:  # the scheduler logs and maps it, as for a worker's
-                future.set_exception(exc)
-            return future
-        self._queued += 1
-        self._jobs.put((feeds, future))
-        return future
+                job.complete(None, exc, chain=False)
+            else:
+                job.complete(result, None, chain=False)
+            return
+        self._jobs.put(job)
 
     def _work(self) -> None:
         _prefer_batch_scheduling()
         while (job := self._jobs.get()) is not None:
-            feeds, future = job
+            self._run_chain(job)
+
+    def _run_chain(self, job: BatchJob) -> None:
+        """Run ``job`` and then each batch its completion hands back, without the loop."""
+        following: BatchJob | None = job
+        while following is not None:
+            current = following
             try:
-                result = self.run_blocking(feeds)
+                result = self.run_blocking(current.feeds)
             except BaseException as exc:  # handed to the loop; the scheduler logs and maps it
-                self._answer(future, None, exc)
+                following = self._complete(current, None, exc)
             else:
-                self._answer(future, result, None)
+                following = self._complete(current, result, None)
 
-    def _answer(
-        self, future: asyncio.Future[Result], result: Result | None, error: BaseException | None
-    ) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
-            self._loop.call_soon_threadsafe(self._settle, future, result, error)
-
-    def _settle(
-        self, future: asyncio.Future[Result], result: Result | None, error: BaseException | None
-    ) -> None:
-        self._queued -= 1
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert result is not None
-            future.set_result(result)
+    @staticmethod
+    def _complete(job: BatchJob, result: RunResult | None, error: BaseException | None) -> BatchJob | None:
+        try:
+            return job.complete(result, error, chain=True)
+        except Exception:  # a bug in the scheduler must not kill the worker thread
+            logger.exception("completing a batch failed")
+            return None
 
     def close(self) -> None:
         """Let the workers finish what is queued, then stop them."""

@@ -1,29 +1,32 @@
 """Per-version request queue: priority lanes, deadlines, admission control and batching.
 
-The scheduler is driven by events, not by a polling task: a submission, a finished batch and
-a delay timer each call ``_dispatch``, which starts batches while an instance is free. A
-batch runs in the executor's threads (``session.run`` releases the GIL) and its completion
-callback splits the outputs back to each request as views.
+The scheduler is driven by events, not by a polling task: a submission and a delay timer
+call ``_dispatch`` on the event loop, and a worker that finishes a batch takes the next one
+itself (:meth:`BatchJob.complete`), so the model never waits for a loop that is busy reading
+sockets. The queue is shared between the loop and the workers under one lock; whatever must
+happen on the loop (answering futures, timers, the observer) is handed back to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import BatchRecord, NullObserver, SchedulerObserver
-from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.policy import SchedulingPolicy, queue_wait_target
 from ortserve.errors import (
     DeadlineExceeded,
     InferenceError,
@@ -38,22 +41,6 @@ __all__ = ["BatchExecutor", "Scheduler"]
 logger = logging.getLogger(__name__)
 
 Array = npt.NDArray[np.generic]
-Feeds = dict[str, Array]
-
-
-class BatchExecutor(Protocol):
-    """Runs one assembled batch; called from the scheduler's loop, runs in a worker thread."""
-
-    @property
-    def instances(self) -> int: ...
-
-    inline_below_s: float
-    """Batches expected to be shorter than this run inline in ``execute`` (0: never)."""
-
-    def execute(self, feeds: Feeds, expected_s: float) -> asyncio.Future[tuple[list[Array], float]]:
-        """Start a run expected to take ``expected_s`` (inf when unknown); the future gives
-        the outputs and the seconds the run took."""
-        ...
 
 
 @dataclass(slots=True, eq=False)
@@ -73,6 +60,15 @@ class _Pending:
 class _Lane:
     queue: deque[_Pending] = field(default_factory=deque)
     rows: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    batch: list[_Pending]
+    rows: int
+    expected_end: float
+    waits: tuple[float, ...]
+    assemble_s: float = 0.0
 
 
 class Scheduler:
@@ -102,11 +98,16 @@ class Scheduler:
         self._loop = loop
         self.cost_model = cost_model or BatchCostModel()
         self.observer: SchedulerObserver = observer or NullObserver()
+        # Guarded by _lock (the loop and the workers both take batches):
+        self._lock = threading.Lock()
         self._lanes = [_Lane() for _ in range(policy.priority_levels)]
         self._queued_requests = 0
         self._queued_rows = 0
         self._busy = 0
         self._busy_until: list[float] = []
+        self._dropped: list[tuple[_Pending, OrtServeError]] = []  # answered on the loop
+        self._stale_timers: list[TimerHandle] = []  # cancelled on the loop
+        # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
         self._closing = False
@@ -124,6 +125,11 @@ class Scheduler:
         """Batches running now."""
         return self._busy
 
+    @property
+    def waiting_for_company(self) -> bool:
+        """A free instance is holding the queue back on purpose (batching delay timer)."""
+        return self._delay_timer is not None
+
     def submit(
         self, feeds: Feeds, rows: int, priority: int = 0, timeout_s: float | None = None
     ) -> asyncio.Future[list[Array]]:
@@ -138,7 +144,8 @@ class Scheduler:
         Raises:
             ModelNotReady: the scheduler is draining.
             InvalidInput: priority out of range, or more rows than max_batch_size.
-            Overloaded: queue full, or the deadline cannot be met given the queue ahead.
+            Overloaded: queue full, or the deadline, budget or queue-wait target cannot be
+                met given the queue ahead.
         """
         policy = self._policy
         if self._closing:
@@ -152,16 +159,18 @@ class Scheduler:
         if timeout_s is None:
             timeout_s = policy.default_timeout_s
         deadline = None if timeout_s is None else now + timeout_s
-        self._admit(now, rows, lane, deadline)
         future: asyncio.Future[list[Array]] = self._loop.create_future()
         signature = tuple(a.shape[1:] for a in feeds.values()) if policy.max_batch_size else ()
         pending = _Pending(feeds, rows, signature, now, deadline, future, lane)
+        with self._lock:
+            error = self._refusal(now, rows, lane, deadline)
+            if error is None:
+                self._enqueue(pending)
+        if error is not None:
+            self.observer.on_rejected(error)
+            raise error
         if deadline is not None:
             pending.timer = self._clock.call_at(deadline, partial(self._expire, pending))
-        self._lanes[lane].queue.append(pending)
-        self._lanes[lane].rows += rows
-        self._queued_requests += 1
-        self._queued_rows += rows
         self._idle.clear()
         if self._busy == 0 and self._runs_inline():
             # The run will block the loop: let the rest of this tick's requests join it first.
@@ -170,6 +179,35 @@ class Scheduler:
         else:
             self._dispatch()
         return future
+
+    def check_admission(self, priority: int = 0) -> None:
+        """Whether a one-row request would be admitted now, without building it.
+
+        The transports call this with only the path and headers read, so that a request
+        that will be refused costs no body decoding (issue 10: shed load at the edge).
+
+        Raises:
+            ModelNotReady: the scheduler is draining.
+            InvalidInput: priority out of range.
+            Overloaded: the queue or the queue-wait target (or budget) refuses it.
+        """
+        if self._closing:
+            raise ModelNotReady("model is shutting down")
+        lane = self._lane_index(priority)
+        now = self._clock.now()
+        timeout_s = self._policy.default_timeout_s
+        with self._lock:
+            error = self._refusal(now, 1, lane, None if timeout_s is None else now + timeout_s)
+        if error is not None:
+            self.observer.on_rejected(error)
+            raise error
+
+    def _enqueue(self, pending: _Pending) -> None:
+        lane = self._lanes[pending.lane]
+        lane.queue.append(pending)
+        lane.rows += pending.rows
+        self._queued_requests += 1
+        self._queued_rows += pending.rows
 
     def _runs_inline(self) -> bool:
         """Whether a full batch is expected to run inline, on the loop's thread."""
@@ -190,31 +228,42 @@ class Scheduler:
             raise InvalidInput(f"priority {priority} is outside 0..{levels} for this model")
         return priority - 1
 
-    def _admit(self, now: float, rows: int, lane: int, deadline: float | None) -> None:
+    # -- admission (under the lock) -----------------------------------------------------
+    def _refusal(self, now: float, rows: int, lane: int, deadline: float | None) -> Overloaded | None:
         policy = self._policy
         if self._queued_requests >= policy.max_queue_size:
-            error = Overloaded(
+            return Overloaded(
                 f"queue full ({policy.max_queue_size} requests waiting)",
                 retry_after_s=self._drain_estimate(now, self._queued_rows),
             )
-            self.observer.on_rejected(error)
-            raise error
+        if not self.cost_model.fitted:
+            return None
+        ahead = sum(self._lanes[i].rows for i in range(lane + 1))
+        wait = self._drain_estimate(now, ahead)
+        target = queue_wait_target(policy, self._full_batch_s())
+        if wait > target:
+            return Overloaded(
+                f"about {wait * 1e3:.1f} ms of work is queued ahead, more than the "
+                f"{target * 1e3:.1f} ms queue-wait target",
+                retry_after_s=wait,
+            )
         limit = deadline
         if policy.latency_budget_s is not None:
             budget_end = now + policy.latency_budget_s
             limit = budget_end if limit is None else min(limit, budget_end)
-        if limit is None or not self.cost_model.fitted:
-            return
-        ahead = sum(self._lanes[i].rows for i in range(lane + 1))
+        if limit is None:
+            return None
         finish = self._drain_estimate(now, ahead + rows, absolute=True)
         if finish > limit:
-            error = Overloaded(
+            return Overloaded(
                 f"cannot finish within the deadline: about {(finish - now) * 1e3:.1f} ms of work "
                 "is queued ahead",
                 retry_after_s=finish - now,
             )
-            self.observer.on_rejected(error)
-            raise error
+        return None
+
+    def _full_batch_s(self) -> float:
+        return self.cost_model.predict(self._policy.max_batch_size or 1)
 
     def _drain_estimate(self, now: float, rows: int, absolute: bool = False) -> float:
         """When ``rows`` queued rows would be done, given the batches running now."""
@@ -227,32 +276,45 @@ class Scheduler:
         finish = free_at + work
         return finish if absolute else max(0.0, finish - now)
 
-    def _expire(self, pending: _Pending, settle: bool = True) -> None:
-        if not pending.live:
-            return
-        self._remove(pending)
+    # -- leaving the queue --------------------------------------------------------------
+    def _expire(self, pending: _Pending) -> None:
+        with self._lock:
+            if not pending.live:
+                return
+            self._remove(pending)
         if not pending.future.done():
             error = DeadlineExceeded("deadline passed while the request was queued")
             self.observer.on_rejected(error)
             pending.future.set_exception(error)
-        if settle:
-            self._check_idle()
+        self._after_loop_work()
 
     def _remove(self, pending: _Pending) -> None:
+        """Take a request off the books (under the lock); its timer is cancelled on the loop."""
         pending.live = False
         self._queued_requests -= 1
         self._queued_rows -= pending.rows
         self._lanes[pending.lane].rows -= pending.rows
         if pending.timer is not None:
-            pending.timer.cancel()
+            self._stale_timers.append(pending.timer)
             pending.timer = None
 
-    def _check_idle(self) -> None:
-        # Called only where the state is settled (never between taking a batch and starting
-        # it), so a drain can never see a passing "idle" while work is being handed over.
+    def _after_loop_work(self) -> None:
+        """On the loop: answer what workers dropped, cancel stale timers, note idleness."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+            timers, self._stale_timers = self._stale_timers, []
+        for timer in timers:
+            timer.cancel()
+        for pending, error in dropped:
+            if not pending.future.done():
+                self.observer.on_rejected(error)
+                pending.future.set_exception(error)
+        # Only where the state is settled, so a drain never sees a passing "idle" while a
+        # batch is being handed over.
         if self._queued_requests == 0 and self._busy == 0:
             self._idle.set()
 
+    # -- taking batches (under the lock) ------------------------------------------------
     def _head(self) -> _Pending | None:
         for lane in self._lanes:
             queue = lane.queue
@@ -263,26 +325,25 @@ class Scheduler:
                 queue.popleft()
                 if head.live:  # cancelled by its client while queued
                     self._remove(head)
-                    self._check_idle()
         return None
 
-    def _dispatch(self, timer_fired: bool = False) -> None:
-        instances = self._executor.instances
-        while self._busy < instances:
+    def _take_ready(self, now: float, timer_fired: bool) -> tuple[list[_Pending], float]:
+        """A batch to start now and the instance marked busy, or ``([], when to look again)``
+        (inf: nothing queued)."""
+        while self._busy < self._executor.instances:
             head = self._head()
             if head is None:
-                return
-            now = self._clock.now()
+                return [], math.inf
             wait_until = self._wait_until(head, now)
             # A fired delay timer means the wait is over, even when the loop's millisecond
             # timer resolution woke us a fraction early: re-arming would only spin.
             if wait_until > now and not timer_fired:
-                self._arm_delay(wait_until)
-                return
-            timer_fired = False
-            batch = self._take_batch(head)
+                return [], wait_until
+            batch = self._take_batch(head, now)
             if batch:
-                self._start(batch, now)
+                self._busy += 1
+                return batch, now
+        return [], math.inf
 
     def _wait_until(self, head: _Pending, now: float) -> float:
         """When to stop waiting for company; ``now`` or earlier means go at once."""
@@ -301,25 +362,17 @@ class Scheduler:
             until = min(until, latest_start)
         return until
 
-    def _arm_delay(self, when: float) -> None:
-        if self._delay_timer is not None and self._delay_at <= when:
-            return
-        if self._delay_timer is not None:
-            self._delay_timer.cancel()
-        self._delay_at = when
-        self._delay_timer = self._clock.call_at(when, self._on_delay)
+    def _take_batch(self, head: _Pending, now: float) -> list[_Pending]:
+        """The head request and the queued requests that fit beside it, in lane order.
 
-    def _on_delay(self) -> None:
-        self._delay_timer = None
-        self._delay_at = math.inf
-        self._dispatch(timer_fired=True)
-
-    def _take_batch(self, head: _Pending) -> list[_Pending]:
-        """The head request and the queued requests that fit beside it, in lane order."""
+        Requests whose deadline passed, or that waited twice the queue-wait target (a
+        standing queue: running them only makes everyone behind them late too), leave
+        without running.
+        """
         max_rows = self._policy.max_batch_size
+        shed_before = now - 2 * queue_wait_target(self._policy, self._full_batch_s())
         batch: list[_Pending] = []
         rows = 0
-        now = self._clock.now()
         for lane in self._lanes:
             queue = lane.queue
             skipped: list[_Pending] = []
@@ -331,7 +384,10 @@ class Scheduler:
                     self._remove(pending)
                     continue
                 if pending.deadline is not None and pending.deadline <= now:
-                    self._expire(pending, settle=False)
+                    self._drop(pending, DeadlineExceeded("deadline passed while the request was queued"))
+                    continue
+                if pending.arrival < shed_before and self.cost_model.fitted:
+                    self._drop(pending, Overloaded("shed: waited too long in an overloaded queue", 0.0))
                     continue
                 fits = not batch or (pending.signature == head.signature and rows + pending.rows <= max_rows)
                 if not fits:
@@ -345,66 +401,110 @@ class Scheduler:
             queue.extendleft(reversed(skipped))
             if batch and (not max_rows or rows >= max_rows):
                 break
-        if batch:
-            self._idle.clear()
         return batch
 
-    def _start(self, batch: list[_Pending], now: float) -> None:
+    def _drop(self, pending: _Pending, error: OrtServeError) -> None:
+        self._remove(pending)
+        self._dropped.append((pending, error))
+
+    def _begin(self, batch: list[_Pending], now: float) -> tuple[_Run, float]:
+        """Book the batch as running (under the lock); returns it and its predicted time."""
+        rows = sum(p.rows for p in batch)
+        predicted = self.cost_model.predict(rows)
+        run = _Run(batch, rows, now + predicted, tuple(now - p.arrival for p in batch))
+        self._busy_until.append(run.expected_end)
+        return run, predicted if self.cost_model.fitted else math.inf
+
+    def _job(self, run: _Run, expected_s: float, inline: bool) -> BatchJob:
+        """Assemble the batch (outside the lock: concatenation takes a while)."""
         started = self._clock.now()
+        batch = run.batch
         if len(batch) == 1:
             feeds = batch[0].feeds
         else:
             names = batch[0].feeds.keys()
             feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in names}
-        assembled = self._clock.now()
-        rows = sum(p.rows for p in batch)
-        predicted = self.cost_model.predict(rows)
-        expected_end = assembled + predicted
-        self._busy += 1
-        self._busy_until.append(expected_end)
-        try:
-            run = self._executor.execute(feeds, predicted if self.cost_model.fitted else math.inf)
-        except Exception as exc:  # the executor could not even start: fail this batch only
-            self._busy -= 1
-            self._busy_until.remove(expected_end)
-            self._fail(batch, exc)
-            return
-        waits = tuple(started - p.arrival for p in batch)
-        run.add_done_callback(partial(self._finish, batch, rows, expected_end, waits, assembled - started))
+        run.assemble_s = self._clock.now() - started
+        return BatchJob(feeds, expected_s, inline, partial(self._complete, run))
 
-    def _finish(
-        self,
-        batch: list[_Pending],
-        rows: int,
-        expected_end: float,
-        waits: tuple[float, ...],
-        assemble_s: float,
-        run: asyncio.Future[tuple[list[Array], float]],
-    ) -> None:
-        self._busy -= 1
-        self._busy_until.remove(expected_end)
-        failed = False
-        split_s = 0.0
-        run_s = 0.0
-        if run.cancelled():  # the executor was shut down under it
-            failed = True
-            self._fail(batch, ModelNotReady("the model was unloaded while this batch waited to run"))
-            outputs = None
+    # -- dispatch on the loop -----------------------------------------------------------
+    def _dispatch(self, timer_fired: bool = False) -> None:
+        while True:
+            now = self._clock.now()
+            with self._lock:
+                alone = self._busy == 0
+                batch, when = self._take_ready(now, timer_fired)
+                booked = self._begin(batch, now) if batch else None
+            timer_fired = False
+            if booked is None:
+                if when < math.inf:
+                    self._arm_delay(when)
+                self._after_loop_work()
+                return
+            run, expected_s = booked
+            inline = alone and expected_s < self._executor.inline_below_s
+            self._start(run, expected_s, inline)
+
+    def _start(self, run: _Run, expected_s: float, inline: bool) -> None:
+        try:
+            job = self._job(run, expected_s, inline)
+            self._executor.execute(job)
+        except Exception as exc:  # the executor could not even start: fail this batch only
+            with self._lock:
+                self._busy -= 1
+                self._busy_until.remove(run.expected_end)
+            self._fail(run.batch, exc)
+
+    def _arm_delay(self, when: float) -> None:
+        if self._delay_timer is not None and self._delay_at <= when:
+            return
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+        self._delay_at = when
+        self._delay_timer = self._clock.call_at(when, self._on_delay)
+
+    def _on_delay(self) -> None:
+        self._delay_timer = None
+        self._delay_at = math.inf
+        self._dispatch(timer_fired=True)
+
+    # -- completion (on the thread that ran the batch) ----------------------------------
+    def _complete(
+        self, run: _Run, result: RunResult | None, error: BaseException | None, chain: bool
+    ) -> BatchJob | None:
+        now = self._clock.now()
+        with self._lock:
+            self._busy -= 1
+            self._busy_until.remove(run.expected_end)
+            if result is not None:
+                self.cost_model.observe(run.rows, result[1])
+            batch, _ = self._take_ready(now, False) if chain else ([], math.inf)
+            booked = self._begin(batch, now) if batch else None
+        following = self._job(booked[0], booked[1], False) if booked is not None else None
+        settle = partial(self._settle, run, result, error)
+        if chain:
+            with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+                self._loop.call_soon_threadsafe(settle)
         else:
-            try:
-                outputs, run_s = run.result()
-            except Exception as exc:
-                failed = True
-                self._fail(batch, exc)
-                outputs = None
-        if outputs is not None:
-            self.cost_model.observe(rows, run_s)
+            self._loop.call_soon(settle)
+        return following
+
+    def _settle(self, run: _Run, result: RunResult | None, error: BaseException | None) -> None:
+        """On the loop: answer the batch's requests, report it, dispatch what is waiting."""
+        split_s = 0.0
+        if result is not None:
             split_start = self._clock.now()
-            self._deliver(batch, outputs)
+            self._deliver(run.batch, result[0])
             split_s = self._clock.now() - split_start
-        self.observer.on_batch(BatchRecord(len(batch), rows, waits, assemble_s, run_s, split_s, failed))
+        elif isinstance(error, asyncio.CancelledError):  # the executor was shut down under it
+            self._fail(run.batch, ModelNotReady("the model was unloaded while this batch waited to run"))
+        else:
+            self._fail(run.batch, error or InferenceError("the batch produced no result"))
+        run_s = result[1] if result is not None else 0.0
+        self.observer.on_batch(
+            BatchRecord(len(run.batch), run.rows, run.waits, run.assemble_s, run_s, split_s, result is None)
+        )
         self._dispatch()
-        self._check_idle()
 
     def _deliver(self, batch: Sequence[_Pending], outputs: list[Array]) -> None:
         if len(batch) == 1:
@@ -429,6 +529,7 @@ class Scheduler:
             if not pending.future.done():
                 pending.future.set_exception(error)
 
+    # -- lifecycle ----------------------------------------------------------------------
     async def drain(self, timeout_s: float) -> bool:
         """Refuse new work and wait for queued and running requests; True if all finished."""
         self._closing = True
@@ -447,11 +548,10 @@ class Scheduler:
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None
-        for lane in self._lanes:
-            while lane.queue:
-                pending = lane.queue.popleft()
-                if pending.live:
-                    self._remove(pending)
-                    if not pending.future.done():
-                        pending.future.set_exception(ModelNotReady(reason))
-        self._check_idle()
+        with self._lock:
+            for lane in self._lanes:
+                while lane.queue:
+                    pending = lane.queue.popleft()
+                    if pending.live:
+                        self._drop(pending, ModelNotReady(reason))
+        self._after_loop_work()

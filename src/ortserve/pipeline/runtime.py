@@ -228,6 +228,14 @@ class PipelineVersion:
         answer = await self.pipeline.run(decode_document(body), marks)
         return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
 
+    def check_admission(self, priority: int = 0) -> None:
+        """Only readiness: which models the documents call is known after preprocessing.
+
+        Raises:
+            ModelNotReady.
+        """
+        self._check_ready()
+
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Each element of the BYTES input ``request`` is one JSON document, answered in order.
 

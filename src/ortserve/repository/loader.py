@@ -89,6 +89,7 @@ def _policy(config: ModelConfig, max_batch_size: int) -> SchedulingPolicy:
         max_queue_size=b.max_queue_size,
         default_timeout_s=None if b.default_timeout_ms is None else b.default_timeout_ms / 1e3,
         latency_budget_s=None if b.latency_budget_ms is None else b.latency_budget_ms / 1e3,
+        max_queue_wait_s=None if b.max_queue_wait_ms is None else b.max_queue_wait_ms / 1e3,
         priority_levels=b.priority_levels,
         default_priority=b.default_priority,
     )
@@ -100,14 +101,13 @@ def _prepare(
     path: Path,
     config: ModelConfig,
     settings: ServerSettings,
-    loop: asyncio.AbstractEventLoop,
 ) -> _Prepared:
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
     session = build_session(path, plan)
     inputs = _specs(session.get_inputs())
     outputs = _specs(session.get_outputs())
     max_batch = _max_batch_size(config, inputs + outputs, path.parent.parent / "config.yaml")
-    runner = OrtRunner(session, config.instances, loop, f"{name}-{version}")
+    runner = OrtRunner(session, config.instances, f"{name}-{version}")
     cost = BatchCostModel()
     sizes = config.warmup_batch_sizes or ([1, max_batch] if max_batch else [1])
     rng = np.random.default_rng(0)
@@ -155,7 +155,7 @@ async def load_version(
         Exception: whatever ONNX Runtime raises for an unloadable model (logged by the caller).
     """
     loop = asyncio.get_running_loop()
-    prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings, loop)
+    prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings)
     scheduler = Scheduler(
         prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer
     )

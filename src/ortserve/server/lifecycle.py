@@ -25,6 +25,7 @@ from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.watcher import RepositoryWatcher, control_mode
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
+from ortserve.server.http.admission import EarlyRefusal
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
@@ -108,6 +109,7 @@ class Server:
             self.connection_limit,
             # Room is kept for one body being joined from its pieces (a second copy, briefly).
             ByteBudget(settings.max_inflight_bytes - settings.max_body_bytes, HeapTrimmer()),
+            EarlyRefusal(self.dataplane, self.telemetry),
         )
         self._grpc = (
             GrpcListener(

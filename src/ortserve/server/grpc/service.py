@@ -239,6 +239,9 @@ class InferenceService:
             "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
         try:
+            # Refused under load before the tensors are decoded (the most urgent lane: the
+            # request may ask for it, and it is refused last).
+            self._dataplane.check_admission(request.model_name, request.model_version or None, priority=1)
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())

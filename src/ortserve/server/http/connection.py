@@ -33,11 +33,13 @@ from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
 
-__all__ = ["ConnectionLimits", "Handler", "HttpConnection"]
+__all__ = ["Admission", "ConnectionLimits", "Handler", "HttpConnection"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]"]
+Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "HttpResponse | None"]
+"""``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
@@ -99,8 +101,11 @@ class HttpConnection(asyncio.Protocol):
         state: ConnectionSet[HttpConnection],
         loop: asyncio.AbstractEventLoop,
         budget: ByteBudget | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._handler = handler
+        self._admission = admission
+        self._refusal: HttpResponse | None = None  # this request is refused: its body is dropped
         self._limits = limits
         self._state = state
         self._loop = loop
@@ -112,7 +117,7 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._queue: deque[tuple[HttpRequest, bool, int]] = deque()
+        self._queue: deque[tuple[HttpRequest | HttpResponse, bool, int]] = deque()
         self._task: asyncio.Future[Any] | None = None
         self._busy = False
         self._receiving = False
@@ -204,6 +209,7 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._body = []
         self._body_size = 0
+        self._refusal = None
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -231,6 +237,10 @@ class HttpConnection(asyncio.Protocol):
         self._phase = _BODY
         self._body_started = self._now
         self._deadline = self._now + self._limits.header_timeout_s
+        if self._admission is not None:
+            self._refusal = self._admission(self._parser.get_method(), self._url, self._headers)  # type: ignore[union-attr]
+            if self._refusal is not None:
+                return
         if self._headers.get(b"expect", b"").lower() == b"100-continue" and self._transport:
             self._transport.write(_CONTINUE)
 
@@ -238,16 +248,21 @@ class HttpConnection(asyncio.Protocol):
         self._body_size += len(body)
         if self._body_size > self._limits.max_body_bytes:
             raise _TooLarge()
+        self._deadline = self._body_started + self._limits.header_timeout_s + self._body_size / _MIN_BODY_RATE
+        if self._refusal is not None:
+            return  # refused from its headers: the body is read and dropped, never held
         if not self._budget.take(len(body)):
             raise _OverBudget()
         self._held += len(body)
-        self._deadline = self._body_started + self._limits.header_timeout_s + self._body_size / _MIN_BODY_RATE
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         self._receiving = False
         self._phase = _BUSY
         if self._parser is None:
+            return
+        if self._refusal is not None:
+            self._enqueue(self._refusal, 0)
             return
         try:
             url = httptools.parse_url(self._url)
@@ -265,7 +280,11 @@ class HttpConnection(asyncio.Protocol):
         if len(self._body) > 1:
             self._budget.freed(self._body_size)  # the pieces, now joined
         self._body = []  # the request owns the body now; nothing else may keep it alive
-        self._queue.append((request, self._parser.should_keep_alive(), self._body_size))
+        self._enqueue(request, self._body_size)
+
+    def _enqueue(self, item: HttpRequest | HttpResponse, body_size: int) -> None:
+        assert self._parser is not None
+        self._queue.append((item, self._parser.should_keep_alive(), body_size))
         if len(self._queue) > _MAX_PIPELINED and self._transport is not None and self._reading:
             self._transport.pause_reading()
             self._reading = False
@@ -276,6 +295,10 @@ class HttpConnection(asyncio.Protocol):
     def _next(self) -> None:
         while self._queue and not self._closed:
             request, keep_alive, self._answering = self._queue.popleft()
+            if isinstance(request, HttpResponse):  # refused from its headers
+                self._write(request, keep_alive)
+                self._answered()
+                continue
             self._busy = True
             try:
                 result = self._handler(request)

@@ -6,7 +6,7 @@ import asyncio
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, Refusal, listen
-from ortserve.server.http.connection import ConnectionLimits, Handler, HttpConnection
+from ortserve.server.http.connection import Admission, ConnectionLimits, Handler, HttpConnection
 
 __all__ = ["HttpListener"]
 
@@ -26,6 +26,7 @@ class HttpListener:
         connection_limit: the cap on open connections, shared with the other listeners
             (None: no cap). A connection over it is answered 503 and closed.
         budget: the server-wide bound on request body bytes held (None: no bound).
+        admission: refuses requests from their headers (see ``http/admission.py``).
     """
 
     def __init__(
@@ -34,10 +35,12 @@ class HttpListener:
         limits: ConnectionLimits,
         connection_limit: ConnectionLimit | None = None,
         budget: ByteBudget | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._handler = handler
         self._limits = limits
         self._budget = budget
+        self._admission = admission
         self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit)
         self._server: asyncio.Server | None = None
 
@@ -48,7 +51,9 @@ class HttpListener:
         def accept() -> asyncio.Protocol:
             if not self._state.limit.admit():
                 return Refusal(_TOO_MANY_CONNECTIONS)
-            return HttpConnection(self._handler, self._limits, self._state, loop, self._budget)
+            return HttpConnection(
+                self._handler, self._limits, self._state, loop, self._budget, self._admission
+            )
 
         self._server = await listen(accept, host, port)
         return int(self._server.sockets[0].getsockname()[1])

@@ -1,0 +1,50 @@
+"""A batch executor whose runs finish when a test says so (scheduler tests, no real model)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from ortserve.core.job import BatchJob, RunResult
+
+Feeds = dict[str, np.ndarray]
+
+
+class FakeExecutor:
+    """Records each batch; the test decides when it finishes (outputs = inputs * 2).
+
+    Like the real runner's workers, finishing a batch takes the next ready one at once.
+    """
+
+    inline_below_s = 0.0  # never inline: these tests drive runs by hand
+
+    def __init__(self, instances: int = 1) -> None:
+        self._instances = instances
+        self.batches: list[Feeds] = []
+        self.expected: list[float] = []
+        self.running: list[BatchJob] = []
+
+    @property
+    def instances(self) -> int:
+        return self._instances
+
+    def execute(self, job: BatchJob) -> None:
+        self.expected.append(job.expected_s)
+        self.batches.append(job.feeds)
+        self.running.append(job)
+
+    def _complete(self, index: int, result: RunResult | None, error: BaseException | None) -> None:
+        job = self.running.pop(index)
+        following = job.complete(result, error, chain=not job.inline)
+        if following is not None:
+            self.execute(following)
+
+    def finish(self, index: int = 0, seconds: float = 0.001) -> None:
+        self._complete(index, ([self.running[index].feeds["x"] * 2], seconds), None)
+
+    def fail(self, index: int = 0) -> None:
+        self._complete(index, None, RuntimeError("device fault"))
+
+    def cancel(self, index: int = 0) -> None:
+        self._complete(index, None, asyncio.CancelledError())
