@@ -100,3 +100,15 @@ def test_plot_without_matplotlib_is_refused_before_the_run(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
     assert "--plot" in result.stderr and "needs matplotlib" in result.stderr
+
+
+def test_refusals_have_their_own_latency_and_it_survives_the_round_trip() -> None:
+    measurement = Measurement(elapsed_s=1.0)
+    measurement.record(0, 200, 9000)
+    measurement.record(0, 429, 300)
+    measurement.record(0, 1, 30_000_000)  # a client timeout is no answer: not a refusal
+    assert measurement.refused.total == 1 and measurement.refused.max_value == 300
+    again = Measurement.from_dict(orjson.loads(orjson.dumps(measurement.to_dict())))
+    assert again.refused.total == 1
+    document = orjson.loads(result_document("bench", {}, [LevelResult("r", 1.0, measurement)], []))
+    assert document["levels"][0]["summary"]["refused_latency_ms"]["p50"] == pytest.approx(0.3, rel=0.05)

@@ -30,14 +30,16 @@ class Window:
 class Measurement:
     """Everything measured at one level (a concurrency or a rate), in microseconds.
 
-    ``latency`` holds successful (2xx) requests only; ``statuses`` counts every answer,
-    ``0`` meaning a connection error and ``1`` a client-side timeout.
+    ``latency`` holds successful (2xx) requests only, ``refused`` the other answers (how fast
+    the server says no under overload); ``statuses`` counts every answer, ``0`` meaning a
+    connection error and ``1`` a client-side timeout.
     ``send_lag`` (open loop) is how late the generator sent requests after their intended
     time: large values mean the generator, not the server, limited the run.
     """
 
     latency: Histogram = field(default_factory=Histogram)
     send_lag: Histogram = field(default_factory=Histogram)
+    refused: Histogram = field(default_factory=Histogram)
     statuses: dict[int, int] = field(default_factory=dict)
     windows: dict[int, Window] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -79,11 +81,14 @@ class Measurement:
             window.latency.record(latency_us)
         else:
             window.errors += 1
+            if status > 1:
+                self.refused.record(latency_us)
 
     def merge(self, other: Measurement) -> None:
         """Add another process's measurement of the same level (elapsed: the longest)."""
         self.latency.merge(other.latency)
         self.send_lag.merge(other.send_lag)
+        self.refused.merge(other.refused)
         for status, count in other.statuses.items():
             self.statuses[status] = self.statuses.get(status, 0) + count
         for second, window in other.windows.items():
@@ -99,6 +104,7 @@ class Measurement:
         return {
             "latency": self.latency.to_dict(),
             "send_lag": self.send_lag.to_dict(),
+            "refused": self.refused.to_dict(),
             "statuses": {str(k): v for k, v in self.statuses.items()},
             "windows": {str(k): w.to_dict() for k, w in self.windows.items()},
             "elapsed_s": self.elapsed_s,
@@ -115,6 +121,7 @@ class Measurement:
         return cls(
             Histogram.from_dict(latency),
             Histogram.from_dict(lag),
+            _histogram(data.get("refused")),
             {int(k): int(v) for k, v in statuses.items()},
             {int(k): Window.from_dict(w) for k, w in windows.items()},
             float(str(data["elapsed_s"])),
@@ -122,3 +129,8 @@ class Measurement:
             float(str(data["cpu_s"])),
             float(str(data["wall_s"])),
         )
+
+
+def _histogram(data: object) -> Histogram:
+    """A histogram from its dict; an empty one for documents written before it existed."""
+    return Histogram.from_dict(data) if isinstance(data, dict) else Histogram()

@@ -54,6 +54,9 @@ def summary(measurement: Measurement) -> dict[str, object]:
         "interrupted": measurement.interrupted,
         "generator_cpu_cores": round(measurement.generator_cores, 3),
     }
+    if measurement.refused.total:
+        refused = measurement.refused
+        figures["refused_latency_ms"] = {f"p{p:g}": refused.percentile(p) / 1000 for p in PERCENTILES}
     if measurement.send_lag.total:
         figures["send_lag_p99_ms"] = measurement.send_lag.percentile(99) / 1000
     return figures
