@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 import contextlib
 import math
+from typing import Any
 
 import numpy as np
 import pytest
