@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SchedulingPolicy"]
+__all__ = ["SchedulingPolicy", "StandingQueue", "queue_wait_target"]
 
 AUTO_WAIT_BATCHES = 4
 """Automatic queue-wait target: this many full batches of work ahead of a request ..."""
@@ -26,8 +26,9 @@ class SchedulingPolicy:
     priority_levels: int = 2
     default_priority: int = 1
     max_queue_wait_s: float | None = None
-    """Longest predicted queueing wait admitted; requests that waited twice as long are shed
-    instead of run. None: automatic (see :func:`queue_wait_target`); 0 turns both off."""
+    """Longest predicted queueing wait admitted; while the queue stays late (see
+    :class:`StandingQueue`) requests that waited longer are shed instead of run. None:
+    automatic (see :func:`queue_wait_target`); 0 turns both off."""
 
 
 def queue_wait_target(policy: SchedulingPolicy, full_batch_s: float) -> float:
@@ -40,3 +41,27 @@ def queue_wait_target(policy: SchedulingPolicy, full_batch_s: float) -> float:
     if policy.max_queue_wait_s is None:
         return max(AUTO_WAIT_FLOOR_S, AUTO_WAIT_BATCHES * full_batch_s)
     return policy.max_queue_wait_s if policy.max_queue_wait_s > 0 else float("inf")
+
+
+class StandingQueue:
+    """CoDel's test for a standing queue: the oldest request's wait has stayed above the
+    target for a whole interval (twice the target).
+
+    A burst or a stall of the machine makes waits long once, and the queue then drains: shed
+    nothing. Only a queue that stays late (admission mispredicting a sustained overload) sheds,
+    and only until the oldest wait is back under the target.
+    """
+
+    __slots__ = ("_late_since",)
+
+    def __init__(self) -> None:
+        self._late_since: float | None = None
+
+    def shedding(self, oldest_wait: float, target: float, now: float) -> bool:
+        """Whether requests waited past ``target`` should leave unrun now."""
+        if oldest_wait <= target:
+            self._late_since = None
+            return False
+        if self._late_since is None:
+            self._late_since = now
+        return now - self._late_since >= 2 * target

@@ -26,7 +26,7 @@ from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import BatchRecord, NullObserver, SchedulerObserver
-from ortserve.core.policy import SchedulingPolicy, queue_wait_target
+from ortserve.core.policy import SchedulingPolicy, StandingQueue, queue_wait_target
 from ortserve.errors import (
     DeadlineExceeded,
     InferenceError,
@@ -107,6 +107,7 @@ class Scheduler:
         self._busy_until: list[float] = []
         self._dropped: list[tuple[_Pending, OrtServeError]] = []  # answered on the loop
         self._stale_timers: list[TimerHandle] = []  # cancelled on the loop
+        self._standing = StandingQueue()
         # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
@@ -365,12 +366,14 @@ class Scheduler:
     def _take_batch(self, head: _Pending, now: float) -> list[_Pending]:
         """The head request and the queued requests that fit beside it, in lane order.
 
-        Requests whose deadline passed, or that waited twice the queue-wait target (a
-        standing queue: running them only makes everyone behind them late too), leave
-        without running.
+        Requests whose deadline passed leave without running, and so do those that waited
+        past the queue-wait target while the queue stands late (CoDel: running them only
+        makes everyone behind them late too).
         """
         max_rows = self._policy.max_batch_size
-        shed_before = now - 2 * queue_wait_target(self._policy, self._full_batch_s())
+        target = queue_wait_target(self._policy, self._full_batch_s())
+        shedding = self.cost_model.fitted and self._standing.shedding(now - head.arrival, target, now)
+        shed_before = now - target if shedding else -math.inf
         batch: list[_Pending] = []
         rows = 0
         for lane in self._lanes:
@@ -386,7 +389,7 @@ class Scheduler:
                 if pending.deadline is not None and pending.deadline <= now:
                     self._drop(pending, DeadlineExceeded("deadline passed while the request was queued"))
                     continue
-                if pending.arrival < shed_before and self.cost_model.fitted:
+                if pending.arrival < shed_before:
                     self._drop(pending, Overloaded("shed: waited too long in an overloaded queue", 0.0))
                     continue
                 fits = not batch or (pending.signature == head.signature and rows + pending.rows <= max_rows)

@@ -69,9 +69,10 @@ class BatchingConfig(_Strict):
     latency_budget_ms: Annotated[float, Field(gt=0)] | None = None
     """Target end-to-end time: batching stops waiting, and admission refuses, to keep it."""
     max_queue_wait_ms: Annotated[float, Field(ge=0)] | None = None
-    """Longest predicted queueing wait admitted (beyond it 429), and half the wait after which
-    a queued request is shed unrun. Default: automatic, 4 full batches and at least 50 ms;
-    0 turns it off (then only ``max_queue_size`` bounds the queue)."""
+    """Longest predicted queueing wait admitted (beyond it 429); while waits stay above it for
+    twice as long, requests that waited longer are shed unrun (429). Default: automatic, 4 full
+    batches of work and at least 50 ms; 0 turns both off (only ``max_queue_size`` bounds the
+    queue)."""
     priority_levels: Annotated[int, Field(ge=1, le=16)] = 2
     """Number of priority lanes; ``parameters.priority`` 1 is the most urgent."""
     default_priority: Annotated[int, Field(ge=1)] = 1
