@@ -47,8 +47,15 @@ def repository(root: Path) -> Path:
     return root
 
 
+def server_cpu_s(server: ServerProcess) -> float:
+    """CPU seconds the server process has used (user + system, all threads)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench(server: ServerProcess, model: str, transport: str, level: list[str], seconds: float) -> dict:
-    """One ``ortserve bench`` level on CPU 1; returns its summary."""
+    """One ``ortserve bench`` level on CPU 1; returns its summary, with the server's CPU time
+    per answer (warm-up included on both sides: answers scaled by (seconds + 1) / seconds)."""
     url = (
         f"{server.host}:{server.grpc_port}"
         if transport == "grpc"
@@ -60,9 +67,13 @@ def bench(server: ServerProcess, model: str, transport: str, level: list[str], s
             "--transport", transport, "-d", str(seconds), "--warmup", "1", "-o", out.name,
             "--no-progress", *level,
         ]  # fmt: skip
+        cpu_before = server_cpu_s(server)
         subprocess.run(command, check=True, capture_output=True)
+        cpu = server_cpu_s(server) - cpu_before
         document = json.loads(Path(out.name).read_text())
     summary: dict = document["levels"][0]["summary"]
+    answers = summary["requests"] * (seconds + 1) / seconds
+    summary["server_cpu_us_per_answer"] = round(cpu / answers * 1e6, 1) if answers else None
     return summary
 
 
@@ -80,6 +91,7 @@ def figures(summary: dict) -> dict:
         "statuses": statuses,
         "send_lag_p99_ms": summary.get("send_lag_p99_ms"),
         "generator_cores": summary["generator_cpu_cores"],
+        "server_cpu_us_per_answer": summary["server_cpu_us_per_answer"],
     }
 
 
