@@ -121,6 +121,27 @@ def test_overload_is_resource_exhausted_with_retry_after(
     good_call(stub)
 
 
+def test_an_overloaded_model_refuses_before_the_tensors_are_decoded(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    # While "slow" is full, a call whose tensor contents are the wrong size is refused with
+    # RESOURCE_EXHAUSTED: decoding it would have answered INVALID_ARGUMENT.
+    broken = slow_request()
+    broken.raw_input_contents[0] = b"\x00" * 12
+    codes = []
+    for _ in range(5):  # the queue must still be full when the call lands
+        with ThreadPoolExecutor(6) as pool:
+            filling = [pool.submit(stub.ModelInfer.with_call, slow_request(), timeout=60) for _ in range(5)]
+            codes.append(call_error(stub, broken, timeout=30).code())
+            for call in filling:
+                call.exception()
+        if codes[-1] == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            break
+    assert codes[-1] == grpc.StatusCode.RESOURCE_EXHAUSTED, codes
+    assert call_error(stub, broken, timeout=30).code() == grpc.StatusCode.INVALID_ARGUMENT  # once idle
+    good_call(stub)
+
+
 def test_the_calls_deadline_becomes_the_requests_deadline(
     stub: service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:
