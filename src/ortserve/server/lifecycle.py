@@ -23,6 +23,7 @@ from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.watcher import RepositoryWatcher, control_mode
+from ortserve.server.collector import freeze_startup_heap
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.http.admission import EarlyRefusal
@@ -161,6 +162,7 @@ class Server:
         explicit = s.model_control_mode == "explicit"
         snapshots = await self.manager.start(s.load_models if explicit else None)
         self.watcher.seed(snapshots)
+        freeze_startup_heap()  # full GC passes then skip what lives as long as the process
         self._watching = asyncio.get_running_loop().create_task(self.watcher.run())
         _warn_unrestricted(s)
         for entry in self.registry.entries():
