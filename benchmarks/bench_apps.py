@@ -269,6 +269,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", default="07278d0^", help="git revision of the hotword 'before' server")
     parser.add_argument("--skip-hotword", action="store_true")
+    parser.add_argument("--skip-dispatch", action="store_true")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     repo = OUT / "apps-route-models"
@@ -276,10 +277,10 @@ def main() -> None:
         train_dispatch(repo / "dispatch" / "1")
         (repo / "dispatch" / "config.yaml").write_text(SEED_APPS["dispatch"][1], encoding="utf-8")
     report: dict[str, Any] = {**machine_stamp(), "command": " ".join(sys.argv)}
-    report["quality"] = quality(repo, args.instances)
-    q = report["quality"]
-    print("quality", {k: v for k, v in q.items() if k != "rows"}, flush=True)
-    report["latency"] = latency(repo, args.requests)
+    if not args.skip_dispatch:
+        report["quality"] = quality(repo, args.instances)
+        print("quality", {k: v for k, v in report["quality"].items() if k != "rows"}, flush=True)
+        report["latency"] = latency(repo, args.requests)
     if not args.skip_hotword:
         report["hotword"] = hotword_before_after(args.before, args.seconds, args.repeats)
     (OUT / f"apps-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(report, indent=2))

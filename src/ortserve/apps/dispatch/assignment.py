@@ -196,6 +196,9 @@ def solve(problem: Problem, time_budget_s: float = MIP_TIME_BUDGET_S) -> Solutio
     if int(problem.eligible.sum()) > MIP_MAX_PAIRS:
         return Solution(first, "greedy", False)
     found = _mip(problem, time_budget_s)
-    if found is None or not _feasible(problem, found[0]) or value(problem, found[0]) < value(problem, first):
+    if found is None or not _feasible(problem, found[0]):
         return Solution(first, "greedy", False)
-    return Solution(found[0], "mip", found[1])
+    courier, optimal = found if found[1] else (repair(problem, found[0]), False)
+    if value(problem, courier) < value(problem, first):
+        return Solution(first, "greedy", False)
+    return Solution(courier, "mip", optimal)

@@ -1,17 +1,45 @@
-"""A small built-in gazetteer and the rule-based address parser that places Chinese addresses."""
+"""Placing Chinese addresses: a gazetteer shipped as package data (``data/gazetteer.json``) and
+a rule-based parser over it.
+
+Names match in full or in short form (without 省/市/区/县/自治区/新区..., so 浦东 is 浦东新区 and
+深圳南山 is 深圳市南山区), plus listed aliases. A short form directly followed by another unit
+suffix is not a match (朝阳区 never reads as 朝阳市). A district named without its city that
+exists in several cities (朝阳区: Beijing and Changchun) is placed in the one nearest the
+request's couriers when they are known, else the address is ambiguous.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 from dataclasses import dataclass
+from importlib import resources
 
 from ortserve.errors import InvalidInput
 
 __all__ = ["Place", "place_address"]
 
+_SUFFIXES = (
+    "特别行政区",
+    "维吾尔自治区",
+    "壮族自治区",
+    "回族自治区",
+    "自治区",
+    "白族自治州",
+    "自治州",
+    "新区",
+    "省",
+    "市",
+    "区",
+    "县",
+)
+_UNIT_CHARS = "省市区县州"
+
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where an address was placed: the most precise level found and its centroid."""
+    """Where an address was placed: the most precise level found and its centroid (WGS84)."""
 
     province: str
     city: str
@@ -24,71 +52,120 @@ class Place:
 class _City:
     province: str
     name: str
-    centroid: tuple[float, float]
+    forms: tuple[str, ...]
+    at: tuple[float, float]
     districts: dict[str, tuple[float, float]]
 
 
-_CITIES = (
-    _City("北京市", "北京市", (39.9042, 116.4074), {
-        "朝阳区": (39.9219, 116.4436), "海淀区": (39.9593, 116.2981), "东城区": (39.9288, 116.4163),
-        "西城区": (39.9123, 116.3660), "丰台区": (39.8585, 116.2867),
-    }),
-    _City("上海市", "上海市", (31.2304, 121.4737), {
-        "浦东新区": (31.2214, 121.5447), "黄浦区": (31.2317, 121.4846), "徐汇区": (31.1885, 121.4365),
-        "静安区": (31.2290, 121.4480),
-    }),
-    _City("广东省", "广州市", (23.1291, 113.2644), {
-        "天河区": (23.1247, 113.3612), "越秀区": (23.1290, 113.2668), "海珠区": (23.0838, 113.3172),
-    }),
-    _City("广东省", "深圳市", (22.5431, 114.0579), {
-        "南山区": (22.5333, 113.9304), "福田区": (22.5410, 114.0550), "罗湖区": (22.5482, 114.1315),
-    }),
-    _City("浙江省", "杭州市", (30.2741, 120.1551), {
-        "西湖区": (30.2596, 120.1300), "上城区": (30.2425, 120.1692), "滨江区": (30.2084, 120.2118),
-    }),
-    _City("四川省", "成都市", (30.5728, 104.0668), {
-        "武侯区": (30.6420, 104.0430), "锦江区": (30.6570, 104.0830), "青羊区": (30.6740, 104.0620),
-    }),
-)  # fmt: skip
-_PROVINCES = {city.province for city in _CITIES}
+@dataclass(frozen=True, slots=True)
+class _Gazetteer:
+    provinces: dict[str, tuple[str, ...]]
+    cities: tuple[_City, ...]
 
 
-def _short(name: str) -> str:
-    return name[:-1] if name[-1] in "省市区" and len(name) > 2 else name
+def _forms(name: str, aliases: list[str]) -> tuple[str, ...]:
+    forms = [name, *aliases]
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix) and len(name) - len(suffix) >= 2:
+            forms.append(name[: -len(suffix)])
+            break
+    return tuple(dict.fromkeys(forms))
 
 
-def _find(text: str, names: set[str] | list[str]) -> str | None:
-    """The name (full, or short form without 省/市) found earliest in ``text``."""
-    hits = [(text.find(form), name) for name in names for form in {name, _short(name)} if form in text]
-    return min(hits)[1] if hits else None
+@functools.cache
+def _gazetteer() -> _Gazetteer:
+    raw = json.loads(
+        (resources.files("ortserve.apps.dispatch") / "data" / "gazetteer.json").read_text("utf-8")
+    )
+    provinces: dict[str, tuple[str, ...]] = {}
+    cities: list[_City] = []
+    for province in raw["provinces"]:
+        provinces[province["name"]] = _forms(province["name"], province.get("aliases", []))
+        for city in province["cities"]:
+            districts = {name: (at[0], at[1]) for name, at in city.get("districts", {}).items()}
+            cities.append(
+                _City(
+                    province["name"],
+                    city["name"],
+                    _forms(city["name"], city.get("aliases", [])),
+                    (city["at"][0], city["at"][1]),
+                    districts,
+                )
+            )
+    return _Gazetteer(provinces, tuple(cities))
 
 
-def _city_of(text: str, province: str | None) -> _City | None:
-    candidates = [c for c in _CITIES if province is None or c.province == province]
-    name = _find(text, [c.name for c in candidates])
-    if name is not None:
-        return next(c for c in candidates if c.name == name)
-    by_district = [c for c in candidates if _find(text, list(c.districts))]
-    return by_district[0] if len(by_district) == 1 else None
+def _position(text: str, forms: tuple[str, ...]) -> int | None:
+    """Earliest position where one of the forms is mentioned (a short form not followed by
+    another unit's suffix)."""
+    best: int | None = None
+    for i, form in enumerate(forms):
+        start = text.find(form)
+        while start != -1:
+            after = text[start + len(form) : start + len(form) + 1]
+            if i == 0 or after not in _UNIT_CHARS or not after:
+                best = start if best is None else min(best, start)
+                break
+            start = text.find(form, start + 1)
+    return best
 
 
-def place_address(address: str, field: str) -> Place:
-    """Province, city and district of ``address`` from the gazetteer, at the finest level named.
+def _distance(a: tuple[float, float], b: tuple[float, float]) -> float:
+    dlat, dlon = a[0] - b[0], (a[1] - b[1]) * math.cos(math.radians((a[0] + b[0]) / 2))
+    return math.hypot(dlat, dlon)
+
+
+def _district_hits(text: str, cities: list[_City]) -> list[tuple[int, _City, str]]:
+    hits = []
+    for city in cities:
+        for district in city.districts:
+            at = _position(text, _forms(district, []))
+            if at is not None:
+                hits.append((at, city, district))
+    return sorted(hits, key=lambda hit: hit[0])
+
+
+def place_address(address: str, field: str, near: tuple[float, float] | None = None) -> Place:
+    """Province, city and district of ``address``, at the finest level named.
+
+    Args:
+        address: free text, e.g. ``北京市朝阳区建国路88号`` or ``浦东张江``.
+        field: named in errors.
+        near: a point (lat, lon) that decides between same-named districts of several cities.
 
     Raises:
         InvalidInput: naming ``field`` when the address names no known city or district, only a
-            province, or a district that is not in the city it names.
+            province, a district not in the city it names, or an ambiguous district.
     """
     text = "".join(address.split())
-    province = _find(text, _PROVINCES)
-    city = _city_of(text, province)
-    if city is None:
+    gazetteer = _gazetteer()
+    mentioned = [
+        (at, name)
+        for name, forms in gazetteer.provinces.items()
+        if (at := _position(text, forms)) is not None
+    ]
+    province = min(mentioned)[1] if mentioned else None
+    candidates = [c for c in gazetteer.cities if province is None or c.province == province]
+    named = sorted((at, i) for i, c in enumerate(candidates) if (at := _position(text, c.forms)) is not None)
+    city = candidates[named[0][1]] if named else None
+    hits = _district_hits(text, [city] if city is not None else candidates)
+    if city is not None and not hits:
+        elsewhere = _district_hits(text, [c for c in gazetteer.cities if c is not city])
+        if elsewhere and not any(d in city.districts for _, _, d in elsewhere):
+            raise InvalidInput(
+                f"field {field!r}: district {elsewhere[0][2]} is not in {city.name} ({address!r})"
+            )
+        return Place(city.province, city.name, None, *city.at)
+    if not hits:
         level = f"only the province {province}" if province else "no known city or district"
         raise InvalidInput(f"field {field!r}: cannot place address {address!r}: it names {level}")
-    district = _find(text, list(city.districts))
-    if district is None:
-        other = _find(text, [d for c in _CITIES for d in c.districts])
-        if other is not None:
-            raise InvalidInput(f"field {field!r}: district {other} is not in {city.name} ({address!r})")
-        return Place(city.province, city.name, None, *city.centroid)
-    return Place(city.province, city.name, district, *city.districts[district])
+    first = [hit for hit in hits if hit[0] == hits[0][0]]
+    if len(first) > 1:
+        if near is None:
+            where = ", ".join(c.name for _, c, _ in first)
+            raise InvalidInput(
+                f"field {field!r}: {first[0][2]} in {address!r} is ambiguous ({where}); name the city"
+            )
+        first.sort(key=lambda hit: _distance(hit[1].districts[hit[2]], near))
+    _, found, district = first[0]
+    return Place(found.province, found.name, district, *found.districts[district])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ortserve.apps.dispatch.coords import COORD_SYSTEMS, CoordSystem, to_wgs84
 from ortserve.apps.dispatch.gazetteer import place_address
 from ortserve.errors import InvalidInput, PayloadTooLarge
 
@@ -30,7 +31,7 @@ DEFAULT_TOP_K = 5
 DEFAULT_MIN_ON_TIME = 0.5
 """A courier is eligible for an order only when its on-time probability reaches this; a
 request may ask for another floor with ``min_on_time`` (0 to 1)."""
-_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time"})
+_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_system"})
 _ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
 _COURIER = frozenset({"id", "lat", "lon", "capacity", "load"})
 
@@ -123,34 +124,43 @@ def _identifier(item: dict[str, object], field: str, seen: set[str]) -> str:
     return value
 
 
-def _position(item: dict[str, object], field: str) -> tuple[float, float, str | None]:
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """How positions are read: the coordinate system of ``lat``/``lon`` and, for addresses, the
+    point that decides between same-named districts (the couriers' centre)."""
+
+    system: CoordSystem
+    near: tuple[float, float] | None = None
+
+
+def _position(item: dict[str, object], field: str, frame: _Frame) -> tuple[float, float, str | None]:
     if "lat" in item or "lon" in item:
         lat, lon = _number(item, "lat", field), _number(item, "lon", field)
         if not (-90 <= lat <= 90 and -180 <= lon <= 180):
             raise InvalidInput(f"field '{field}.lat'/'{field}.lon' is not a position on Earth")
-        return lat, lon, None
+        return (*to_wgs84(lat, lon, frame.system), None)
     address = item.get("address")
     if not isinstance(address, str) or not address.strip():
         raise InvalidInput(f"field '{field}' needs 'lat' and 'lon' or a non-empty 'address'")
-    place = place_address(address, f"{field}.address")
+    place = place_address(address, f"{field}.address", frame.near)
     return place.lat, place.lon, place.district or place.city
 
 
-def _order(value: object, field: str, seen: set[str]) -> Order | Rejected:
+def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | Rejected:
     """A malformed order that still has a usable id is rejected alone; without one, nothing
     could name it in the answer, so the request fails."""
     if not isinstance(value, dict):
         raise InvalidInput(f"field {field!r} must be an object")
     identifier = _identifier(value, field, seen)
     try:
-        return _valid_order(value, field, identifier)
+        return _valid_order(value, field, identifier, frame)
     except InvalidInput as error:
         return Rejected(identifier, str(error))
 
 
-def _valid_order(value: dict[str, object], field: str, identifier: str) -> Order:
+def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order:
     item = _object(value, field, _ORDER)
-    lat, lon, placed = _position(item, field)
+    lat, lon, placed = _position(item, field, frame)
     created, deadline = _integer(item, "created_at", field), _integer(item, "deadline", field)
     if deadline <= created:
         raise InvalidInput(f"field '{field}.deadline' must be after '{field}.created_at'")
@@ -160,12 +170,12 @@ def _valid_order(value: dict[str, object], field: str, identifier: str) -> Order
     return Order(identifier, lat, lon, created, deadline, weight, placed)
 
 
-def _courier(value: object, field: str, seen: set[str]) -> Courier:
+def _courier(value: object, field: str, seen: set[str], frame: _Frame) -> Courier:
     item = _object(value, field, _COURIER)
     identifier = _identifier(item, field, seen)
     if "lat" not in item or "lon" not in item:
         raise InvalidInput(f"field '{field}.lat' and '{field}.lon' are required")
-    lat, lon, _ = _position(item, field)
+    lat, lon, _ = _position(item, field, frame)
     capacity = _number(item, "capacity", field)
     load = _number(item, "load", field, 0.0)
     if capacity <= 0 or load < 0:
@@ -213,8 +223,14 @@ def parse_dispatch_request(document: object, default_now: int) -> DispatchReques
         )
     seen_orders: set[str] = set()
     seen_couriers: set[str] = set()
-    parsed = [_order(o, f"orders[{i}]", seen_orders) for i, o in enumerate(raw_orders)]
-    couriers = tuple(_courier(c, f"couriers[{i}]", seen_couriers) for i, c in enumerate(raw_couriers))
+    system = top.get("coord_system", "wgs84")
+    if system not in COORD_SYSTEMS:
+        raise InvalidInput(f"field 'coord_system' must be one of {list(COORD_SYSTEMS)}")
+    frame = _Frame(system)
+    couriers = tuple(_courier(c, f"couriers[{i}]", seen_couriers, frame) for i, c in enumerate(raw_couriers))
+    near = (sum(c.lat for c in couriers) / len(couriers), sum(c.lon for c in couriers) / len(couriers))
+    orders_frame = _Frame(frame.system, near)
+    parsed = [_order(o, f"orders[{i}]", seen_orders, orders_frame) for i, o in enumerate(raw_orders)]
     orders = tuple(o for o in parsed if isinstance(o, Order))
     rejected = tuple(o for o in parsed if isinstance(o, Rejected))
     return DispatchRequest(orders, rejected, couriers, *_settings(top, default_now))

@@ -20,7 +20,7 @@ __all__ = ["MATCH_THRESHOLD", "MAX_CANDIDATES", "STOPWORDS", "Index", "Matches",
 
 MATCH_THRESHOLD = 0.5
 """An entry relates to the query when it covers at least half of the query's weight."""
-MAX_CANDIDATES = 200
+MAX_CANDIDATES = 64
 """Entries scored by the model per query at most (the most relevant; home-region ones first)."""
 STOPWORDS = frozenset(
     [
