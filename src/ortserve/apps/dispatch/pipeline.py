@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -10,11 +12,12 @@ import numpy as np
 
 from ortserve.apps.dispatch.decoding import Assignment, PairScores, decode
 from ortserve.apps.dispatch.features import PairFeatures, pair_features
+from ortserve.apps.dispatch.geocoder import GeocoderHook
 from ortserve.apps.dispatch.request import DispatchRequest, Order, parse_dispatch_request
 from ortserve.apps.dispatch.training import INPUT, OUTPUT, SCORE_COLUMNS
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
-__all__ = ["DispatchPipeline"]
+__all__ = ["DispatchPipeline", "GeocodingDispatchPipeline"]
 
 
 class _Prepared:
@@ -57,8 +60,8 @@ def _candidates(
     ]
 
 
-class DispatchPipeline:
-    """``POST /v1/route``: orders and couriers in; per order the courier and top-K candidates.
+class _DispatchSteps:
+    """The steps both dispatch pipelines share: parse, features, postprocess, example.
 
     Args:
         context: the ``dispatch`` scorer model this pipeline calls.
@@ -75,7 +78,7 @@ class DispatchPipeline:
     def parse(self, document: object) -> _Prepared:
         return _Prepared(parse_dispatch_request(document, int(self._clock() * 1000)))
 
-    def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+    def _score_all(self, prepared: _Prepared) -> list[ModelCall]:
         if not prepared.request.orders:
             return []
         prepared.features = pair_features(prepared.request)
@@ -125,6 +128,7 @@ class DispatchPipeline:
         }
         if order.placed_by:
             answer["placed_in"] = order.placed_by
+            answer["placed_by"] = "geocoder" if order.geocoded else "gazetteer"
         return answer
 
     def example(self) -> JsonObject:
@@ -145,3 +149,44 @@ class DispatchPipeline:
                 {"id": "c2", "lat": 39.96, "lon": 116.30, "capacity": 3},
             ],
         }
+
+
+class DispatchPipeline(_DispatchSteps):
+    """``POST /v1/route``: orders and couriers in; per order the courier and top-K candidates.
+    Addresses are placed by the gazetteer's rules."""
+
+    def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+        return self._score_all(prepared)
+
+
+class GeocodingDispatchPipeline(_DispatchSteps):
+    """The dispatch pipeline with a geocoding service for addresses (see
+    ``ortserve.apps.dispatch.geocoder``): each order given by address is looked up
+    concurrently; where the service answers in time its position replaces the rules'.
+
+    Args:
+        context: the ``dispatch`` scorer model this pipeline calls.
+        geocoder: the service behind its timeout and cache.
+        clock: as for :class:`DispatchPipeline`.
+    """
+
+    def __init__(
+        self, context: PipelineContext, geocoder: GeocoderHook, clock: Callable[[], float] = time.time
+    ) -> None:
+        super().__init__(context, clock)
+        self._geocoder = geocoder
+
+    async def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+        request = prepared.request
+        by_address = [o for o in request.orders if o.address is not None]
+        if by_address:
+            found = await asyncio.gather(*(self._geocoder.locate(o.address or "") for o in by_address))
+            located = {o.id: at for o, at in zip(by_address, found, strict=True) if at is not None}
+            orders = tuple(
+                dataclasses.replace(o, lat=located[o.id][0], lon=located[o.id][1], geocoded=True)
+                if o.id in located
+                else o
+                for o in request.orders
+            )
+            prepared.request = dataclasses.replace(request, orders=orders)
+        return self._score_all(prepared)

@@ -48,6 +48,10 @@ class Order:
     weight: float
     placed_by: str | None
     """The district or city the address parser placed it in, when coordinates were missing."""
+    address: str | None = None
+    """The address it was given by, if any (a geocoding service may refine the position)."""
+    geocoded: bool = False
+    """The position came from the geocoding service rather than the gazetteer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,10 @@ def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _
     weight = _number(item, "weight", field, 1.0)
     if weight <= 0:
         raise InvalidInput(f"field '{field}.weight' must be positive")
-    return Order(identifier, lat, lon, created, deadline, weight, placed)
+    address = item.get("address") if placed else None
+    return Order(
+        identifier, lat, lon, created, deadline, weight, placed, address if isinstance(address, str) else None
+    )
 
 
 def _courier(value: object, field: str, seen: set[str], frame: _Frame) -> Courier:
