@@ -1,4 +1,5 @@
-"""gRPC A/B of two source trees in one run: small_mlp ModelInfer at c=1 (p50) and c=64 (req/s).
+"""gRPC A/B of two source trees in one run: small_mlp ModelInfer and empty ServerLive calls at
+c=1 (p50) and c=64 (req/s).
 
 Both servers run at once, pinned to CPU 0 with one intra-op thread; h2load runs on CPU 1 and
 loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike; the
@@ -20,8 +21,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_grpc import INFER, WIDTHS, grpc_request, server_cpu_s
-from h2load import run_h2load
+from bench_grpc import INFER, LIVE, WIDTHS, grpc_request, server_cpu_s
+from h2load import grpc_frame, run_h2load
 from machine import stamp as machine_stamp
 
 from ortserve.demo import write_demo_repository
@@ -71,12 +72,26 @@ def main() -> None:
                 cells.setdefault("c1_req_s", []).append(c1.requests_per_s)
                 cells.setdefault("c64_req_s", []).append(c64.requests_per_s)
                 cells.setdefault("c64_p50_ms", []).append(c64.p50_ms)
-                errors = c1.http_errors + c64.http_errors
+                # ServerLive (no model): the transport alone, free of the runner's inline-or-thread
+                # choice, which the cost model makes from timings a busy machine disturbs.
+                live_url = f"http://{server.grpc_address}{LIVE}"
+                cpu = server_cpu_s(pid)
+                live1 = run_h2load(live_url, grpc_frame(b""), 1, args.seconds)
+                cpu_live1 = server_cpu_s(pid) - cpu
+                live64 = run_h2load(live_url, grpc_frame(b""), 64, args.seconds)
+                cells.setdefault("live_c1_p50_ms", []).append(live1.p50_ms)
+                cells.setdefault("live_c1_cpu_us_per_call", []).append(
+                    1e6 * cpu_live1 / max(1, live1.completed)
+                )
+                cells.setdefault("live_c64_req_s", []).append(live64.requests_per_s)
+                errors = c1.http_errors + c64.http_errors + live1.http_errors + live64.http_errors
                 print(
                     label,
                     f"c1 p50 {c1.p50_ms:.3f} ms",
                     f"c64 {c64.requests_per_s:.0f} req/s",
                     f"cpu/call c1 {cells['c1_cpu_us_per_call'][-1]:.0f} us c64 {cells['c64_cpu_us_per_call'][-1]:.0f} us",
+                    f"live c1 p50 {live1.p50_ms:.3f} ms cpu {cells['live_c1_cpu_us_per_call'][-1]:.0f} us",
+                    f"live c64 {live64.requests_per_s:.0f} req/s",
                     f"errors {errors}",
                 )
     medians = {label: {k: statistics.median(v) for k, v in cells.items()} for label, cells in runs.items()}
