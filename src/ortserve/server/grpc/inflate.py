@@ -26,13 +26,16 @@ DEFAULT_SLICE_BYTES = 64 << 10
 class InflateJob:
     """One message being inflated; :meth:`take` gives the result once :attr:`done`."""
 
-    __slots__ = ("_chunks", "_error", "_inflater", "_limit", "_size", "_tail", "cancelled", "done", "on_done")
+    __slots__ = ("_error", "_inflater", "_limit", "_out", "_size", "_tail", "cancelled", "done", "on_done")
 
     def __init__(self, data: bytes | bytearray | memoryview, wbits: int, limit: int) -> None:
         self._inflater = zlib.decompressobj(wbits)
         self._tail: bytes | bytearray | memoryview = data
         self._limit = limit
-        self._chunks: list[bytes] = []
+        # A message of several steps grows in one bytearray (realloc moves its pages rather than
+        # copying them): joining 64 MiB of slices at the end took 0.2 s in one tick, and
+        # protobuf parses a bytearray without copying it (a memoryview it copies).
+        self._out: bytes | bytearray = b""
         self._size = 0
         self._error: GrpcAbort | None = None
         self.done = False
@@ -50,7 +53,12 @@ class InflateJob:
                 before, GrpcAbort(StatusCode.INTERNAL, f"cannot decompress the message: {exc}")
             )
         self._tail = self._inflater.unconsumed_tail
-        self._chunks.append(out)
+        if not self._out:
+            self._out = out  # most messages inflate in one step: no copy
+        elif out:
+            if isinstance(self._out, bytes):
+                self._out = bytearray(self._out)
+            self._out += out
         self._size += len(out)
         work = max(len(out), before - len(self._tail))
         if self._size > self._limit:
@@ -74,10 +82,10 @@ class InflateJob:
         self._error = error
         self._tail = b""
         if error is not None:
-            self._chunks = []
+            self._out = b""
         return work
 
-    def take(self) -> bytes:
+    def take(self) -> bytes | bytearray:
         """The inflated message.
 
         Raises:
@@ -85,8 +93,8 @@ class InflateJob:
         """
         if self._error is not None:
             raise self._error
-        chunks, self._chunks = self._chunks, []
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        out, self._out = self._out, b""
+        return out
 
 
 class Inflater:
