@@ -8,6 +8,7 @@ import inspect
 import tracemalloc
 import zlib
 
+import numpy as np
 import pytest
 
 from ortserve.errors import InvalidInput, PayloadTooLarge
@@ -21,6 +22,7 @@ from ortserve.server.http.encoding import (
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
 
 MIB = 1024 * 1024
+RANDOM = np.random.default_rng(7).bytes(MIB)  # incompressible: the gzip body is as large
 
 
 def inflate(body: bytes, coding: bytes = b"gzip", limit: int = MIB) -> bytes:
@@ -33,6 +35,10 @@ def inflate(body: bytes, coding: bytes = b"gzip", limit: int = MIB) -> bytes:
 def test_gzip_and_deflate_bodies_inflate_to_what_was_sent(coding: bytes, compress: object) -> None:
     payload = b'{"inputs": []}' * 1000
     assert inflate(compress(payload), coding) == payload  # type: ignore[operator]
+
+
+def test_a_large_body_inflates_across_many_input_slices() -> None:
+    assert inflate(gzip.compress(RANDOM), limit=2 * MIB) == RANDOM
 
 
 def test_a_compression_bomb_stops_at_the_limit_without_allocating_what_it_declares() -> None:
@@ -53,6 +59,8 @@ def test_a_compression_bomb_stops_at_the_limit_without_allocating_what_it_declar
         (b"not gzip at all", b"gzip", "not valid gzip"),
         (gzip.compress(b"x" * 1000)[:-12], b"gzip", "cut short"),
         (gzip.compress(b"x") + b"tail", b"gzip", "data follows"),
+        (gzip.compress(RANDOM) + b"tail", b"gzip", "data follows"),  # past the first input slice
+        (gzip.compress(RANDOM)[:-200_000], b"gzip", "cut short"),
         (b"", b"deflate", "cut short"),
         (b"anything", b"br", "'br' is not supported"),
     ],
