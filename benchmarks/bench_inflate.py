@@ -19,7 +19,6 @@ import gzip
 import http.client
 import json
 import os
-import socket
 import statistics
 import sys
 import threading
@@ -28,6 +27,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_flood import probe_http
 from machine import stamp as machine_stamp
 
 from ortserve.demo import write_demo_repository
@@ -35,17 +35,6 @@ from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
 LIMIT = 64 * 1024 * 1024
-
-
-def probe(port: int, stop: threading.Event, latencies: list[float]) -> None:
-    request = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        while not stop.is_set():
-            started = time.perf_counter()
-            sock.sendall(request)
-            sock.recv(4096)
-            latencies.append(time.perf_counter() - started)
-            time.sleep(0.002)
 
 
 def send_bombs(port: int, bomb: bytes, count: int) -> list[int]:
@@ -69,7 +58,7 @@ def one_run(port: int, bomb: bytes, count: int) -> tuple[float, float, float, li
     time, statuses): the idle window shows what the shared machine alone costs."""
     latencies: list[float] = []
     stop = threading.Event()
-    prober = threading.Thread(target=probe, args=(port, stop, latencies))
+    prober = threading.Thread(target=probe_http, args=(port, stop, latencies))
     prober.start()
     time.sleep(0.1)
     before = len(latencies)
