@@ -111,3 +111,9 @@ def test_serve_demo_says_what_it_is_doing_while_it_builds_the_models(
     assert writing.endswith(f"writing the demo models into {repository} (this takes a few seconds)")
     assert wrote.endswith("wrote the demo models: small_mlp, hotword")
     assert "Address already in use" in failed
+
+
+def test_a_bare_ortserve_shows_its_help_not_an_error_line() -> None:
+    result = invoke()
+    assert result.exit_code == 2
+    assert result.output.startswith("Usage: ") and "ERROR" not in result.output

@@ -2,4 +2,4 @@
 
 from ortserve.cli.main import main
 
-main()
+raise SystemExit(main())

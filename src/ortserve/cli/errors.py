@@ -19,6 +19,10 @@ from ortserve.logs import make_formatter
 __all__ = ["CleanErrorsGroup", "StartupFailure", "show_envvars"]
 
 logger = logging.getLogger("ortserve.cli")
+# click 8.2+ raises this for a group called without arguments; older clicks print help themselves.
+_NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    getattr(click.exceptions, name) for name in ("NoArgsIsHelpError",) if hasattr(click.exceptions, name)
+)
 
 
 class StartupFailure(click.ClickException):
@@ -41,6 +45,9 @@ class CleanErrorsGroup(click.Group):
         arguments = list(sys.argv[1:] if args is None else args)
         try:
             return super().main(arguments, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # a bare `ortserve`: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             _fail(_message(exc), exc.exit_code, _wants_json(arguments))
         except click.Abort:
