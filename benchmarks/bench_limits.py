@@ -11,6 +11,8 @@ raise; the idle sockets are held by helper processes of 9,000 each):
   open idle; server RSS before and after.
 - ``inflight``: ``--bodies`` connections send a ``--body-mib`` body at once; the server's peak
   RSS (sampled every 10 ms) against its RSS before, and the answers' status codes.
+- ``cost``: server CPU per request under wrk (c=64, small_mlp JSON, 8 s after an 8 s warm-up):
+  what the bookkeeping costs on the hot path (``--scenes cost --repeats 5``).
 
 Bodies go to an unknown route: the server buffers the whole body (that is what
 is measured) and answers 404 without decoding it. The new server runs with ``--max-inflight-bytes``
@@ -30,6 +32,7 @@ import os
 import resource
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -38,12 +41,13 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import grpc
+import onnx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import stamp as machine_stamp
 
-from ortserve.demo import write_demo_repository
+from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"
@@ -211,6 +215,33 @@ def scene_inflight(server: ServerProcess, bodies: int, body: int) -> dict[str, o
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scene_cost(server: ServerProcess, seconds: int) -> dict[str, object]:
+    """Server CPU per request under wrk (c=64, small_mlp JSON): the hot-path cost of the
+    bookkeeping (deadline stamps, the idle queue, the byte budget). Steadier than req/s here."""
+    body = OUT / "limits-small-body.json"
+    body.write_text(
+        json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 64}]})
+    )
+    lua = Path(__file__).parent / "post.lua"
+    env = {**os.environ, "BODY": str(body), "URL_PATH": "/v2/models/small_mlp/infer"}
+    command = ["wrk", "-t1", "-c64", f"-d{seconds}s", "-s", str(lua), server.http_url]
+    subprocess.run(command, env=env, capture_output=True, check=True)  # warm-up
+    before = cpu_seconds(server.process.pid)
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    used = cpu_seconds(server.process.pid) - before
+    requests = int(output.split(" requests in ")[0].split()[-1])
+    return {
+        "requests": requests,
+        "req_per_s": round(requests / seconds),
+        "cpu_us_per_request": round(used / requests * 1e6, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old-src", type=Path, required=True, help="src/ of the baseline tree")
@@ -221,14 +252,15 @@ def main() -> None:
     parser.add_argument("--inflight-mib", type=int, default=256)
     parser.add_argument("--scenes", default="idle,keepalive,inflight")
     parser.add_argument("--variants", default="old,new")
+    parser.add_argument("--repeats", type=int, default=1, help="of each scene, variants alternating")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # raised as far as allowed; inherited
     os.sched_setaffinity(0, {1})
     OUT.mkdir(exist_ok=True)
-    repository = OUT / "limits-models"
-    if not repository.exists():
-        write_demo_repository(repository)
+    repository = OUT / "limits-models"  # small_mlp alone: the scenes measure the transport
+    (repository / "small_mlp" / "1").mkdir(parents=True, exist_ok=True)
+    onnx.save(build_mlp(*DEMO_MODELS["small_mlp"], "small_mlp"), str(repository / "small_mlp/1/model.onnx"))
     variants = {
         "old": ({"PYTHONPATH": str(args.old_src.resolve())}, []),
         "new": ({}, ["--max-inflight-bytes", str(args.inflight_mib * MIB)]),
@@ -238,17 +270,19 @@ def main() -> None:
         "idle": lambda server: scene_idle(server, args.idle, args.probes),
         "keepalive": lambda server: scene_keepalive(server, body),
         "inflight": lambda server: scene_inflight(server, args.bodies, body),
+        "cost": lambda server: scene_cost(server, 8),
     }
-    results: dict[str, dict[str, object]] = {}
-    for scene in args.scenes.split(","):
+    results: dict[str, dict[str, list[dict[str, object]]]] = {}
+    for scene in [s for s in args.scenes.split(",") for _ in range(args.repeats)]:
         for name in args.variants.split(","):
             env, extra = variants[name]
             log = OUT / f"limits-{scene}-{name}.log"
             with run_server(
                 repository, log, ["--log-level", "WARNING", *extra], env=env, pin_cpu=0
             ) as server:
-                results.setdefault(scene, {})[name] = scenes[scene](server)
-            print(scene, name, json.dumps(results[scene][name]), flush=True)
+                measured = scenes[scene](server)
+            results.setdefault(scene, {}).setdefault(name, []).append(measured)
+            print(scene, name, json.dumps(measured), flush=True)
     result = {**machine_stamp(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results}
     (OUT / "limits.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

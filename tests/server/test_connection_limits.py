@@ -17,10 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from ortserve.cli.main import main
+from ortserve.metrics import ServerMetrics
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
 from ortserve.server.http.connection import ConnectionLimits, Handler
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.metrics_listener import MetricsListener
 
 FAST = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.3, header_timeout_s=0.3)
 SLOW = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=30.0, header_timeout_s=30.0)
@@ -165,16 +167,24 @@ def test_the_byte_budget_must_leave_room_for_a_body_being_joined(tmp_path: Path)
 
 
 async def test_a_connection_over_the_cap_gets_503_and_close_while_others_are_served() -> None:
-    held = HeldAnswers()
-    async with serving(held, cap=ConnectionLimit(2)) as site:
+    held, cap = HeldAnswers(), ConnectionLimit(2)
+    async with serving(held, cap=cap) as site:
         busy = [await site.connect() for _ in range(2)]
         for _, writer in busy:
             writer.write(post_head(3) + b"abc")
         await until(lambda: held.arrived == 2)
-        reader, _ = await site.connect()
+        reader, writer = await site.connect()
         status, headers, body = await read_response(reader)
         assert status == 503 and headers[b"connection"] == b"close" and headers[b"retry-after"] == b"1"
         assert b"too many connections" in body and await closed_by_server(reader)
+        assert cap.lingering == 1  # half-closed, waiting for the client to hang up
+        writer.close()
+        await until(lambda: cap.lingering == 0)
+        cap.lingering = 10**6  # as if a flood of refusals lingered: the next one closes at once
+        reader, _ = await site.connect()
+        assert (await read_response(reader))[0] == 503 and await closed_by_server(reader)
+        assert cap.lingering == 10**6
+        cap.lingering = 0
         held.release.set()
         for reader, _ in busy:
             assert (await read_response(reader))[0] == 200
@@ -328,3 +338,19 @@ async def test_bytes_of_a_dropped_connection_go_back_to_the_budget() -> None:
         await until(lambda: held.arrived == 1)
         writer.transport.abort()
         await until(lambda: budget.held == 0)
+
+
+async def test_the_metrics_port_has_a_cap_of_its_own() -> None:
+    metrics = MetricsListener(ServerMetrics(lambda: [], lambda: {"http": 0, "grpc": 0}))
+    site = Site(await metrics.start("127.0.0.1", 0))
+    try:
+        for _ in range(64):  # bodies under way (the server has read their heads): not evictable
+            reader, writer = await site.connect()
+            writer.write(b"POST /metrics HTTP/1.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100")
+        reader, _ = await site.connect()
+        assert (await read_response(reader))[0] == 503
+    finally:
+        for writer in site.clients:
+            writer.transport.abort()
+        await metrics.stop(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from ortserve.core.model import ServedVersion
 from ortserve.core.types import ServerMetadata
 from ortserve.errors import ModelNotFound
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.connections import ConnectionLimit
+from ortserve.server.grpc import listener as grpc_listener_module
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.settings import ServerSettings
 
@@ -105,3 +108,30 @@ async def test_health_watch_follows_readiness_and_ends_on_drain(
         assert (await watch.read()).status == NOT_SERVING
         assert await watch.read() is grpc.aio.EOF
         assert await watch.code() == grpc.StatusCode.OK
+
+
+async def test_over_the_cap_calls_fail_unavailable_and_a_flood_of_refusals_gets_a_bare_goaway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(grpc_listener_module, "_MAX_REFUSING", 1)
+    dataplane = DataPlane(FakeResolver(), ServerMetadata("ortserve", "test", ()))
+    grpc_listener = GrpcListener(dataplane, TensorLimits(), options(), connection_limit=ConnectionLimit(1))
+    port = await grpc_listener.start("127.0.0.1", 0)
+    try:
+        occupant = await asyncio.open_connection("127.0.0.1", port)
+        occupant[1].write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # has spoken: not evictable
+        await occupant[0].readexactly(9)  # the server's SETTINGS: it is being served
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert refused.value.details() == "too many connections"
+            bare = await asyncio.open_connection("127.0.0.1", port)  # one refusing connection lives
+            answer = await asyncio.wait_for(bare[0].read(), 5)
+            assert answer[3] == 4 and answer[9 + 3] == 7  # SETTINGS, then GOAWAY, then closed
+            assert int.from_bytes(answer[9 + 13 : 9 + 17], "big") == 7  # REFUSED_STREAM
+            bare[1].close()
+        occupant[1].close()
+    finally:
+        grpc_listener.stop_accepting(0.5)
+        await grpc_listener.wait_closed()

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 _C = TypeVar("_C")
 _FD_RESERVE = 128  # descriptors kept for model files, logs, the metrics listener, pipes
 _REFUSAL_LINGER_S = 1.0
+_TRIM_WORTHY = 64 * 1024  # smaller bodies live in pymalloc's pools or reused heap chunks
+_MAX_LINGERING = 1024  # refused sockets lingering at once; past it they are closed at once
 
 
 class Evictable(Protocol):
@@ -55,6 +57,7 @@ class ConnectionLimit:
         self.open = 0
         self.refused = 0
         self.evicted = 0
+        self.lingering = 0  # refused connections still open (see Refusal)
         self._idle: OrderedDict[object, Evictable] = OrderedDict()
 
     def admit(self) -> bool:
@@ -151,11 +154,12 @@ class ByteBudget:
 
     def give(self, size: int) -> None:
         self.held -= size
-        self.freed(size)
+        if size >= _TRIM_WORTHY:
+            self.freed(size)
 
     def freed(self, size: int) -> None:
         """``size`` bytes of request data were released (a body's pieces once joined, say)."""
-        if self._trimmer is not None and size:
+        if self._trimmer is not None:
             self._trimmer.freed(size)
 
 
@@ -165,17 +169,26 @@ class Refusal(asyncio.Protocol):
     Closing straight after writing would make the kernel reset the connection if the
     client's request arrives afterwards, and a reset can destroy the answer before the client
     reads it; so the socket lingers (at most ``_REFUSAL_LINGER_S``) until the client closes.
+    Lingering sockets are bounded too: past ``_MAX_LINGERING`` a refusal closes at once.
+
+    Args:
+        answer: the bytes that say no (an HTTP 503, say).
+        limit: the cap whose ``lingering`` count this refusal is part of.
     """
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, limit: ConnectionLimit) -> None:
         self._answer = answer
+        self._limit = limit
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         stream.write(self._answer)
-        if stream.can_write_eof():
-            stream.write_eof()
+        if self._limit.lingering >= _MAX_LINGERING or not stream.can_write_eof():
+            stream.close()
+            return
+        self._limit.lingering += 1
+        stream.write_eof()
         self._timer = asyncio.get_running_loop().call_later(_REFUSAL_LINGER_S, stream.abort)
 
     def data_received(self, data: bytes) -> None:
@@ -187,6 +200,7 @@ class Refusal(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            self._limit.lingering -= 1
 
 
 class FirstBytesGate(asyncio.Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ortserve.metrics import ServerMetrics, VersionState
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.connections import ConnectionLimit
 from ortserve.server.http.app import RouteHandler
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
@@ -13,6 +14,9 @@ from ortserve.server.http.methods import answer_methods, method_not_allowed
 __all__ = ["MetricsListener", "metrics_route", "version_states"]
 
 _METRICS_LIMITS = ConnectionLimits(max_body_bytes=64 * 1024, keepalive_timeout_s=75.0)
+# Scrapers need a few connections; the cap keeps this port from using the descriptors that
+# --max-connections leaves for everything else.
+_METRICS_CONNECTIONS = 64
 
 
 def _exposition(metrics: ServerMetrics, request: HttpRequest) -> HttpResponse:
@@ -38,7 +42,7 @@ class MetricsListener:
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._metrics = metrics
-        self._listener = HttpListener(self._handle, _METRICS_LIMITS)
+        self._listener = HttpListener(self._handle, _METRICS_LIMITS, ConnectionLimit(_METRICS_CONNECTIONS))
 
     def _handle(self, request: HttpRequest) -> RouteResult:
         return answer_methods(request, self._route)

@@ -11,7 +11,7 @@ from google.protobuf.message import Message
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.connections import ConnectionLimit, ConnectionSet, FirstBytesGate, listen
+from ortserve.server.connections import ConnectionLimit, ConnectionSet, FirstBytesGate, Refusal, listen
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -20,11 +20,14 @@ from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
 from ortserve.server.grpc.service import InferenceService
+from ortserve.server.http2.frames import ErrorCode, goaway_frame, settings_frame
 from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
 
 _REFUSAL_LINGER_S = 1.0
+_MAX_REFUSING = 256
+_GOAWAY = settings_frame({}) + goaway_frame(0, ErrorCode.REFUSED_STREAM, "too many connections")
 
 
 def _refuse(request: Message, call: GrpcCall) -> Message:
@@ -108,8 +111,14 @@ class GrpcListener:
             raise OSError(exc.errno, f"gRPC cannot listen on {host}:{port}: {exc.strerror}") from None
         return int(self._server.sockets[0].getsockname()[1])
 
-    def _refusal(self, loop: asyncio.AbstractEventLoop, inflater: Inflater) -> Http2Connection:
-        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after a second."""
+    def _refusal(self, loop: asyncio.AbstractEventLoop, inflater: Inflater) -> asyncio.Protocol:
+        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after a second.
+
+        At most ``_MAX_REFUSING`` such connections live at once; past that, a refusal is the
+        server preface and GOAWAY, then close (the client retries until its deadline).
+        """
+        if len(self._refused.connections) >= _MAX_REFUSING:
+            return Refusal(_GOAWAY, self._connections.limit)
         connection = Http2Connection(_RefuseEveryCall(), self._options, self._refused, loop, inflater)
         loop.call_later(_REFUSAL_LINGER_S, connection.go_away)  # a no-op once it has closed
         return connection

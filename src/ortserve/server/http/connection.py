@@ -136,6 +136,7 @@ class HttpConnection(asyncio.Protocol):
         # Member and evictable from the listener's accept on: a loop may accept a burst of
         # sockets before any connection_made runs, and a real client in the same burst must
         # still be able to take a silent socket's place.
+        self._limit = state.limit
         state.connections.add(self)
         state.limit.idle(self)
 
@@ -229,11 +230,12 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         length = self._headers.get(b"content-length")
         if length is not None and length.isdigit():
-            if int(length) > self._limits.max_body_bytes:
+            size = int(length)
+            if size > self._limits.max_body_bytes:
                 raise _TooLarge()
-            if not self._budget.fits(int(length)):
+            if not self._budget.fits(size):
                 raise _OverBudget()
-        self._state.limit.busy(self)
+        self._limit.busy(self)
         self._phase = _BODY
         self._body_started = self._now
         self._deadline = self._now + self._limits.header_timeout_s
@@ -245,15 +247,16 @@ class HttpConnection(asyncio.Protocol):
             self._transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
+        size = len(body)
+        self._body_size += size
         if self._body_size > self._limits.max_body_bytes:
             raise _TooLarge()
         self._deadline = self._body_started + self._limits.header_timeout_s + self._body_size / _MIN_BODY_RATE
         if self._refusal is not None:
             return  # refused from its headers: the body is read and dropped, never held
-        if not self._budget.take(len(body)):
+        if not self._budget.take(size):
             raise _OverBudget()
-        self._held += len(body)
+        self._held += size
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -427,6 +430,8 @@ class HttpConnection(asyncio.Protocol):
     # -- memory -----------------------------------------------------------------------
     def _answered(self) -> None:
         """The request handled last is answered: its body bytes leave the server's budget."""
+        if not self._answering:
+            return
         self._budget.give(self._answering)
         self._held -= self._answering
         self._answering = 0
@@ -446,7 +451,7 @@ class HttpConnection(asyncio.Protocol):
         """
         self._phase = _IDLE
         self._deadline = self._loop.time() + self._limits.keepalive_timeout_s
-        self._state.limit.idle(self)
+        self._limit.idle(self)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -50,7 +50,7 @@ class HttpListener:
 
         def accept() -> asyncio.Protocol:
             if not self._state.limit.admit():
-                return Refusal(_TOO_MANY_CONNECTIONS)
+                return Refusal(_TOO_MANY_CONNECTIONS, self._state.limit)
             return HttpConnection(
                 self._handler, self._limits, self._state, loop, self._budget, self._admission
             )
