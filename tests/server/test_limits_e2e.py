@@ -66,7 +66,7 @@ def sockets(server: ServerProcess, count: int) -> Iterator[list[socket.socket]]:
 @contextlib.contextmanager
 def bodies_under_way(server: ServerProcess, count: int) -> Iterator[None]:
     """``count`` HTTP requests the server has begun to read (so not evictable): each sends
-    2,000 bytes of 100,000, which keeps its connection for 0.5 s + 4 s."""
+    5,000 bytes of 100,000, which keeps its connection for 0.5 s + 10 s."""
     head = (
         b"POST /v2/models/small_mlp/infer HTTP/1.1\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n"
     )
@@ -75,7 +75,7 @@ def bodies_under_way(server: ServerProcess, count: int) -> Iterator[None]:
             sock = stack.enter_context(socket.create_connection((server.host, server.http_port), timeout=5))
             sock.sendall(head)
             assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")  # the server read the head
-            sock.sendall(b"{" * 2000)
+            sock.sendall(b"{" * 5000)
         yield
 
 

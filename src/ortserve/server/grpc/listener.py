@@ -25,7 +25,9 @@ from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
 
-_REFUSAL_LINGER_S = 1.0
+# Long enough for a loaded client to send its first call (GOAWAY before it would make the
+# client retry elsewhere instead of failing); at most _MAX_REFUSING such connections live.
+_REFUSAL_LINGER_S = 5.0
 _MAX_REFUSING = 256
 _GOAWAY = settings_frame({}) + goaway_frame(0, ErrorCode.REFUSED_STREAM, "too many connections")
 
@@ -112,7 +114,7 @@ class GrpcListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _refusal(self, loop: asyncio.AbstractEventLoop, inflater: Inflater) -> asyncio.Protocol:
-        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after a second.
+        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after 5 s.
 
         At most ``_MAX_REFUSING`` such connections live at once; past that, a refusal is the
         server preface and GOAWAY, then close (the client retries until its deadline).
