@@ -90,3 +90,7 @@ class ServerSettings:
     """``model-repository:HEADER=VALUE``: repository calls over HTTP must carry that header."""
     grpc_restricted_protocol: str | None = None
     """``model-repository:KEY=VALUE``: repository calls over gRPC must carry that metadata."""
+    trusted_keys: Path | None = None
+    """A ``.pub`` file or a folder of them: every version loaded is checked against its signature."""
+    require_signed: bool = False
+    """Refuse versions without a signature (needs ``trusted_keys``)."""

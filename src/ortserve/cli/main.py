@@ -11,6 +11,7 @@ import click
 from ortserve import __version__
 from ortserve.cli.errors import CleanErrorsGroup, StartupFailure, show_envvars
 from ortserve.cli.loadtest import bench, replay
+from ortserve.cli.signing import keygen, sign
 
 __all__ = ["main"]
 
@@ -278,6 +279,19 @@ def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) 
     callback=_restriction,
     help="model-repository:KEY=VALUE: repository calls must carry that metadata.",
 )
+@click.option(
+    "--trusted-keys",
+    envvar="ORTSERVE_TRUSTED_KEYS",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="A .pub file (or a folder of them): every version is checked against its signature at load.",
+)
+@click.option(
+    "--require-signed/--no-require-signed",
+    envvar="ORTSERVE_REQUIRE_SIGNED",
+    default=False,
+    help="Refuse unsigned versions (needs --trusted-keys).",
+)
 def serve(
     model_repository: Path,
     host: str,
@@ -313,14 +327,18 @@ def serve(
     load_models: tuple[str, ...],
     http_restricted_api: str | None,
     grpc_restricted_protocol: str | None,
+    trusted_keys: Path | None,
+    require_signed: bool,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
-    from ortserve.errors import ConfigError
+    from ortserve.errors import RepositoryError
     from ortserve.logs import configure_logging
     from ortserve.server.lifecycle import StartupError
     from ortserve.server.lifecycle import serve as run_server
     from ortserve.settings import ServerSettings
 
+    if require_signed and trusted_keys is None:
+        raise click.BadParameter("needs --trusted-keys", param_hint="--require-signed")
     if max_inflight_bytes < 2 * max_body_bytes:
         message = "must be at least twice --max-body-bytes (bodies held, and one being joined)"
         raise click.BadParameter(message, param_hint="--max-inflight-bytes")
@@ -365,10 +383,12 @@ def serve(
         load_models=load_models,
         http_restricted_api=http_restricted_api,
         grpc_restricted_protocol=grpc_restricted_protocol,
+        trusted_keys=trusted_keys,
+        require_signed=require_signed,
     )
     try:
         _run(run_server(settings))
-    except (StartupError, ConfigError) as exc:  # an operator's to fix: one line, no traceback
+    except (StartupError, RepositoryError) as exc:  # an operator's to fix: one line, no traceback
         raise StartupFailure(str(exc)) from None
 
 
@@ -393,4 +413,6 @@ def demo(directory: Path) -> None:
 
 main.add_command(bench)
 main.add_command(replay)
+main.add_command(keygen)
+main.add_command(sign)
 show_envvars(main)

@@ -27,6 +27,7 @@ from ortserve.repository.config_source import ModelSource, check_declared, read_
 from ortserve.repository.layout import is_model_name, select_versions
 from ortserve.repository.loader import load_version
 from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
+from ortserve.repository.signature import TrustedKeys, verify_version
 from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
 from ortserve.settings import ServerSettings
 
@@ -61,12 +62,18 @@ class LifecycleManager:
         registry: where versions are published and withdrawn.
         settings: repository path, thread defaults, drain grace (``shutdown_grace_s``).
         events: transition counters (None: not reported).
+        trusted: the keys versions must be signed with (None: signatures are not checked).
     """
 
     def __init__(
-        self, registry: ModelRegistry, settings: ServerSettings, events: LifecycleEvents | None = None
+        self,
+        registry: ModelRegistry,
+        settings: ServerSettings,
+        events: LifecycleEvents | None = None,
+        trusted: TrustedKeys | None = None,
     ) -> None:
         self.registry = registry
+        self.trusted = trusted
         self.settings = settings
         self.events = events
         self.changed: list[Callable[[], None]] = []
@@ -250,6 +257,13 @@ class LifecycleManager:
         started = time.perf_counter()
         observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
         try:
+            if self.trusted is not None:
+                signed = await asyncio.to_thread(
+                    verify_version, snapshot.versions[number].folder, self.trusted
+                )
+                logger.info(
+                    "model %s version %d: %s", name, number, "signature verified" if signed else "unsigned"
+                )
             served = await load_version(
                 name,
                 number,

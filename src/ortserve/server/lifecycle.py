@@ -22,6 +22,7 @@ from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
+from ortserve.repository.signature import load_trusted_keys
 from ortserve.repository.watcher import RepositoryWatcher, control_mode
 from ortserve.server.collector import freeze_startup_heap
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
@@ -74,7 +75,12 @@ class Server:
         self.settings = settings
         self.registry = ModelRegistry(strict=settings.strict_readiness)
         self.observability = Observability(settings, self.registry)
-        self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events)
+        trusted = (
+            None
+            if settings.trusted_keys is None
+            else load_trusted_keys(settings.trusted_keys, settings.require_signed)
+        )
+        self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events, trusted)
         self.watcher = RepositoryWatcher(
             self.manager, control_mode(settings.model_control_mode), settings.repository_poll_secs
         )

@@ -1,0 +1,195 @@
+"""Signed model versions: an Ed25519 signature over the SHA-256 of every file in a version folder.
+
+``ortserve sign`` writes :data:`SIGNATURE_FILE` into the version folder: a JSON document with
+the manifest (relative path -> SHA-256, every file but the signature and the completion
+marker) and an Ed25519 signature over the manifest's canonical bytes. At every load the
+manifest is read once, its signature checked against the trusted public keys, and every file
+of the folder hashed and compared in constant time: a changed byte, a missing file or an extra
+file refuses the version, naming the file. With ``--require-signed`` an unsigned version is
+refused too.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ortserve.errors import RepositoryError
+from ortserve.repository.snapshot import COMPLETE_MARKER, MAX_FILES
+
+__all__ = [
+    "SIGNATURE_FILE",
+    "SignatureError",
+    "TrustedKeys",
+    "generate_key",
+    "load_trusted_keys",
+    "sign_version",
+    "verify_version",
+]
+
+logger = logging.getLogger(__name__)
+
+SIGNATURE_FILE = "ortserve.sig"
+_SKIPPED = frozenset({SIGNATURE_FILE, COMPLETE_MARKER})
+_CHUNK = 1 << 20
+_MAX_SIGNATURE_BYTES = 4 << 20
+
+
+class SignatureError(RepositoryError):
+    """A version is unsigned (when signatures are required), or does not match its signature."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedKeys:
+    """The public keys a signature may be made with, and whether one is required."""
+
+    keys: tuple[Ed25519PublicKey, ...]
+    required: bool
+
+
+def generate_key(path: Path) -> Path:
+    """Write a new Ed25519 private key (PEM, mode 0600) to ``path`` and its public key to
+    ``path.pub``; returns the public key's path."""
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(pem)
+    public_path = path.with_name(path.name + ".pub")
+    public_path.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return public_path
+
+
+def sign_version(folder: Path, key_path: Path) -> Path:
+    """Hash every file of ``folder``, sign the manifest, write :data:`SIGNATURE_FILE`.
+
+    Raises:
+        SignatureError: the key is not an Ed25519 private key, or the folder is not readable.
+    """
+    try:
+        private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SignatureError(f"{key_path}: not a readable private key: {exc}") from exc
+    if not isinstance(private, Ed25519PrivateKey):
+        raise SignatureError(f"{key_path}: not an Ed25519 private key")
+    manifest = {name: _sha256(folder / name) for name in _files(folder)}
+    signature = private.sign(_canonical(manifest))
+    document = {"manifest": manifest, "signature": base64.b64encode(signature).decode()}
+    target = folder / SIGNATURE_FILE
+    target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return target
+
+
+def load_trusted_keys(path: Path, required: bool) -> TrustedKeys:
+    """Every ``.pub`` file at ``path`` (a file, or a folder of them).
+
+    Raises:
+        SignatureError: no key found, or a file that is not an Ed25519 public key.
+    """
+    files = sorted(path.glob("*.pub")) if path.is_dir() else [path]
+    keys = []
+    for file in files:
+        try:
+            key = serialization.load_pem_public_key(file.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise SignatureError(f"{file}: not a readable public key: {exc}") from exc
+        if not isinstance(key, Ed25519PublicKey):
+            raise SignatureError(f"{file}: not an Ed25519 public key")
+        keys.append(key)
+    if not keys:
+        raise SignatureError(f"{path}: no .pub file with a trusted key")
+    return TrustedKeys(tuple(keys), required)
+
+
+def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
+    """Check ``folder`` against its signature; returns whether it was signed.
+
+    Raises:
+        SignatureError: unsigned while required, a signature no trusted key made, or a file
+            missing, extra or different from the manifest (named in the message).
+    """
+    signature_path = folder / SIGNATURE_FILE
+    if not signature_path.is_file():
+        if trusted.required:
+            raise SignatureError(f"{folder}: unsigned ({SIGNATURE_FILE} missing) and --require-signed is set")
+        return False
+    manifest, signature = _read_signature(signature_path)
+    canonical = _canonical(manifest)
+    if not any(_verifies(key, signature, canonical) for key in trusted.keys):
+        raise SignatureError(f"{signature_path}: the signature was not made by a trusted key")
+    present = set(_files(folder))
+    missing, extra = sorted(set(manifest) - present), sorted(present - set(manifest))
+    if missing:
+        raise SignatureError(f"{folder / missing[0]}: listed in the signed manifest but missing")
+    if extra:
+        raise SignatureError(f"{folder / extra[0]}: not in the signed manifest")
+    for name in sorted(manifest):
+        if not hmac.compare_digest(_sha256(folder / name), manifest[name]):
+            raise SignatureError(f"{folder / name}: its SHA-256 does not match the signed manifest")
+    return True
+
+
+def _verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
+    try:
+        key.verify(signature, data)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _read_signature(path: Path) -> tuple[dict[str, str], bytes]:
+    try:
+        raw = path.read_bytes()
+        if len(raw) > _MAX_SIGNATURE_BYTES:
+            raise ValueError("larger than 4 MiB")
+        document = orjson.loads(raw)
+        manifest = document["manifest"]
+        signature = base64.b64decode(document["signature"], validate=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SignatureError(f"{path}: not a signature file: {exc}") from exc
+    if not isinstance(manifest, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in manifest.items()
+    ):
+        raise SignatureError(f"{path}: the manifest must map file names to SHA-256 hex digests")
+    return manifest, signature
+
+
+def _canonical(manifest: dict[str, str]) -> bytes:
+    """The signed bytes: one ``<sha256>  <path>`` line per file, sorted by path."""
+    return "".join(f"{manifest[name]}  {name}\n" for name in sorted(manifest)).encode()
+
+
+def _files(folder: Path) -> list[str]:
+    names = []
+    for current, _dirs, files in os.walk(folder):
+        for name in files:
+            relative = (Path(current) / name).relative_to(folder).as_posix()
+            if relative not in _SKIPPED:
+                names.append(relative)
+            if len(names) > MAX_FILES:
+                raise SignatureError(f"{folder}: more than {MAX_FILES} files")
+    return sorted(names)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
