@@ -96,3 +96,14 @@ def test_usable_cpus_reads_cgroup_v1(tmp_path: Path) -> None:
     (v1 / "cpu.cfs_quota_us").write_text("50000\n")
     (v1 / "cpu.cfs_period_us").write_text("100000\n")
     assert usable_cpus(tmp_path) == 1
+
+
+def test_prepack_weights_false_turns_onnx_runtime_prepacking_off() -> None:
+    from ortserve.core.session import plan_session, session_options
+    from ortserve.repository.config import ModelConfig
+
+    lean = session_options(plan_session(ModelConfig(prepack_weights=False), 1, 1))
+    assert lean.get_session_config_entry("session.disable_prepacking") == "1"
+    default = session_options(plan_session(ModelConfig(), 1, 1))
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        default.get_session_config_entry("session.disable_prepacking")

@@ -11,7 +11,7 @@ import onnxruntime as ort
 from ortserve.core.cpus import usable_cpus
 from ortserve.repository.config import ModelConfig, ProviderConfig
 
-__all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session"]
+__all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session", "session_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class SessionPlan:
     inter_op_threads: int
     cpu_affinity: str | None
     optimization_level: str
+    prepack_weights: bool = True
 
 
 def _chosen_providers(
@@ -75,6 +76,7 @@ def plan_session(
         inter_op_threads=inter,
         cpu_affinity=config.cpu_affinity,
         optimization_level=config.graph_optimization_level,
+        prepack_weights=config.prepack_weights,
     )
 
 
@@ -87,18 +89,7 @@ def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
             name,
             ", ".join(ort.get_available_providers()),
         )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = plan.intra_op_threads
-    options.inter_op_num_threads = plan.inter_op_threads
-    options.execution_mode = (
-        ort.ExecutionMode.ORT_PARALLEL if plan.inter_op_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
-    )
-    options.graph_optimization_level = _OPT_LEVELS[plan.optimization_level]
-    # Spinning threads burn the core that the event loop needs between batches.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    if plan.cpu_affinity:
-        options.add_session_config_entry("session.intra_op_thread_affinities", plan.cpu_affinity)
+    options = session_options(plan)
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
     session = ort.InferenceSession(
@@ -109,3 +100,24 @@ def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
     if dropped:
         logger.warning("%s: providers %s failed to initialise; active: %s", model_path, dropped, active)
     return session
+
+
+def session_options(plan: SessionPlan) -> ort.SessionOptions:
+    """ONNX Runtime's options for a plan: thread pools, no spinning, optimization, prepacking."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = plan.intra_op_threads
+    options.inter_op_num_threads = plan.inter_op_threads
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if plan.inter_op_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    options.graph_optimization_level = _OPT_LEVELS[plan.optimization_level]
+    # Spinning threads burn the core that the event loop needs between batches.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if not plan.prepack_weights:
+        # Weights in external-data files stay the file's memory-mapped pages: no second copy in
+        # the layout the CPU kernels prefer, a load in milliseconds (benchmarks/RESULTS.md).
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    if plan.cpu_affinity:
+        options.add_session_config_entry("session.intra_op_thread_affinities", plan.cpu_affinity)
+    return options

@@ -103,6 +103,10 @@ class ModelConfig(_Strict):
     """Batch sizes run with generated inputs before ready; default: 1 and max_batch_size."""
     pipeline: str | None = None
     """``package.module:Class`` of a pipeline that wraps this model (see ortserve.pipeline)."""
+    prepack_weights: bool = True
+    """Let ONNX Runtime copy weights into its kernels' preferred layout at load (faster large
+    batches). False keeps external-data weights as memory-mapped file pages: no second copy,
+    a much faster load (see README, "Large models")."""
     default_model_filename: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,255}$")] = "model.onnx"
     """The model file inside each version folder (Triton's field of the same name)."""
 
