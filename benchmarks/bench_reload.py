@@ -19,6 +19,7 @@ Writes benchmarks/out/reload.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing as mp
@@ -155,7 +156,8 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
                     time.sleep(0.5)
                     baseline = proc_counts(pid)
                 else:
-                    wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
+                    with contextlib.suppress(TimeoutError):  # counted below, not fatal
+                        wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
                 windows.append((complete, time.monotonic()))
                 to_serving.append(serving - complete)
                 after.append(proc_counts(pid))

@@ -76,6 +76,8 @@ async def test_a_new_version_serves_and_the_old_one_drains_and_releases_its_thre
     manager: LifecycleManager, tmp_path: Path
 ) -> None:
     write_scaled_version(tmp_path, "m", 1, 1.0)
+    released: list[int] = []
+    manager.released.append(lambda: released.append(1))
     await manager.start()
     old = manager.registry.resolve("m", None)
     assert await infer(manager) == 1.0
@@ -88,6 +90,7 @@ async def test_a_new_version_serves_and_the_old_one_drains_and_releases_its_thre
     assert old.state is ModelState.UNLOADING
     assert manager.registry.served_versions("m") == ("2",)
     assert ort_threads("m-1") == []
+    assert released == [1]
     assert ("unloaded", "m", "1") in events(manager)
 
 

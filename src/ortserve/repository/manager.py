@@ -78,6 +78,8 @@ class LifecycleManager:
         self.events = events
         self.changed: list[Callable[[], None]] = []
         """Called after any change of what is served (pipeline routes follow it)."""
+        self.released: list[Callable[[], None]] = []
+        """Called after a drained version's session and threads are released (heap trimming)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._loaded: dict[str, LoadedModel] = {}
         self._failed: dict[tuple[str, int], Fingerprint] = {}
@@ -353,6 +355,8 @@ class LifecycleManager:
         ).state is (IndexState.UNLOADING):
             self.registry.record(name, number, None)
         logger.info("model %s version %d: unloaded", name, number)
+        for callback in self.released:
+            callback()
         if self.events is not None:
             self.events.unloaded(name, str(number))
 

@@ -81,6 +81,9 @@ class Server:
             else load_trusted_keys(settings.trusted_keys, settings.require_signed)
         )
         self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events, trusted)
+        # A released session frees its arena and weights into glibc's heap: give the pages back.
+        self._released_heap = HeapTrimmer(threshold=1)
+        self.manager.released.append(lambda: self._released_heap.freed(1))
         self.watcher = RepositoryWatcher(
             self.manager, control_mode(settings.model_control_mode), settings.repository_poll_secs
         )
