@@ -142,27 +142,32 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
             to_serving: list[float] = []
             after: list[tuple[float, int, int]] = []
             baseline: tuple[float, int, int] | None = None
-            for cycle in range(1, cycles + 1):
-                new = cycle + 1
-                folder = root / model / str(new)
-                folder.mkdir()
-                (folder / "model.onnx").write_bytes(files[cycle % 2])
-                (folder / COMPLETE_MARKER).touch()
-                complete = time.monotonic()
-                serving = wait_until(lambda n=new: index(server, model).get(str(n)) == "READY")
-                wait_until(lambda n=new: set(index(server, model)) == {str(n)})
-                shutil.rmtree(root / model / str(new - 1))
-                if baseline is None:
-                    time.sleep(0.5)
-                    baseline = proc_counts(pid)
-                else:
-                    with contextlib.suppress(TimeoutError):  # counted below, not fatal
-                        wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
-                windows.append((complete, time.monotonic()))
-                to_serving.append(serving - complete)
-                after.append(proc_counts(pid))
-                time.sleep(steady_s)
-            stop.set()
+            try:
+                for cycle in range(1, cycles + 1):
+                    new = cycle + 1
+                    folder = root / model / str(new)
+                    folder.mkdir()
+                    (folder / "model.onnx").write_bytes(files[cycle % 2])
+                    (folder / COMPLETE_MARKER).touch()
+                    complete = time.monotonic()
+                    serving = wait_until(lambda n=new: index(server, model).get(str(n)) == "READY")
+                    wait_until(lambda n=new: set(index(server, model)) == {str(n)})
+                    shutil.rmtree(root / model / str(new - 1))
+                    if baseline is None:
+                        time.sleep(0.5)
+                        baseline = proc_counts(pid)
+                    else:
+                        with contextlib.suppress(TimeoutError):  # counted below, not fatal
+                            wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
+                    windows.append((complete, time.monotonic()))
+                    to_serving.append(serving - complete)
+                    after.append(proc_counts(pid))
+                    time.sleep(steady_s)
+            except BaseException:
+                worker.terminate()  # never leave the load running behind a failed run
+                raise
+            finally:
+                stop.set()
             records = queue.get(timeout=120)
             worker.join(30)
             result.update(_summary(records, windows, to_serving, after, baseline))
