@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,123 @@ def test_coord_system_converts_request_positions_to_wgs84() -> None:
         assert (request.couriers[0].lat, request.couriers[0].lon) == pytest.approx((LAT, LON), abs=5e-6)
     with pytest.raises(InvalidInput, match="coord_system"):
         parse_dispatch_request({**document, "coord_system": "mars"}, NOW)
+
+
+# Rough bounding boxes (lat min, lat max, lon min, lon max) of each province-level division,
+# written independently of the gazetteer so a swapped or mistyped coordinate shows.
+PROVINCE_BOXES = {
+    "北京市": (39.4, 41.1, 115.4, 117.5),
+    "天津市": (38.5, 40.3, 116.7, 118.1),
+    "河北省": (36.0, 42.7, 113.4, 119.9),
+    "山西省": (34.5, 40.8, 110.2, 114.6),
+    "内蒙古自治区": (37.4, 53.4, 97.1, 126.1),
+    "辽宁省": (38.7, 43.5, 118.8, 125.8),
+    "吉林省": (40.8, 46.3, 121.6, 131.4),
+    "黑龙江省": (43.4, 53.6, 121.1, 135.1),
+    "上海市": (30.6, 31.9, 120.8, 122.0),
+    "江苏省": (30.7, 35.2, 116.3, 121.9),
+    "浙江省": (27.0, 31.2, 118.0, 123.2),
+    "安徽省": (29.4, 34.7, 114.9, 119.7),
+    "福建省": (23.5, 28.4, 115.8, 120.8),
+    "江西省": (24.4, 30.1, 113.5, 118.5),
+    "山东省": (34.3, 38.4, 114.8, 122.8),
+    "河南省": (31.3, 36.4, 110.3, 116.7),
+    "湖北省": (29.0, 33.3, 108.3, 116.2),
+    "湖南省": (24.6, 30.2, 108.7, 114.3),
+    "广东省": (20.2, 25.6, 109.6, 117.4),
+    "广西壮族自治区": (20.9, 26.4, 104.4, 112.1),
+    "海南省": (3.5, 20.2, 108.6, 117.9),
+    "重庆市": (28.1, 32.3, 105.2, 110.2),
+    "四川省": (26.0, 34.4, 97.3, 108.6),
+    "贵州省": (24.6, 29.3, 103.6, 109.6),
+    "云南省": (21.1, 29.3, 97.5, 106.2),
+    "西藏自治区": (26.8, 36.5, 78.3, 99.2),
+    "陕西省": (31.7, 39.6, 105.4, 111.3),
+    "甘肃省": (32.5, 42.8, 92.3, 108.8),
+    "青海省": (31.6, 39.3, 89.4, 103.1),
+    "宁夏回族自治区": (35.2, 39.4, 104.2, 107.7),
+    "新疆维吾尔自治区": (34.3, 49.2, 73.4, 96.4),
+    "台湾省": (21.8, 25.4, 119.9, 122.1),
+    "香港特别行政区": (22.1, 22.6, 113.8, 114.5),
+    "澳门特别行政区": (22.1, 22.3, 113.5, 113.7),
+}
+MUNICIPALITIES_AND_OUTSIDE_MAINLAND = {
+    "北京市",
+    "天津市",
+    "上海市",
+    "重庆市",
+    "台湾省",
+    "香港特别行政区",
+    "澳门特别行政区",
+}
+
+
+def _gazetteer_data() -> Any:
+    text = (resources.files("ortserve.apps.dispatch") / "data" / "gazetteer.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def test_every_prefecture_level_division_lies_in_its_province_and_has_a_unique_name() -> None:
+    provinces = _gazetteer_data()["provinces"]
+    assert {str(p["name"]) for p in provinces} == set(PROVINCE_BOXES)
+    names: list[str] = []
+    prefecture_level = 0
+    for province in provinces:
+        lat_min, lat_max, lon_min, lon_max = PROVINCE_BOXES[province["name"]]
+        for city in province["cities"]:
+            lat, lon = city["at"]
+            assert lat_min <= lat <= lat_max and lon_min <= lon <= lon_max, (province["name"], city)
+            names += [city["name"], *city.get("aliases", [])]
+            for district, (dlat, dlon) in city.get("districts", {}).items():
+                assert abs(dlat - lat) < 1.0 and abs(dlon - lon) < 1.2, (city["name"], district)
+        if province["name"] not in MUNICIPALITIES_AND_OUTSIDE_MAINLAND:
+            prefecture_level += len(province["cities"])
+    assert prefecture_level == 333  # 293 cities, 7 prefectures, 30 autonomous prefectures, 3 leagues
+    assert len(names) == len(set(names))
+    for name in names:  # every full name and alias alone places its own division
+        assert name in place_address(name, "a").city or name in _aliases(
+            provinces, place_address(name, "a").city
+        )
+
+
+def _aliases(provinces: Any, city: str) -> list[str]:
+    return [
+        alias
+        for province in provinces
+        for c in province["cities"]
+        if c["name"] == city
+        for alias in c.get("aliases", [])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("address", "city", "district"),
+    [
+        ("内蒙古锡林郭勒盟锡林浩特市", "锡林郭勒盟", None),
+        ("锡林郭勒", "锡林郭勒盟", None),
+        ("新疆喀什市人民东路", "喀什地区", None),
+        ("延边州延吉市", "延边朝鲜族自治州", None),
+        ("大兴安岭加格达奇", "大兴安岭地区", None),
+        ("安徽马鞍山", "马鞍山市", None),
+        ("鞍山市铁东区", "鞍山市", None),
+        ("青海省海南藏族自治州共和县", "海南藏族自治州", None),
+        ("海南藏族自治州共和县", "海南藏族自治州", None),
+        ("海南州共和县", "海南藏族自治州", None),
+        ("海南省三亚市", "三亚市", None),
+        ("吉林省吉林市船营区", "吉林市", None),
+        ("福州市鼓楼区五四路", "福州市", None),
+        ("南京市鼓楼区中山路", "南京市", "鼓楼区"),
+        ("成都市武侯区玉林路", "成都市", "武侯区"),
+        ("黔南州都匀市", "黔南布依族苗族自治州", None),
+        ("贵州黔西南兴义市", "黔西南布依族苗族自治州", None),
+    ],
+)
+def test_prefecture_level_short_forms_and_aliases(address: str, city: str, district: str | None) -> None:
+    place = place_address(address, "a")
+    assert (place.city, place.district) == (city, district)
+
+
+def test_a_short_form_marked_ambiguous_is_not_matched() -> None:
+    assert place_address("西藏阿里地区狮泉河镇", "a").city == "阿里地区"
+    with pytest.raises(InvalidInput, match="no known city"):
+        place_address("阿里巴巴西溪园区", "a")

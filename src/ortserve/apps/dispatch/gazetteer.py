@@ -29,7 +29,9 @@ _SUFFIXES = (
     "白族自治州",
     "自治州",
     "新区",
+    "地区",
     "省",
+    "盟",
     "市",
     "区",
     "县",
@@ -63,9 +65,11 @@ class _Gazetteer:
     cities: tuple[_City, ...]
 
 
-def _forms(name: str, aliases: list[str]) -> tuple[str, ...]:
+def _forms(name: str, aliases: list[str], short: bool = True) -> tuple[str, ...]:
     forms = [name, *aliases]
-    for suffix in _SUFFIXES:
+    if name.endswith("自治州"):  # 延边 is also written 延边州
+        forms += [alias + "州" for alias in aliases if not alias.endswith(("州", "市"))]
+    for suffix in _SUFFIXES if short else ():
         if name.endswith(suffix) and len(name) - len(suffix) >= 2:
             forms.append(name[: -len(suffix)])
             break
@@ -87,7 +91,7 @@ def _gazetteer() -> _Gazetteer:
                 _City(
                     province["name"],
                     city["name"],
-                    _forms(city["name"], city.get("aliases", [])),
+                    _forms(city["name"], city.get("aliases", []), city.get("short", True)),
                     (city["at"][0], city["at"][1]),
                     districts,
                 )
@@ -125,6 +129,12 @@ def _district_hits(text: str, cities: list[_City]) -> list[tuple[int, _City, str
     return sorted(hits, key=lambda hit: hit[0])
 
 
+def _first_named(text: str, cities: list[_City]) -> _City | None:
+    """The city mentioned first in ``text``, if any."""
+    named = sorted((at, i) for i, c in enumerate(cities) if (at := _position(text, c.forms)) is not None)
+    return cities[named[0][1]] if named else None
+
+
 def place_address(address: str, field: str, near: tuple[float, float] | None = None) -> Place:
     """Province, city and district of ``address``, at the finest level named.
 
@@ -146,12 +156,18 @@ def place_address(address: str, field: str, near: tuple[float, float] | None = N
     ]
     province = min(mentioned)[1] if mentioned else None
     candidates = [c for c in gazetteer.cities if province is None or c.province == province]
-    named = sorted((at, i) for i, c in enumerate(candidates) if (at := _position(text, c.forms)) is not None)
-    city = candidates[named[0][1]] if named else None
+    city = _first_named(text, candidates)
+    if city is None and province is not None and not _district_hits(text, candidates):
+        # The province's name may be part of a city's (海南 in 海南藏族自治州, Qinghai).
+        inside = _first_named(text, list(gazetteer.cities))
+        if inside is not None and any(p in f for p in gazetteer.provinces[province] for f in inside.forms):
+            city, candidates = inside, [inside]
     hits = _district_hits(text, [city] if city is not None else candidates)
     if city is not None and not hits:
         elsewhere = _district_hits(text, [c for c in gazetteer.cities if c is not city])
-        if elsewhere and not any(d in city.districts for _, _, d in elsewhere):
+        # Only a city whose districts are listed can say a district is not its own (鼓楼区 is
+        # in Nanjing's list and also in Fuzhou, whose districts are not listed).
+        if city.districts and elsewhere and not any(d in city.districts for _, _, d in elsewhere):
             raise InvalidInput(
                 f"field {field!r}: district {elsewhere[0][2]} is not in {city.name} ({address!r})"
             )
