@@ -222,3 +222,22 @@ def test_a_short_form_marked_ambiguous_is_not_matched() -> None:
     assert place_address("西藏阿里地区狮泉河镇", "a").city == "阿里地区"
     with pytest.raises(InvalidInput, match="no known city"):
         place_address("阿里巴巴西溪园区", "a")
+
+
+@pytest.mark.parametrize(
+    ("address", "road", "number", "precision", "at"),
+    [
+        ("北京市海淀区中关村大街1号", "中关村大街", "1", "road", (39.975, 116.316)),
+        ("上海市浦东新区世纪大道100号", "世纪大道", "100", "road", (31.229, 121.527)),
+        ("浦东世纪大道8号", "世纪大道", "8", "road", (31.229, 121.527)),
+        ("广州市天河区体育西路103号", "体育西路", "103", "district", (23.125, 113.361)),
+        ("福州市鼓楼区五四路", "五四路", None, "city", (26.074, 119.296)),
+        ("深圳南山科技园", None, None, "district", (22.533, 113.930)),
+    ],
+)
+def test_road_and_house_number_are_parsed_and_a_known_road_refines_the_position(
+    address: str, road: str | None, number: str | None, precision: str, at: tuple[float, float]
+) -> None:
+    place = place_address(address, "a")
+    assert (place.road, place.number, place.precision) == (road, number, precision)
+    assert (place.lat, place.lon) == at

@@ -118,4 +118,5 @@ async def test_a_service_past_its_timeout_leaves_the_gazetteer_placement(
         service.release.set()
     [order] = answer["orders"]
     assert order["placed_by"] == "gazetteer" and order["placed_in"] == "海淀区"
-    assert order["candidates"][0]["distance_km"] > 2.0
+    # The gazetteer's point for 中关村大街, 0.9 km from the service's.
+    assert order["precision"] == "road" and order["candidates"][0]["distance_km"] > 0.5

@@ -107,7 +107,9 @@ async def test_orders_given_by_address_are_placed_and_routed(harness: PipelineHa
     answer: Any = await harness.post("/v1/route", orjson.dumps(document))
     [result] = answer["orders"]
     assert result["placed_in"] == "海淀区" and result["courier_id"] == "c1"
-    assert result["candidates"][0]["distance_km"] < 1.0
+    assert (result["road"], result["number"], result["precision"]) == ("中关村大街", "1", "road")
+    # 中关村大街 is the gazetteer's road point (39.975, 116.316), not 海淀区's centre.
+    assert result["candidates"][0]["distance_km"] == pytest.approx(2.3, abs=0.2)
 
 
 async def test_a_bad_address_among_good_orders_leaves_only_that_order_unassigned(

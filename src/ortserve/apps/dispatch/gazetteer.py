@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -48,6 +49,13 @@ class Place:
     district: str | None
     lat: float
     lon: float
+    road: str | None = None
+    """The road named after the city or district (中关村大街), if any."""
+    number: str | None = None
+    """The house number on that road (``1`` in 中关村大街1号), if any."""
+    precision: str = "city"
+    """What the position is the centre of: ``road`` (a road the gazetteer knows), ``district``
+    or ``city``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,7 @@ class _City:
     forms: tuple[str, ...]
     at: tuple[float, float]
     districts: dict[str, tuple[float, float]]
+    roads: dict[str, tuple[float, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,7 @@ def _gazetteer() -> _Gazetteer:
                     _forms(city["name"], city.get("aliases", []), city.get("short", True)),
                     (city["at"][0], city["at"][1]),
                     districts,
+                    {name: (at[0], at[1]) for name, at in city.get("roads", {}).items()},
                 )
             )
     return _Gazetteer(provinces, tuple(cities))
@@ -136,7 +146,8 @@ def _first_named(text: str, cities: list[_City]) -> _City | None:
 
 
 def place_address(address: str, field: str, near: tuple[float, float] | None = None) -> Place:
-    """Province, city and district of ``address``, at the finest level named.
+    """Province, city, district, road and house number of ``address``, placed at the finest
+    level the gazetteer knows (a listed road, else the district or city centre).
 
     Args:
         address: free text, e.g. ``北京市朝阳区建国路88号`` or ``浦东张江``.
@@ -171,7 +182,7 @@ def place_address(address: str, field: str, near: tuple[float, float] | None = N
             raise InvalidInput(
                 f"field {field!r}: district {elsewhere[0][2]} is not in {city.name} ({address!r})"
             )
-        return Place(city.province, city.name, None, *city.at)
+        return _refined(text, city, None)
     if not hits:
         level = f"only the province {province}" if province else "no known city or district"
         raise InvalidInput(f"field {field!r}: cannot place address {address!r}: it names {level}")
@@ -184,4 +195,29 @@ def place_address(address: str, field: str, near: tuple[float, float] | None = N
             )
         first.sort(key=lambda hit: _distance(hit[1].districts[hit[2]], near))
     _, found, district = first[0]
-    return Place(found.province, found.name, district, *found.districts[district])
+    return _refined(text, found, district)
+
+
+_ROAD = re.compile(r"([^省市区县州盟旗镇乡村号\d\s]{1,12}?(?:大道|大街|胡同|路|街|巷|弄))(?:(\d+)号)?")
+
+
+def _refined(text: str, city: _City, district: str | None) -> Place:
+    """The place at the finest level known: a road of the city in the gazetteer's table, else
+    the district's or the city's centre; the road and house number are parsed either way."""
+    road, number = None, None
+    match = _ROAD.search(text)
+    if match is not None:
+        road, number = match.group(1), match.group(2)
+        for form in sorted((*city.forms, *_forms(district or city.name, [])), key=len, reverse=True):
+            if road.startswith(form) and len(road) > len(form):  # 浦东世纪大道: the road is 世纪大道
+                road = road[len(form) :]
+                break
+    known = [name for name in city.roads if name in text]
+    if known:
+        name = max(known, key=len)
+        after = re.match(r"(\d+)号", text[text.index(name) + len(name) :])
+        number = after.group(1) if after else None
+        return Place(city.province, city.name, district, *city.roads[name], name, number, "road")
+    if district is not None:
+        return Place(city.province, city.name, district, *city.districts[district], road, number, "district")
+    return Place(city.province, city.name, None, *city.at, road, number, "city")

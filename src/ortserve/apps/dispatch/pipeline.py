@@ -129,6 +129,13 @@ class _DispatchSteps:
         if order.placed_by:
             answer["placed_in"] = order.placed_by
             answer["placed_by"] = "geocoder" if order.geocoded else "gazetteer"
+        if order.place is not None:
+            if order.place.road is not None:
+                answer["road"] = order.place.road
+            if order.place.number is not None:
+                answer["number"] = order.place.number
+            if not order.geocoded:
+                answer["precision"] = order.place.precision
         return answer
 
     def example(self) -> JsonObject:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ortserve.apps.dispatch.coords import COORD_SYSTEMS, CoordSystem, to_wgs84
-from ortserve.apps.dispatch.gazetteer import place_address
+from ortserve.apps.dispatch.gazetteer import Place, place_address
 from ortserve.errors import InvalidInput, PayloadTooLarge
 
 __all__ = [
@@ -52,6 +52,8 @@ class Order:
     """The address it was given by, if any (a geocoding service may refine the position)."""
     geocoded: bool = False
     """The position came from the geocoding service rather than the gazetteer."""
+    place: Place | None = None
+    """The gazetteer's reading of the address (road, house number, precision), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,7 @@ class _Frame:
     near: tuple[float, float] | None = None
 
 
-def _position(item: dict[str, object], field: str, frame: _Frame) -> tuple[float, float, str | None]:
+def _position(item: dict[str, object], field: str, frame: _Frame) -> tuple[float, float, Place | None]:
     if "lat" in item or "lon" in item:
         lat, lon = _number(item, "lat", field), _number(item, "lon", field)
         if not (-90 <= lat <= 90 and -180 <= lon <= 180):
@@ -147,7 +149,7 @@ def _position(item: dict[str, object], field: str, frame: _Frame) -> tuple[float
     if not isinstance(address, str) or not address.strip():
         raise InvalidInput(f"field '{field}' needs 'lat' and 'lon' or a non-empty 'address'")
     place = place_address(address, f"{field}.address", frame.near)
-    return place.lat, place.lon, place.district or place.city
+    return place.lat, place.lon, place
 
 
 def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | Rejected:
@@ -164,16 +166,24 @@ def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | 
 
 def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order:
     item = _object(value, field, _ORDER)
-    lat, lon, placed = _position(item, field, frame)
+    lat, lon, place = _position(item, field, frame)
     created, deadline = _integer(item, "created_at", field), _integer(item, "deadline", field)
     if deadline <= created:
         raise InvalidInput(f"field '{field}.deadline' must be after '{field}.created_at'")
     weight = _number(item, "weight", field, 1.0)
     if weight <= 0:
         raise InvalidInput(f"field '{field}.weight' must be positive")
-    address = item.get("address") if placed else None
+    address = item.get("address") if place else None
     return Order(
-        identifier, lat, lon, created, deadline, weight, placed, address if isinstance(address, str) else None
+        identifier,
+        lat,
+        lon,
+        created,
+        deadline,
+        weight,
+        place.district or place.city if place else None,
+        address if isinstance(address, str) else None,
+        place=place,
     )
 
 
