@@ -122,12 +122,21 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", nargs=2, metavar=("ROOT", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--build", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_variant(Path(args.child[0]), args.child[1], args.width)))
         return
+    if args.build:
+        print(build(Path(args.build), args.layers, args.width))
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        size = build(Path(tmp), args.layers, args.width)
+        # Built in a child: a child's peak RSS starts at its parent's, so the parent stays small.
+        sizes = ["--layers", str(args.layers), "--width", str(args.width)]
+        built = subprocess.run(
+            [sys.executable, __file__, *sizes, "--build", tmp], check=True, capture_output=True
+        )
+        size = int(built.stdout.decode().split()[-1])
         results: dict[str, list[dict[str, float]]] = {}
         for _ in range(args.repeats):
             for variant in ("plain", "ortserve", "ortserve-lean"):

@@ -153,8 +153,8 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
                     serving = wait_until(lambda n=new: index(server, model).get(str(n)) == "READY")
                     wait_until(lambda n=new: set(index(server, model)) == {str(n)})
                     shutil.rmtree(root / model / str(new - 1))
+                    time.sleep(0.5)  # the same settle before every reading: the heap trim runs after a drain
                     if baseline is None:
-                        time.sleep(0.5)
                         baseline = proc_counts(pid)
                     else:
                         with contextlib.suppress(TimeoutError):  # counted below, not fatal
