@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from model_builders import scaled_model, write_scaled_version
+from ortserve.repository.signature import generate_key, sign_version
 from ortserve.repository.snapshot import COMPLETE_MARKER
 from ortserve.testing import ServerProcess, run_server
 
@@ -272,3 +273,24 @@ def test_reloads_under_concurrent_load_fail_no_request(tmp_path: Path) -> None:
         )  # drains end after the swap
         assert 'ortserve_model_loads_total{model="m"} 6.0' in scrape()
         assert 'ortserve_model_load_seconds_count{model="m"} 6.0' in scrape()
+
+
+def test_require_signed_serves_the_signed_version_and_refuses_the_unsigned_one(tmp_path: Path) -> None:
+    key = tmp_path / "release"
+    generate_key(key)
+    root = tmp_path / "models"
+    sign_version(write_scaled_version(root, "m", 1, 1.0), key)
+    write_scaled_version(root, "m", 2, 2.0)  # newer, but unsigned
+    args = [
+        "--trusted-keys",
+        str(key.with_name("release.pub")),
+        "--require-signed",
+        "--intra-op-threads",
+        "1",
+    ]
+    with run_server(root, tmp_path / "server.log", args) as server:
+        assert http_scale(server) == ("1", 1.0)
+        with contextlib.closing(httpclient.InferenceServerClient(server.http_address)) as client:
+            rows = {row["version"]: row for row in client.get_model_repository_index() if row["name"] == "m"}
+        assert rows["2"]["state"] == "UNAVAILABLE" and "unsigned" in rows["2"]["reason"]
+        assert "signature verified" in server.log()
