@@ -30,11 +30,13 @@ class Service:
         self.answer = answer
         self.fail = fail
         self.calls = 0
+        self.addresses: list[str] = []
         self.release = threading.Event()
         self.block = False
 
     def __call__(self, address: str) -> tuple[float, float] | None:
         self.calls += 1
+        self.addresses.append(address)
         if self.block:
             self.release.wait(5.0)
         if self.fail:
@@ -87,13 +89,15 @@ async def harness(dispatch_repository: Path) -> AsyncIterator[PipelineHarness]:
         yield loaded
 
 
-async def route(harness: PipelineHarness, repository: Path, service: Service, timeout_s: float) -> Any:
+async def route(
+    harness: PipelineHarness, repository: Path, service: Service, timeout_s: float, address: str = ADDRESS
+) -> Any:
     context = PipelineContext("dispatch", "1", repository / "dispatch" / "1")
     pipeline: Pipeline[Any] = GeocodingDispatchPipeline(context, GeocoderHook(service, timeout_s=timeout_s))
     runner = await PipelineRunner.build(pipeline, harness.registry)
     document = {
         "now": NOW,
-        "orders": [{"id": "o1", "address": ADDRESS, "created_at": NOW, "deadline": NOW + 3_600_000}],
+        "orders": [{"id": "o1", "address": address, "created_at": NOW, "deadline": NOW + 3_600_000}],
         "couriers": [{"id": "c1", "lat": SPOT[0], "lon": SPOT[1], "capacity": 2}],
     }
     return await runner.run(document)
@@ -120,3 +124,18 @@ async def test_a_service_past_its_timeout_leaves_the_gazetteer_placement(
     assert order["placed_by"] == "gazetteer" and order["placed_in"] == "海淀区"
     # The gazetteer's point for 中关村大街, 0.9 km from the service's.
     assert order["precision"] == "road" and order["candidates"][0]["distance_km"] > 0.5
+
+
+async def test_an_address_the_gazetteer_cannot_place_is_asked_of_the_service(
+    harness: PipelineHarness, dispatch_repository: Path
+) -> None:
+    service = Service()
+    answer = await route(harness, dispatch_repository, service, 1.0, "望京SOHO塔1")
+    [order] = answer["orders"]
+    assert "望京SOHO塔1" in service.addresses and answer["unassigned"] == []
+    assert order["placed_by"] == "geocoder" and "placed_in" not in order and "precision" not in order
+    assert order["courier_id"] == "c1" and order["candidates"][0]["distance_km"] == 0.0
+    unknown = await route(harness, dispatch_repository, Service(answer=None), 1.0, "望京SOHO塔1")
+    assert unknown["orders"] == []
+    [failed] = unknown["unassigned"]
+    assert failed["order_id"] == "o1" and "no known city" in failed["reason"]

@@ -128,6 +128,7 @@ class _DispatchSteps:
         }
         if order.placed_by:
             answer["placed_in"] = order.placed_by
+        if order.placed_by or order.geocoded:
             answer["placed_by"] = "geocoder" if order.geocoded else "gazetteer"
         if order.place is not None:
             if order.place.road is not None:
@@ -184,8 +185,11 @@ class GeocodingDispatchPipeline(_DispatchSteps):
         self._geocoder = geocoder
 
     async def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
+        """Orders the gazetteer placed are refined, and orders it could not place are asked
+        for before being declared unplaceable (those the service places are appended)."""
         request = prepared.request
-        by_address = [o for o in request.orders if o.address is not None]
+        pending = [r.pending for r in request.rejected if r.pending is not None]
+        by_address = [o for o in (*request.orders, *pending) if o.address is not None]
         if by_address:
             found = await asyncio.gather(*(self._geocoder.locate(o.address or "") for o in by_address))
             located = {o.id: at for o, at in zip(by_address, found, strict=True) if at is not None}
@@ -193,7 +197,8 @@ class GeocodingDispatchPipeline(_DispatchSteps):
                 dataclasses.replace(o, lat=located[o.id][0], lon=located[o.id][1], geocoded=True)
                 if o.id in located
                 else o
-                for o in request.orders
+                for o in (*request.orders, *(p for p in pending if p.id in located))
             )
-            prepared.request = dataclasses.replace(request, orders=orders)
+            rejected = tuple(r for r in request.rejected if r.id not in located)
+            prepared.request = dataclasses.replace(request, orders=orders, rejected=rejected)
         return self._score_all(prepared)

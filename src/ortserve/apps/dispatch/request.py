@@ -73,6 +73,9 @@ class Rejected:
 
     id: str
     reason: str
+    pending: Order | None = None
+    """Only its address could not be placed: the order as it would be, for a geocoding service
+    to place (its lat/lon are NaN until then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,17 +167,23 @@ def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | 
         return Rejected(identifier, str(error))
 
 
-def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order:
+def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order | Rejected:
     item = _object(value, field, _ORDER)
-    lat, lon, place = _position(item, field, frame)
+    unplaced: InvalidInput | None = None
+    try:
+        lat, lon, place = _position(item, field, frame)
+    except InvalidInput as error:
+        if "lat" in item or "lon" in item or not isinstance(item.get("address"), str):
+            raise
+        lat, lon, place, unplaced = math.nan, math.nan, None, error
     created, deadline = _integer(item, "created_at", field), _integer(item, "deadline", field)
     if deadline <= created:
         raise InvalidInput(f"field '{field}.deadline' must be after '{field}.created_at'")
     weight = _number(item, "weight", field, 1.0)
     if weight <= 0:
         raise InvalidInput(f"field '{field}.weight' must be positive")
-    address = item.get("address") if place else None
-    return Order(
+    address = item.get("address") if place or unplaced else None
+    order = Order(
         identifier,
         lat,
         lon,
@@ -185,6 +194,7 @@ def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _
         address if isinstance(address, str) else None,
         place=place,
     )
+    return order if unplaced is None else Rejected(identifier, str(unplaced), order)
 
 
 def _courier(value: object, field: str, seen: set[str], frame: _Frame) -> Courier:
