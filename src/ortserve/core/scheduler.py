@@ -475,25 +475,37 @@ class Scheduler:
     def _complete(
         self, run: _Run, result: RunResult | None, error: BaseException | None, chain: bool
     ) -> BatchJob | None:
+        if not chain:
+            # An inline run keeps its instance booked until the loop settles it, so the
+            # requests read in the meantime queue up and go together (releasing it here
+            # made every later request of the tick start a batch of its own: 2.3 rows per
+            # batch instead of 18.9 for small_mlp at c=64, 0.55x the requests/s).
+            self._loop.call_soon(partial(self._settle, run, result, error, True))
+            return None
         now = self._clock.now()
         with self._lock:
-            self._busy -= 1
-            self._busy_until.remove(run.expected_end)
-            if result is not None:
-                self.cost_model.observe(run.rows, result[1])
-            batch, _ = self._take_ready(now, False) if chain else ([], math.inf)
+            self._release(run, result)
+            batch, _ = self._take_ready(now, False)
             booked = self._begin(batch, now) if batch else None
         following = self._job(booked[0], booked[1], False) if booked is not None else None
-        settle = partial(self._settle, run, result, error)
-        if chain:
-            with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
-                self._loop.call_soon_threadsafe(settle)
-        else:
-            self._loop.call_soon(settle)
+        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+            self._loop.call_soon_threadsafe(partial(self._settle, run, result, error, False))
         return following
 
-    def _settle(self, run: _Run, result: RunResult | None, error: BaseException | None) -> None:
+    def _release(self, run: _Run, result: RunResult | None) -> None:
+        """Free the run's instance and learn from its time (under the lock)."""
+        self._busy -= 1
+        self._busy_until.remove(run.expected_end)
+        if result is not None:
+            self.cost_model.observe(run.rows, result[1])
+
+    def _settle(
+        self, run: _Run, result: RunResult | None, error: BaseException | None, release: bool
+    ) -> None:
         """On the loop: answer the batch's requests, report it, dispatch what is waiting."""
+        if release:
+            with self._lock:
+                self._release(run, result)
         split_s = 0.0
         if result is not None:
             split_start = self._clock.now()
