@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Protocol
 
 from ortserve.core.model import Servable
@@ -10,7 +11,7 @@ from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
 from ortserve.errors import ModelNotReady
 
-__all__ = ["DataPlane", "ModelResolver"]
+__all__ = ["DataPlane", "ModelResolver", "Router"]
 
 
 class ModelResolver(Protocol):
@@ -22,6 +23,16 @@ class ModelResolver(Protocol):
 
     @property
     def all_ready(self) -> bool: ...
+
+
+class Router(Protocol):
+    """A model's traffic policy (ortserve.routing implements it): picks the version, submits."""
+
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
+
+    def admission_version(self) -> str | None: ...
+
+    def version_roles(self) -> dict[str, str]: ...
 
 
 class DataPlane:
@@ -43,6 +54,8 @@ class DataPlane:
         self._metadata = metadata
         self._draining = False
         self.shared_memory = shared_memory or SharedMemoryRegistry()
+        self.routers: Mapping[str, Router] = {}
+        """Models with a routing policy; every other model serves its newest ready version."""
 
     def live(self) -> bool:
         """The process is up and serving its transports."""
@@ -64,7 +77,9 @@ class DataPlane:
         served = self._resolver.resolve(name, version)
         info = served.info
         versions = (info.version,) if version else self._resolver.served_versions(name)
-        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs)
+        router = self.routers.get(name)
+        roles = tuple(sorted(router.version_roles().items())) if router is not None else ()
+        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs, roles)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Raises: ModelNotFound for an unknown model or version."""
@@ -82,6 +97,8 @@ class DataPlane:
         Raises:
             ModelNotFound, ModelNotReady, Overloaded, InvalidInput (priority out of range).
         """
+        if not version and (router := self.routers.get(name)) is not None:
+            version = router.admission_version()
         self._resolver.resolve(name, version).check_admission(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
@@ -91,10 +108,11 @@ class DataPlane:
             ModelNotFound, ModelNotReady, InvalidInput, Overloaded; the future may fail with
             DeadlineExceeded, ModelNotReady or InferenceError.
         """
-        served = self._resolver.resolve(request.model_name, request.model_version)
+        router = self.routers.get(request.model_name)
+        served = self._resolver.resolve(request.model_name, request.model_version) if router is None else None
         outputs = request.outputs
         targets = self.shared_memory.output_targets(outputs) if outputs else None
-        pending = served.submit(request)
+        pending = router.submit(request) if router is not None else _submit(served, request)
         return pending if targets is None else deliver_to_shared_memory(pending, targets)
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -105,3 +123,8 @@ class DataPlane:
             InferenceError.
         """
         return await self.submit(request)
+
+
+def _submit(served: Servable | None, request: InferRequest) -> asyncio.Future[InferResponse]:
+    assert served is not None  # resolved whenever no router took the request
+    return served.submit(request)

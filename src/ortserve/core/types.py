@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,6 +71,8 @@ class InferRequest:
     parameters: Parameters = field(default_factory=dict)
     priority: int = 0
     timeout_s: float | None = None
+    headers: Callable[[str], str | None] | None = None
+    """The transport's header (gRPC metadata) lookup by lowercase name, for routing."""
 
 
 @dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
@@ -103,6 +106,8 @@ class ModelMetadata:
     platform: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    roles: tuple[tuple[str, str], ...] = ()
+    """(version, traffic role) when the model has a routing policy (HTTP ``parameters.roles``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,15 +302,16 @@ def _tensor_meta(spec: Any) -> dict[str, Any]:
 
 
 def encode_model_metadata(metadata: ModelMetadata) -> bytes:
-    return orjson.dumps(
-        {
-            "name": metadata.name,
-            "versions": list(metadata.versions),
-            "platform": metadata.platform,
-            "inputs": [_tensor_meta(s) for s in metadata.inputs],
-            "outputs": [_tensor_meta(s) for s in metadata.outputs],
-        }
-    )
+    document: dict[str, object] = {
+        "name": metadata.name,
+        "versions": list(metadata.versions),
+        "platform": metadata.platform,
+        "inputs": [_tensor_meta(s) for s in metadata.inputs],
+        "outputs": [_tensor_meta(s) for s in metadata.outputs],
+    }
+    if metadata.roles:
+        document["parameters"] = {"roles": dict(metadata.roles)}
+    return orjson.dumps(document)
 
 
 def encode_server_metadata(metadata: ServerMetadata) -> bytes:

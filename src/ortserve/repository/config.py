@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ortserve.errors import ConfigError
+from ortserve.routing.config import RoutingConfig
 
 __all__ = [
     "BatchingConfig",
@@ -109,6 +110,10 @@ class ModelConfig(_Strict):
     a much faster load (see README, "Large models")."""
     default_model_filename: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,255}$")] = "model.onnx"
     """The model file inside each version folder (Triton's field of the same name)."""
+
+    routing: RoutingConfig | None = None
+    """Traffic policy for requests that name no version: override, split, sticky key, shadow,
+    rollout, retirement (see docs/traffic.md)."""
 
     def provider_list(self) -> list[ProviderConfig] | None:
         if self.providers is None:

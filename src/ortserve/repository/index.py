@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,15 @@ class IndexRow:
     reason: str
 
 
-def repository_index(registry: ModelRegistry, root: Path, ready_only: bool) -> list[IndexRow]:
+def repository_index(
+    registry: ModelRegistry,
+    root: Path,
+    ready_only: bool,
+    roles: Callable[[str], Mapping[str, str]] | None = None,
+) -> list[IndexRow]:
     """Served versions, versions loading, draining or failed, and models not loaded, by name.
+
+    ``roles`` gives a model's traffic roles (routing); a ready version's reason names its role.
 
     Raises:
         RepositoryError: ``root`` is not a readable folder.
@@ -32,9 +40,10 @@ def repository_index(registry: ModelRegistry, root: Path, ready_only: bool) -> l
     known = set()
     for entry in registry.entries():
         known.add(entry.name)
+        named = roles(entry.name) if roles is not None else {}
         for number, record in sorted(entry.records.items()):
             if number in entry.versions:
-                state, reason = IndexState.READY, ""
+                state, reason = IndexState.READY, named.get(str(number), "")
                 if not entry.versions[number].ready:
                     state, reason = IndexState.UNLOADING, entry.versions[number].state.value
             else:

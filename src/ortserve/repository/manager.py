@@ -85,6 +85,8 @@ class LifecycleManager:
         self._failed: dict[tuple[str, int], Fingerprint] = {}
         self._failed_config: dict[str, Fingerprint] = {}
         self._drains: set[asyncio.Task[None]] = set()
+        self._retired: dict[tuple[str, int], str] = {}
+        """Versions retired by the routing policy: not reloaded until an explicit load."""
 
     async def start(self, names: Collection[str] | None = None) -> list[ModelSnapshot]:
         """Load every model of the repository (or only ``names``; ``"*"`` means all).
@@ -163,6 +165,14 @@ class LifecycleManager:
         self._notify()
         return failures
 
+    async def retire(self, name: str, number: int, reason: str) -> None:
+        """Stop serving one version for good (automatic retirement); it drains in the background
+        and the index keeps it as UNAVAILABLE with ``reason``. An explicit load brings it back."""
+        async with self._lock(name):
+            self._retired[(name, number)] = reason
+            self._retire(name, number, reason)
+        self._notify()
+
     async def remove(self, name: str) -> None:
         """The model folder is gone: stop serving it."""
         async with self._lock(name):
@@ -216,6 +226,7 @@ class LifecycleManager:
                 n: p
                 for n, p in candidates.items()
                 if self._failed.get((name, n)) != snapshot.versions[n].files
+                and (name, n) not in self._retired
             }
             wanted = select_versions(usable, config.version_policy)
             stale = [
@@ -322,6 +333,7 @@ class LifecycleManager:
 
     def _forget_failures(self, name: str) -> None:
         self._failed = {key: files for key, files in self._failed.items() if key[0] != name}
+        self._retired = {key: why for key, why in self._retired.items() if key[0] != name}
         self._failed_config.pop(name, None)
 
     def _withdraw_all(self, name: str, reason: str) -> None:
@@ -350,7 +362,10 @@ class LifecycleManager:
     async def _release(self, name: str, number: int, served: Servable) -> None:
         await served.unload(self.settings.shutdown_grace_s)
         entry = self.registry.ensure(name)
-        if number not in entry.versions and entry.records.get(
+        retired = self._retired.get((name, number))
+        if number not in entry.versions and retired is not None:
+            self.registry.record(name, number, VersionRecord(IndexState.UNAVAILABLE, retired))
+        elif number not in entry.versions and entry.records.get(
             number, VersionRecord(IndexState.READY)
         ).state is (IndexState.UNLOADING):
             self.registry.record(name, number, None)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,6 +25,8 @@ from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.signature import load_trusted_keys
 from ortserve.repository.watcher import RepositoryWatcher, control_mode
+from ortserve.routing.metrics import RoutingMetrics
+from ortserve.routing.table import RoutingTable
 from ortserve.server.collector import freeze_startup_heap
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
@@ -34,6 +37,7 @@ from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.openapi_routes import add_openapi_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.repository_routes import add_repository_routes
+from ortserve.server.http.routing_routes import add_routing_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
 from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
@@ -105,6 +109,12 @@ class Server:
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}
         )
         add_repository_routes(self.http_app, self.control, http_restricted.get("model-repository"))
+        self.routing = RoutingTable(self.registry, time.monotonic)
+        self.dataplane.routers = self.routing.routers
+        add_routing_routes(self.http_app, self.routing, http_restricted.get("routing"))
+        self.control.roles = self.routing.role_names
+        if self.observability.metrics is not None:
+            self.observability.metrics.registry.register(RoutingMetrics(self.routing))
         self.capture = _capture(settings, self.observability)
         self.http_app.capture = self.capture
         # One cap on connections across both listeners: a socket costs the same either way.
@@ -139,6 +149,7 @@ class Server:
                 restricted = parse_restriction(settings.grpc_restricted_protocol)
                 self._grpc.service.restriction = restricted.get("model-repository")
         self._watching: asyncio.Task[None] | None = None
+        self._retiring: asyncio.Task[None] | None = None
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
 
@@ -168,11 +179,15 @@ class Server:
         if self.capture is not None:
             await self.capture.start()
         self.manager.changed.append(self._register_pipeline_routes)
+        self.manager.changed.append(self.routing.sync)
         explicit = s.model_control_mode == "explicit"
         snapshots = await self.manager.start(s.load_models if explicit else None)
         self.watcher.seed(snapshots)
         freeze_startup_heap()  # full GC passes then skip what lives as long as the process
         self._watching = asyncio.get_running_loop().create_task(self.watcher.run())
+        self._retiring = asyncio.get_running_loop().create_task(
+            self.routing.run_retirement(self.manager.retire)
+        )
         _warn_unrestricted(s)
         for entry in self.registry.entries():
             versions = ", ".join(
@@ -197,10 +212,11 @@ class Server:
         grace = self.settings.shutdown_grace_s
         logger.info("shutting down: draining in-flight requests (grace %.1f s)", grace)
         self.dataplane.start_draining()
-        if self._watching is not None:
-            self._watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watching
+        for task in (self._watching, self._retiring):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._http.stop_accepting()
         if self._grpc is not None:
             self._grpc.stop_accepting(grace)

@@ -7,6 +7,8 @@ refuse and answer alike. Load and unload are refused unless the control mode is 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from ortserve.errors import ModelControlDisabled
 from ortserve.protocol.grpc import model_config_pb2 as mc
 from ortserve.repository.config_source import ModelSource
@@ -29,10 +31,14 @@ class ModelControl:
     def __init__(self, manager: LifecycleManager, mode: str) -> None:
         self._manager = manager
         self._mode = mode
+        self.roles: Callable[[str], Mapping[str, str]] | None = None
+        """Each model's traffic roles, named as the reason of its ready versions (routing)."""
 
     def index(self, ready_only: bool) -> list[IndexRow]:
         """Raises: RepositoryError (the repository folder is gone)."""
-        return repository_index(self._manager.registry, self._manager.settings.model_repository, ready_only)
+        return repository_index(
+            self._manager.registry, self._manager.settings.model_repository, ready_only, self.roles
+        )
 
     async def load(self, name: str, config_json: str | None) -> None:
         """Load or reload ``name``; ``config_json`` (Triton JSON) replaces its config files.

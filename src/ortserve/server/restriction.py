@@ -15,8 +15,9 @@ from ortserve.errors import PermissionDenied
 
 __all__ = ["RESTRICTABLE_APIS", "Restriction", "parse_restriction"]
 
-RESTRICTABLE_APIS = ("model-repository",)
-"""API groups ortserve can restrict: model-repository (index, load, unload)."""
+RESTRICTABLE_APIS = ("model-repository", "routing")
+"""API groups ortserve can restrict: model-repository (index, load, unload), routing (the
+traffic policy control endpoint, ``/v2/routing``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,6 +163,13 @@ class GrpcCall:
         """The caller's metadata (lowercase names; ``-bin`` values still base64)."""
         return self.head.metadata
 
+    def metadata_value(self, name: str) -> str | None:
+        """The first value of a metadata key (lowercase); None when the call has none."""
+        for key, value in self.head.metadata:
+            if key == name:
+                return value
+        return None
+
     def time_remaining(self) -> float | None:
         """Seconds left before the call's deadline; None when it has none."""
         if self._deadline is None:

@@ -245,6 +245,7 @@ class InferenceService:
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
+            infer_request.headers = call.metadata_value
             pending = self._dataplane.submit(infer_request)
         except Exception as exc:
             raise _finished_with(scope, exc) from None

@@ -243,6 +243,7 @@ class HttpApp:
                 request.body, header_length, name, version, self._limits, self._dataplane.shared_memory
             )
             scope.identify(infer_request)
+            infer_request.headers = request.text_header
             pending = self._dataplane.submit(infer_request)
         except OrtServeError as error:
             return _answered(scope, error_response(error), error)

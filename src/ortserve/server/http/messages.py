@@ -33,6 +33,11 @@ class HttpRequest:
         value = self.headers.get(name)
         return None if value is None else value.decode("latin-1")
 
+    def text_header(self, name: str) -> str | None:
+        """A header by lower-case name given as text (routing reads the headers its policy names)."""
+        value = self.headers.get(name.encode("latin-1"))
+        return None if value is None else value.decode("latin-1")
+
 
 @dataclass(slots=True)
 class HttpResponse:

@@ -1,0 +1,304 @@
+"""One model's router: applies the policy to each request, submits it, keeps the outcomes.
+
+Everything a request reads lives in one immutable :class:`_Live` (policy, bucket ranges in
+force, rollout state), replaced by a single assignment on the event loop: a policy change or a
+rollout step is atomic, and a request already submitted finishes on the version it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ortserve.core.dataplane import ModelResolver
+from ortserve.core.model import Servable
+from ortserve.core.types import InferRequest, InferResponse
+from ortserve.errors import InvalidInput, ModelNotFound, ModelNotReady
+from ortserve.routing.buckets import BucketRange, bucket_ranges
+from ortserve.routing.divergence import DivergenceBook
+from ortserve.routing.outcomes import VersionOutcomes
+from ortserve.routing.policy import Choice, Policy, RequestView, choose, split_weights, static_ranges
+from ortserve.routing.roles import Role, version_roles
+from ortserve.routing.rollout import Phase, RolloutState, evaluate, start
+from ortserve.routing.shadow import ShadowLane
+
+__all__ = ["ModelRouter", "RouterEnvironment"]
+
+logger = logging.getLogger(__name__)
+
+_CHECK_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterEnvironment:
+    """What a router reads from the server: the registry, the time, randomness, and the lowest
+    priority lane of a model (where shadow copies queue)."""
+
+    resolver: ModelResolver
+    clock: Callable[[], float]
+    draw: Callable[[], float] = random.random
+    lowest_priority: Callable[[str], int] = lambda _: 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    policy: Policy
+    ranges: tuple[BucketRange, ...]
+    rollout: RolloutState | None
+
+
+class ModelRouter:
+    """Routes the requests of one model name through its policy.
+
+    Args:
+        name: the model.
+        policy: the policy in force at first.
+        env: registry, clock and randomness (tests pass fakes).
+    """
+
+    def __init__(self, name: str, policy: Policy, env: RouterEnvironment) -> None:
+        self.name = name
+        self.env = env
+        self.outcomes: dict[str, VersionOutcomes] = {}
+        self.reasons: Counter[tuple[str, str]] = Counter()
+        """Requests by (version, why it was chosen)."""
+        self.book = DivergenceBook()
+        self.shadow = ShadowLane(self.book)
+        self.events: Counter[str] = Counter()
+        """Rollout events: advanced, completed, rejected."""
+        self.retired: dict[str, str] = {}
+        """Versions retired automatically, with the reason."""
+        self._next_check = 0.0
+        self._unjudged = 0
+        self._judge_every = 16
+        self._live = self._build(policy, None)
+
+    # -- policy ---------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        return self._live.policy
+
+    @property
+    def rollout(self) -> RolloutState | None:
+        return self._live.rollout
+
+    def replace(self, policy: Policy) -> None:
+        """Put ``policy`` in force now (one assignment: no request sees half of it).
+
+        A rollout keeps its progress when the new policy has the same candidate and baseline.
+        """
+        self._live = self._build(policy, self._live)
+
+    def _build(self, policy: Policy, before: _Live | None) -> _Live:
+        plan = policy.config.rollout
+        if plan is None:
+            return _Live(policy, static_ranges(policy), None)
+        old = before.policy.config.rollout if before is not None else None
+        kept = old is not None and (old.candidate, old.baseline) == (plan.candidate, plan.baseline)
+        state = before.rollout if kept and before is not None and before.rollout is not None else None
+        if state is None:
+            state = start(plan, self.env.clock())
+            self._reset_windows()
+        return _Live(policy, _rollout_ranges(plan.baseline, plan.candidate, state.share), state)
+
+    # -- the request path -----------------------------------------------------------------
+
+    def view(self, request: InferRequest, body_key: str | None = None) -> RequestView:
+        """What of ``request`` the policy reads (``body_key``: a pipeline body's sticky field)."""
+        policy = self._live.policy
+        config = policy.config
+        override = None
+        if config.override is not None:
+            if config.override.parameter is not None:
+                tag = request.parameters.get(config.override.parameter)
+                override = None if tag is None else str(tag)
+            if override is None and policy.override_header is not None and request.headers is not None:
+                override = request.headers(policy.override_header)
+        key = body_key
+        if config.sticky is not None:
+            if policy.sticky_header is not None and request.headers is not None:
+                key = request.headers(policy.sticky_header) or key
+            if key is None and config.sticky.parameter is not None:
+                value = request.parameters.get(config.sticky.parameter)
+                key = None if value is None else str(value)
+        return RequestView(request.model_version or None, override or None, key)
+
+    def choose(self, view: RequestView) -> tuple[Servable, Choice]:
+        """The version that serves a request with this view.
+
+        Raises:
+            InvalidInput: an override names no variant and no served version.
+            ModelNotFound: an explicit version is not served. ModelNotReady: nothing serves.
+        """
+        live = self._live
+        choice = choose(
+            live.policy, live.ranges, view, self.name, self.env.draw, functools.partial(self._default, live)
+        )
+        try:
+            return self.env.resolver.resolve(self.name, choice.version), choice
+        except ModelNotFound:
+            if choice.reason == "explicit":
+                raise
+            if choice.reason == "override":
+                raise InvalidInput(
+                    f"override {view.override!r} names no variant and no served version of model "
+                    f"{self.name!r} (served: {', '.join(self.env.resolver.served_versions(self.name))})"
+                ) from None
+        fallback = self._default(live)  # a split naming a version not (yet) loaded
+        return self.env.resolver.resolve(self.name, fallback), Choice(fallback, "fallback")
+
+    def submit(self, request: InferRequest, body_key: str | None = None) -> asyncio.Future[InferResponse]:
+        """Route, submit, count; maybe mirror to the shadow. Raises what ``submit`` raises."""
+        served, choice = self.choose(self.view(request, body_key))
+        pending = served.submit(request)
+        self._account(served.info.version, choice.reason, pending)
+        self._maybe_shadow(request, served.info.version, pending)
+        return pending
+
+    def admission_version(self) -> str | None:
+        """The version most default traffic goes to (the transports' early admission check)."""
+        live = self._live
+        if live.ranges:
+            return max(live.ranges, key=lambda r: r.end - r.start).version
+        return self._default(live)
+
+    def record(self, version: str, reason: str, pending: asyncio.Future[InferResponse]) -> None:
+        """Count a request submitted elsewhere (a pipeline's model call) under this router."""
+        self._account(version, reason, pending)
+
+    def _account(self, version: str, reason: str, pending: asyncio.Future[InferResponse]) -> None:
+        now = self.env.clock()
+        outcomes = self.outcomes.get(version)
+        if outcomes is None:
+            outcomes = self.outcomes[version] = VersionOutcomes()
+        outcomes.arrived(now)
+        self.reasons[(version, reason)] += 1
+        pending.add_done_callback(functools.partial(self._settled, outcomes, now))
+
+    def _settled(
+        self, outcomes: VersionOutcomes, started: float, pending: asyncio.Future[InferResponse]
+    ) -> None:
+        now = self.env.clock()
+        outcomes.settled(now - started, pending)
+        if self._live.rollout is not None:
+            # Judged at most once a second (a tenth of the interval when shorter), and after
+            # every quarter of min_requests outcomes, so a failing candidate goes back fast.
+            self._unjudged += 1
+            if now >= self._next_check or self._unjudged >= self._judge_every:
+                self.tick(now)
+
+    def _maybe_shadow(
+        self, request: InferRequest, primary: str, pending: asyncio.Future[InferResponse]
+    ) -> None:
+        live = self._live
+        shadow = live.policy.config.shadow
+        target, fraction = (shadow.version, shadow.fraction) if shadow is not None else (None, 0.0)
+        rollout = live.policy.config.rollout
+        if (
+            target is None
+            and rollout is not None
+            and rollout.guards.max_divergence is not None
+            and live.rollout is not None
+            and live.rollout.phase is Phase.PROGRESSING
+            and primary == rollout.baseline
+        ):
+            target, fraction = rollout.candidate, rollout.guards.compare_fraction
+        if target is None or target == primary or self.env.draw() >= fraction:
+            return
+        try:
+            served = self.env.resolver.resolve(self.name, target)
+        except (ModelNotFound, ModelNotReady):
+            self.shadow.dropped["refused"] += 1
+            return
+        timeout = shadow.timeout if shadow is not None else 1.0
+        limit = shadow.max_inflight if shadow is not None else 32
+        self.shadow.offer(request, pending, served, self.env.lowest_priority(self.name), timeout, limit)
+
+    def _default(self, live: _Live) -> str:
+        """The newest serving version that is not deprecated, rejected, retired or shadow-only."""
+        config = live.policy.config
+        excluded = set(config.deprecated) | set(self.retired)
+        if config.shadow is not None:
+            excluded.add(config.shadow.version)
+        if live.rollout is not None and config.rollout is not None and live.rollout.phase is Phase.REJECTED:
+            excluded.add(config.rollout.candidate)
+        versions = self.env.resolver.served_versions(self.name)
+        for version in versions:
+            if version not in excluded:
+                return version
+        if versions:
+            return versions[0]
+        raise ModelNotReady(f"model {self.name!r} has no version serving")
+
+    # -- rollout ----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> str | None:
+        """Judge the rollout's window now; returns the event when something happened."""
+        self._next_check = now + min(_CHECK_EVERY_S, self._interval() / 10)
+        self._unjudged = 0
+        live = self._live
+        plan = live.policy.config.rollout
+        if plan is None or live.rollout is None:
+            return None
+        self._judge_every = max(16, plan.min_requests // 4)
+        empty = VersionOutcomes()
+        candidate = self.outcomes.get(plan.candidate, empty).window()
+        baseline = self.outcomes.get(plan.baseline, empty).window()
+        divergence = self.book.window(plan.baseline, plan.candidate)
+        state, event = evaluate(plan, live.rollout, now, candidate, baseline, divergence)
+        if event is None:
+            return None
+        self._live = replace(
+            live, ranges=_rollout_ranges(plan.baseline, plan.candidate, state.share), rollout=state
+        )
+        self._reset_windows()
+        self.events[event] += 1
+        if event == "rejected":
+            logger.warning("model %s: rollout of version %s %s", self.name, plan.candidate, state.reason)
+        else:
+            logger.info(
+                "model %s: rollout of version %s %s to %g%%", self.name, plan.candidate, event, state.share
+            )
+        return event
+
+    def _interval(self) -> float:
+        plan = self._live.policy.config.rollout
+        return plan.interval if plan is not None else _CHECK_EVERY_S * 10
+
+    def _reset_windows(self) -> None:
+        for outcomes in self.outcomes.values():
+            outcomes.reset_window()
+        self.book.reset_window()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def roles(self) -> dict[str, Role]:
+        live = self._live
+        config = live.policy.config
+        served = self.env.resolver.served_versions(self.name)
+        try:
+            default: str | None = self._default(live)
+        except ModelNotReady:
+            default = None
+        rollout = None
+        if config.rollout is not None and live.rollout is not None:
+            rollout = (config.rollout.candidate, config.rollout.baseline, live.rollout)
+        shadow = config.shadow.version if config.shadow is not None else None
+        return version_roles(served, live.ranges, default, shadow, config.deprecated, rollout, self.retired)
+
+    def version_roles(self) -> dict[str, str]:
+        """Each version's role by name (model metadata, the repository index)."""
+        return {version: role.value for version, role in self.roles().items()}
+
+    def ranges(self) -> tuple[BucketRange, ...]:
+        return self._live.ranges
+
+
+def _rollout_ranges(baseline: str, candidate: str, share: float) -> tuple[BucketRange, ...]:
+    return bucket_ranges(split_weights({baseline: 100.0 - share, candidate: share}))
