@@ -14,7 +14,8 @@ import inspect
 import logging
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -32,6 +33,7 @@ from ortserve.pipeline.spec import BUILTIN_PIPELINES, import_pipeline
 __all__ = [
     "BUILTIN_PIPELINES",
     "INLINE_LIMIT_S",
+    "ROUTED_VERSIONS",
     "PipelineRunner",
     "PipelineVersion",
     "StepPlan",
@@ -41,6 +43,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+ROUTED_VERSIONS: ContextVar[Mapping[str, str] | None] = ContextVar("ortserve_routed_versions", default=None)
+"""The versions a pipeline route's routing policy chose for the models the pipeline calls
+(model name -> version); a model not named here is called on its newest ready version."""
 
 INLINE_LIMIT_S = 0.002
 """A plain step whose median on the example is above this runs in a worker thread."""
@@ -153,7 +159,8 @@ class PipelineRunner(Generic[RequestT]):
         return list(await asyncio.gather(*(self._call(call) for call in calls)))
 
     async def _call(self, call: ModelCall) -> ModelOutputs:
-        served = self._resolver.resolve(call.model, None)
+        routed = ROUTED_VERSIONS.get()
+        served = self._resolver.resolve(call.model, routed.get(call.model) if routed else None)
         limit = served.info.max_batch_size
         rows = next(iter(call.inputs.values())).shape[0] if call.inputs else 0
         if limit == 0 or rows <= limit:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ortserve.core.types import InferResponse
 from ortserve.errors import OrtServeError
 from ortserve.routing.rollout import WindowStats
 
@@ -44,7 +44,7 @@ class VersionOutcomes:
         self.window_requests += 1
         self.last_request = now
 
-    def settled(self, latency_s: float, future: asyncio.Future[InferResponse]) -> None:
+    def settled(self, latency_s: float, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
             return
         error = future.exception()

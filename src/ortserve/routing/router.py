@@ -12,8 +12,9 @@ import functools
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ortserve.core.dataplane import ModelResolver
 from ortserve.core.model import Servable
@@ -109,25 +110,38 @@ class ModelRouter:
 
     # -- the request path -----------------------------------------------------------------
 
-    def view(self, request: InferRequest, body_key: str | None = None) -> RequestView:
-        """What of ``request`` the policy reads (``body_key``: a pipeline body's sticky field)."""
+    def view(self, request: InferRequest) -> RequestView:
+        """What of ``request`` the policy reads."""
+        return self.view_of(request.model_version, request.parameters, request.headers)
+
+    def view_of(
+        self,
+        explicit: str | None,
+        parameters: Mapping[str, object],
+        headers: Callable[[str], str | None] | None,
+        body: Mapping[str, object] | None = None,
+    ) -> RequestView:
+        """The view from a request's parts; ``body``: a pipeline route's JSON fields, where
+        the override parameter and the sticky ``field`` are also looked for."""
         policy = self._live.policy
         config = policy.config
         override = None
         if config.override is not None:
-            if config.override.parameter is not None:
-                tag = request.parameters.get(config.override.parameter)
-                override = None if tag is None else str(tag)
-            if override is None and policy.override_header is not None and request.headers is not None:
-                override = request.headers(policy.override_header)
-        key = body_key
-        if config.sticky is not None:
-            if policy.sticky_header is not None and request.headers is not None:
-                key = request.headers(policy.sticky_header) or key
-            if key is None and config.sticky.parameter is not None:
-                value = request.parameters.get(config.sticky.parameter)
-                key = None if value is None else str(value)
-        return RequestView(request.model_version or None, override or None, key)
+            name = config.override.parameter
+            if name is not None:
+                override = _text(parameters.get(name)) or (_text(body.get(name)) if body else None)
+            if override is None and policy.override_header is not None and headers is not None:
+                override = headers(policy.override_header)
+        key = None
+        sticky = config.sticky
+        if sticky is not None:
+            if policy.sticky_header is not None and headers is not None:
+                key = headers(policy.sticky_header)
+            if key is None and sticky.parameter is not None:
+                key = _text(parameters.get(sticky.parameter))
+            if key is None and sticky.field is not None and body:
+                key = _text(body.get(sticky.field))
+        return RequestView(explicit or None, override or None, key)
 
     def choose(self, view: RequestView) -> tuple[Servable, Choice]:
         """The version that serves a request with this view.
@@ -153,9 +167,9 @@ class ModelRouter:
         fallback = self._default(live)  # a split naming a version not (yet) loaded
         return self.env.resolver.resolve(self.name, fallback), Choice(fallback, "fallback")
 
-    def submit(self, request: InferRequest, body_key: str | None = None) -> asyncio.Future[InferResponse]:
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Route, submit, count; maybe mirror to the shadow. Raises what ``submit`` raises."""
-        served, choice = self.choose(self.view(request, body_key))
+        served, choice = self.choose(self.view(request))
         pending = served.submit(request)
         self._account(served.info.version, choice.reason, pending)
         self._maybe_shadow(request, served.info.version, pending)
@@ -168,11 +182,11 @@ class ModelRouter:
             return max(live.ranges, key=lambda r: r.end - r.start).version
         return self._default(live)
 
-    def record(self, version: str, reason: str, pending: asyncio.Future[InferResponse]) -> None:
-        """Count a request submitted elsewhere (a pipeline's model call) under this router."""
+    def record(self, version: str, reason: str, pending: asyncio.Future[object]) -> None:
+        """Count a request routed here but run elsewhere (a pipeline route's request)."""
         self._account(version, reason, pending)
 
-    def _account(self, version: str, reason: str, pending: asyncio.Future[InferResponse]) -> None:
+    def _account(self, version: str, reason: str, pending: asyncio.Future[Any]) -> None:
         now = self.env.clock()
         outcomes = self.outcomes.get(version)
         if outcomes is None:
@@ -181,9 +195,7 @@ class ModelRouter:
         self.reasons[(version, reason)] += 1
         pending.add_done_callback(functools.partial(self._settled, outcomes, now))
 
-    def _settled(
-        self, outcomes: VersionOutcomes, started: float, pending: asyncio.Future[InferResponse]
-    ) -> None:
+    def _settled(self, outcomes: VersionOutcomes, started: float, pending: asyncio.Future[Any]) -> None:
         now = self.env.clock()
         outcomes.settled(now - started, pending)
         if self._live.rollout is not None:
@@ -302,3 +314,12 @@ class ModelRouter:
 
 def _rollout_ranges(baseline: str, candidate: str, share: float) -> tuple[BucketRange, ...]:
     return bucket_ranges(split_weights({baseline: 100.0 - share, candidate: share}))
+
+
+def _text(value: object) -> str | None:
+    """A parameter or body field as a key: strings and numbers; anything else is no key."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None

@@ -199,7 +199,7 @@ class Server:
             self._grpc.readiness_changed()
 
     def _register_pipeline_routes(self) -> None:
-        register_pipeline_routes(self.registry, self.http_app, self.telemetry)
+        register_pipeline_routes(self.registry, self.http_app, self.telemetry, self.routing)
 
     def request_stop(self) -> None:
         self._stop.set()
