@@ -162,6 +162,12 @@ class VersionState:
     queue_depth: int
     busy_instances: int
     load_seconds: float | None
+    fallback_level: int | None = None
+    """The level answering now (-1: none usable); None without a fallback chain."""
+    fallback_transitions: tuple[tuple[int, int, int], ...] = ()
+    """(from level, to level, count)."""
+    fallback_failures: tuple[tuple[int, str, int], ...] = ()
+    """(level, failure kind, count)."""
 
 
 class VersionMetrics:
@@ -381,7 +387,7 @@ def _batch_families(versions: _Versions) -> Iterator[CounterMetricFamily | Histo
     yield from (queue, compute, rows, requests, failed)
 
 
-def _state_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily]:
+def _state_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
     labels = ["model", "version"]
     depth = GaugeMetricFamily("ortserve_queue_depth", "Requests waiting, not yet running", labels=labels)
     busy = GaugeMetricFamily("ortserve_busy_instances", "Executions running now", labels=labels)
@@ -404,3 +410,29 @@ def _state_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily]:
         if s.load_seconds is not None:
             load.add_metric([s.model, s.version], s.load_seconds)
     yield from (depth, busy, state, provider, load)
+    yield from _fallback_families(states)
+
+
+def _fallback_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    labels = ["model", "version"]
+    level = GaugeMetricFamily(
+        "ortserve_fallback_level",
+        "Execution level answering now: 0 primary, 1 other device, 2 fallback session, 3 default "
+        "answer, -1 none usable",
+        labels=labels,
+    )
+    moves = CounterMetricFamily(
+        "ortserve_fallback_transitions", "Traffic moves between levels", labels=[*labels, "from", "to"]
+    )
+    failures = CounterMetricFamily(
+        "ortserve_fallback_failures", "Failed runs by level and kind", labels=[*labels, "level", "kind"]
+    )
+    for s in states:
+        if s.fallback_level is None:
+            continue
+        level.add_metric([s.model, s.version], s.fallback_level)
+        for source, target, count in s.fallback_transitions:
+            moves.add_metric([s.model, s.version, str(source), str(target)], count)
+        for at, kind, count in s.fallback_failures:
+            failures.add_metric([s.model, s.version, str(at), kind], count)
+    yield from (level, moves, failures)

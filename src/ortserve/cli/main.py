@@ -292,6 +292,13 @@ def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) 
     default=False,
     help="Refuse unsigned versions (needs --trusted-keys).",
 )
+@click.option(
+    "--enable-fault-injection",
+    envvar="ORTSERVE_ENABLE_FAULT_INJECTION",
+    is_flag=True,
+    default=False,
+    help="Honour the faults: sections of model configs (drills and chaos tests; see docs/resilience.md).",
+)
 def serve(
     model_repository: Path,
     host: str,
@@ -329,6 +336,7 @@ def serve(
     grpc_restricted_protocol: str | None,
     trusted_keys: Path | None,
     require_signed: bool,
+    enable_fault_injection: bool,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import RepositoryError
@@ -385,6 +393,7 @@ def serve(
         grpc_restricted_protocol=grpc_restricted_protocol,
         trusted_keys=trusted_keys,
         require_signed=require_signed,
+        enable_fault_injection=enable_fault_injection,
     )
     try:
         _run(run_server(settings))

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
-from ortserve.core.model import Servable
+from ortserve.core.model import Servable, ServedVersion
 from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
 from ortserve.errors import ModelNotReady
@@ -79,7 +79,8 @@ class DataPlane:
         versions = (info.version,) if version else self._resolver.served_versions(name)
         router = self.routers.get(name)
         roles = tuple(sorted(router.version_roles().items())) if router is not None else ()
-        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs, roles)
+        extra = served.fallback_parameters() if isinstance(served, ServedVersion) else {}
+        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs, roles, extra)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Raises: ModelNotFound for an unknown model or version."""

@@ -16,6 +16,8 @@ from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
 from ortserve.core.validation import InputValidator
 from ortserve.errors import InvalidInput, ModelNotReady
+from ortserve.resilience.guard import ResilienceGuard
+from ortserve.resilience.marks import unmark
 
 __all__ = ["ModelState", "Servable", "ServedVersion", "VersionInfo", "select_outputs"]
 
@@ -76,19 +78,31 @@ class ServedVersion:
         info: names, specs and batching of the version.
         scheduler: the version's queue and batcher.
         runner: the session runner, closed when the version is unloaded.
+        guard: input sandbox and fallback chain (docs/resilience.md), when configured.
     """
 
-    def __init__(self, info: VersionInfo, scheduler: Scheduler, runner: OrtRunner | None = None) -> None:
+    def __init__(
+        self,
+        info: VersionInfo,
+        scheduler: Scheduler,
+        runner: OrtRunner | None = None,
+        guard: ResilienceGuard | None = None,
+    ) -> None:
         self.info = info
         self.scheduler = scheduler
         self.runner = runner
+        self.guard = guard
         self.state = ModelState.READY
         self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
         self._validator = InputValidator(info.inputs, info.max_batch_size > 0)
 
     @property
     def ready(self) -> bool:
-        return self.state is ModelState.READY
+        return self.state is ModelState.READY and (self.guard is None or self.guard.ready)
+
+    def fallback_parameters(self) -> Parameters:
+        """The fallback level and its reason (empty without a fallback chain)."""
+        return {} if self.guard is None else self.guard.parameters()
 
     def check_admission(self, priority: int = 0) -> None:
         """Whether a request would be admitted now, from its model name alone.
@@ -98,6 +112,8 @@ class ServedVersion:
         """
         if self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
+        if self.guard is not None:
+            self.guard.check_usable(f"model {self.info.name!r} version {self.info.version}")
         self.scheduler.check_admission(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
@@ -114,6 +130,9 @@ class ServedVersion:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
         selected = select_outputs(request, self._output_index)
         feeds, rows = self._validator.validate(request.inputs)
+        if self.guard is not None:
+            self.guard.check_usable(f"model {self.info.name!r} version {self.info.version}")
+            self.guard.check(feeds)
         queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
         answer: asyncio.Future[InferResponse] = queued.get_loop().create_future()
         queued.add_done_callback(functools.partial(self._answer, answer, selected, request.id))
@@ -140,13 +159,21 @@ class ServedVersion:
         if error is not None:
             answer.set_exception(error)
             return
-        arrays = queued.result()
+        arrays, degraded = unmark(queued.result())
         specs = self.info.outputs
         # The datatype comes from the graph, not the array: BF16 arrives as uint16 (core/datatypes.py).
         outputs = [
             InferOutput(specs[i].name, specs[i].datatype, arrays[i].shape, arrays[i], p) for i, p in selected
         ]
-        answer.set_result(InferResponse(self.info.name, self.info.version, outputs, request_id))
+        response = InferResponse(self.info.name, self.info.version, outputs, request_id)
+        if degraded is not None:
+            response.degraded = degraded
+            response.parameters = {
+                "degraded": True,
+                "fallback_level": degraded.level,
+                "fallback_reason": degraded.reason,
+            }
+        answer.set_result(response)
 
     async def unload(self, grace_s: float) -> None:
         """Stop admitting, let queued and running requests finish (up to ``grace_s``), close."""
@@ -157,6 +184,8 @@ class ServedVersion:
                 f"request could run (drain grace {grace_s:g} s)"
             )
         self.state = ModelState.UNLOADING
+        if self.guard is not None:
+            await self.guard.close()
         if self.runner is not None:
             self.runner.close()
             # Released means released: the worker threads are gone when unload returns.

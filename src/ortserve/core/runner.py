@@ -15,6 +15,7 @@ import onnxruntime as ort
 
 from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.ortvalues import OrtValueRun, needs_ort_values
+from ortserve.resilience.chain import FallbackChain
 
 __all__ = ["OrtRunner"]
 
@@ -43,17 +44,19 @@ class OrtRunner:
     :class:`~ortserve.core.ortvalues.OrtValueRun`); every other graph keeps ``session.run``.
 
     Args:
-        session: the built session.
+        session: the built session, or the fallback chain standing in for it.
         instances: how many batches may run at the same time.
         name: used to name the worker threads.
     """
 
-    def __init__(self, session: ort.InferenceSession, instances: int, name: str) -> None:
+    def __init__(self, session: ort.InferenceSession | FallbackChain, instances: int, name: str) -> None:
         self._session = session
         self._instances = instances
         self._jobs: queue.SimpleQueue[BatchJob | None] = queue.SimpleQueue()
         self.output_names = [o.name for o in session.get_outputs()]
-        self._ort_values = OrtValueRun(session, self.output_names) if needs_ort_values(session) else None
+        self._ort_values: OrtValueRun | None = None
+        if not isinstance(session, FallbackChain) and needs_ort_values(session):
+            self._ort_values = OrtValueRun(session, self.output_names)
         self.inline_below_s = 100e-6
         self._threads = [
             threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ortserve.core.cpus import usable_cpus
+from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig, ProviderConfig
 
 __all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session", "session_options"]
@@ -40,10 +41,12 @@ class SessionPlan:
     cpu_affinity: str | None
     optimization_level: str
     prepack_weights: bool = True
+    strict: bool = False
+    """Only the listed providers: none missing, none dropped, no CPU appended."""
 
 
 def _chosen_providers(
-    requested: list[ProviderConfig] | None, available: list[str]
+    requested: list[ProviderConfig] | None, available: list[str], strict: bool = False
 ) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
     if requested is None:
         auto: list[tuple[str, dict[str, str]]] = [
@@ -57,7 +60,7 @@ def _chosen_providers(
             chosen.append((provider.name, {k: str(v) for k, v in provider.options.items()}))
         else:
             missing.append(provider.name)
-    if not any(name == "CPUExecutionProvider" for name, _ in chosen):
+    if not strict and not any(name == "CPUExecutionProvider" for name, _ in chosen):
         chosen.append(("CPUExecutionProvider", {}))
     return chosen, missing
 
@@ -65,8 +68,21 @@ def _chosen_providers(
 def plan_session(
     config: ModelConfig, intra_op_default: int | None, inter_op_default: int | None
 ) -> SessionPlan:
-    """Decide providers and thread counts for a model from its config and the server's."""
-    providers, missing = _chosen_providers(config.provider_list(), ort.get_available_providers())
+    """Decide providers and thread counts for a model from its config and the server's.
+
+    Raises:
+        ConfigError: ``providers_strict`` without ``providers``, or with one not available.
+    """
+    requested = config.provider_list()
+    available = ort.get_available_providers()
+    if config.providers_strict and not requested:
+        raise ConfigError("providers_strict: true needs the providers listed in field providers")
+    providers, missing = _chosen_providers(requested, available, config.providers_strict)
+    if config.providers_strict and missing:
+        raise ConfigError(
+            f"providers_strict: execution provider(s) {missing} not usable in this ONNX Runtime "
+            f"build (available: {available}); not running anywhere else"
+        )
     intra = config.intra_op_threads or intra_op_default or usable_cpus()
     inter = config.inter_op_threads or inter_op_default or 1
     return SessionPlan(
@@ -77,6 +93,7 @@ def plan_session(
         cpu_affinity=config.cpu_affinity,
         optimization_level=config.graph_optimization_level,
         prepack_weights=config.prepack_weights,
+        strict=config.providers_strict,
     )
 
 
@@ -97,6 +114,11 @@ def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
     )
     active = session.get_providers()
     dropped = [n for n in names if n not in active]
+    if dropped and plan.strict:
+        raise ConfigError(
+            f"{model_path}: providers_strict: providers {dropped} failed to initialise (active: {active}); "
+            "not running anywhere else"
+        )
     if dropped:
         logger.warning("%s: providers %s failed to initialise; active: %s", model_path, dropped, active)
     return session

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "Degraded",
     "InferInput",
     "InferOutput",
     "InferRequest",
@@ -86,6 +87,23 @@ class InferOutput:
     parameters: Parameters = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Degraded:
+    """An answer from a fallback level (docs/resilience.md): the transports mark the response
+    (``X-Ortserve-Degraded`` header, gRPC trailing metadata) and HTTP answers ``http_status``."""
+
+    level: int
+    reason: str
+    http_status: int = 200
+
+    @property
+    def header(self) -> str:
+        """The mark's text for a header or metadata value (``level=2; reason=...``): printable
+        ASCII on one line, at most 256 characters."""
+        text = " ".join(f"level={self.level}; reason={self.reason}".split())
+        return text.encode("ascii", "replace").decode("ascii")[:256]
+
+
 @dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build
 class InferResponse:
     """The answer to one request: only that request's rows, in the order asked for."""
@@ -95,6 +113,8 @@ class InferResponse:
     outputs: list[InferOutput]
     id: str | None = None
     parameters: Parameters = field(default_factory=dict)
+    degraded: Degraded | None = None
+    """Set when a fallback level answered; ``parameters`` then carry it too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +128,8 @@ class ModelMetadata:
     outputs: tuple[TensorSpec, ...]
     roles: tuple[tuple[str, str], ...] = ()
     """(version, traffic role) when the model has a routing policy (HTTP ``parameters.roles``)."""
+    parameters: Parameters = field(default_factory=dict)
+    """Extra facts (the fallback level and its reason while degraded)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,8 +309,11 @@ def encode_model_metadata(metadata: ModelMetadata) -> bytes:
         "inputs": [_tensor_meta(s) for s in metadata.inputs],
         "outputs": [_tensor_meta(s) for s in metadata.outputs],
     }
+    parameters: dict[str, object] = dict(metadata.parameters)
     if metadata.roles:
-        document["parameters"] = {"roles": dict(metadata.roles)}
+        parameters["roles"] = dict(metadata.roles)
+    if parameters:
+        document["parameters"] = parameters
     return orjson.dumps(document)
 
 

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ortserve.errors import ConfigError
+from ortserve.repository.resilience_config import FallbackConfig, FaultConfig, InputConstraint
 from ortserve.routing.config import RoutingConfig
 
 __all__ = [
@@ -110,6 +111,15 @@ class ModelConfig(_Strict):
     a much faster load (see README, "Large models")."""
     default_model_filename: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,255}$")] = "model.onnx"
     """The model file inside each version folder (Triton's field of the same name)."""
+    providers_strict: bool = False
+    """Run only on the providers listed: no CPU appended, and the load fails when one is not
+    usable (see docs/resilience.md)."""
+    fallback: FallbackConfig | None = None
+    """Fallback levels, circuit breaker and degraded answers (docs/resilience.md)."""
+    faults: dict[Literal["L0", "L1", "L2", "L3"], FaultConfig] = Field(default_factory=dict)
+    """Injected faults per level, honoured only under ``--enable-fault-injection``."""
+    inputs: dict[str, InputConstraint] = Field(default_factory=dict)
+    """Input sandbox: value range, NaN/Inf and shape limits per input, checked before queueing."""
 
     routing: RoutingConfig | None = None
     """Traffic policy for requests that name no version: override, split, sticky key, shadow,

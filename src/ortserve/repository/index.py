@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortserve.core.model import ModelState
+from ortserve.core.model import ModelState, Servable, ServedVersion
 from ortserve.repository.layout import model_folders
 from ortserve.repository.registry import IndexState, ModelRegistry
 
@@ -43,9 +43,14 @@ def repository_index(
         named = roles(entry.name) if roles is not None else {}
         for number, record in sorted(entry.records.items()):
             if number in entry.versions:
-                state, reason = IndexState.READY, named.get(str(number), "")
-                if not entry.versions[number].ready:
-                    state, reason = IndexState.UNLOADING, entry.versions[number].state.value
+                served = entry.versions[number]
+                notes = [named.get(str(number), ""), _fallback_note(served)]
+                state, reason = IndexState.READY, "; ".join(note for note in notes if note)
+                if not served.ready and served.state is ModelState.READY:
+                    state = IndexState.UNAVAILABLE  # no usable level, or degraded and told not to be ready
+                    reason = reason or "no usable execution level"
+                elif not served.ready:
+                    state, reason = IndexState.UNLOADING, served.state.value
             else:
                 state, reason = record.state, record.reason
             rows.append(IndexRow(entry.name, str(number), state.value, reason))
@@ -60,3 +65,14 @@ def repository_index(
     if ready_only:
         rows = [row for row in rows if row.state == IndexState.READY.value]
     return rows
+
+
+def _fallback_note(served: Servable) -> str:
+    """``fallback level N: reason`` while a version answers from a fallback level."""
+    if not isinstance(served, ServedVersion):
+        return ""
+    found = served.fallback_parameters()
+    level = found.get("fallback_level", 0)
+    if not level:
+        return ""
+    return f"fallback level {level}: {found.get('fallback_reason', '')}"

@@ -23,6 +23,8 @@ from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig
+from ortserve.resilience.building import VersionParts, build_guard, plan_on_device
+from ortserve.resilience.guard import ResilienceGuard
 from ortserve.settings import ServerSettings
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "load_version"]
@@ -41,6 +43,7 @@ class _Prepared:
     runner: OrtRunner
     cost_model: BatchCostModel
     policy: SchedulingPolicy
+    guard: ResilienceGuard | None = None
 
 
 def _dim(value: object) -> int:
@@ -103,11 +106,20 @@ def _prepare(
     settings: ServerSettings,
 ) -> _Prepared:
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
+    if config.fallback is not None and config.fallback.device_ids:
+        plan = plan_on_device(plan, config.fallback.device_ids[0])
     session = build_session(path, plan)
     inputs = _specs(session.get_inputs())
     outputs = _specs(session.get_outputs())
     max_batch = _max_batch_size(config, inputs + outputs, path.parent.parent / "config.yaml")
-    runner = OrtRunner(session, config.instances, f"{name}-{version}")
+    label = f"model {name!r} version {version}"
+    warmup = _warmup_feeds(inputs, 1, np.random.default_rng(1))
+    parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup)
+    guard = build_guard(parts, config, settings)
+    chain = None if guard is None else guard.chain
+    runner = OrtRunner(session if chain is None else chain, config.instances, f"{name}-{version}")
+    if chain is not None:
+        runner.inline_below_s = 0.0  # a level may stall (fault, fallback): never on the loop
     cost = BatchCostModel()
     sizes = config.warmup_batch_sizes or ([1, max_batch] if max_batch else [1])
     rng = np.random.default_rng(0)
@@ -135,7 +147,7 @@ def _prepare(
         cost.coefficients[0] * 1e3,
         cost.coefficients[1] * 1e3,
     )
-    return _Prepared(info, runner, cost, _policy(config, max_batch))
+    return _Prepared(info, runner, cost, _policy(config, max_batch), guard)
 
 
 async def load_version(
@@ -159,4 +171,7 @@ async def load_version(
     scheduler = Scheduler(
         prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer
     )
-    return ServedVersion(prepared.info, scheduler, prepared.runner)
+    guard = prepared.guard
+    if guard is not None:
+        guard.start(loop, LoopClock(loop))
+    return ServedVersion(prepared.info, scheduler, prepared.runner, guard)

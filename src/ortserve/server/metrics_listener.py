@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ortserve.core.model import ServedVersion
 from ortserve.metrics import ServerMetrics, VersionState
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.connections import ConnectionLimit
@@ -72,6 +73,9 @@ def version_states(registry: ModelRegistry) -> list[VersionState]:
             states.append(VersionState(entry.name, "", entry.state.value, "", 0, 0, None))
         for number, served in sorted(entry.versions.items()):
             scheduler = getattr(served, "scheduler", None)  # pipelines run on their models' queues
+            guard = served.guard if isinstance(served, ServedVersion) else None
+            chain = None if guard is None else guard.chain
+            level = None if chain is None else chain.current_level()
             states.append(
                 VersionState(
                     entry.name,
@@ -81,6 +85,11 @@ def version_states(registry: ModelRegistry) -> list[VersionState]:
                     0 if scheduler is None else scheduler.queue_depth,
                     0 if scheduler is None else scheduler.busy_instances,
                     entry.load_seconds.get(number),
+                    None if chain is None else (-1 if level is None else level),
+                    ()
+                    if chain is None
+                    else tuple((a, b, n) for (a, b), n in sorted(chain.transitions.items())),
+                    () if chain is None else tuple((a, k, n) for (a, k), n in sorted(chain.failures.items())),
                 )
             )
     return states

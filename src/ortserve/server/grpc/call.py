@@ -118,6 +118,7 @@ class GrpcCall:
         "_timer",
         "head",
         "stream_id",
+        "trailing",
     )
 
     def __init__(
@@ -156,6 +157,8 @@ class GrpcCall:
         self._task: asyncio.Future[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._failed = False
+        self.trailing: tuple[tuple[str, str], ...] = ()
+        """Trailing metadata a handler adds to an OK end (the degraded mark)."""
 
     # -- for handlers -----------------------------------------------------------------
     @property
@@ -466,7 +469,7 @@ class GrpcCall:
                 self._headers_sent = True
                 self._owner.send_headers(self, RESPONSE_HEADERS)
             self._ended = True
-            self._owner.send_trailers(self, trailers(StatusCode.OK))
+            self._owner.send_trailers(self, trailers(StatusCode.OK, "", self.trailing))
 
     def _fail(self, abort: GrpcAbort) -> None:
         if self._ended:

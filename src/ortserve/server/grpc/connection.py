@@ -27,6 +27,7 @@ from ortserve.server.grpc.headers import (
     RESPONSE_HEADERS,
     RequestHead,
     request_head,
+    trailers,
     trailers_only,
 )
 from ortserve.server.grpc.inflate import Inflater
@@ -190,7 +191,8 @@ class Http2Connection(asyncio.Protocol):
     # -- CallOwner --------------------------------------------------------------------
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
         self._forget(call.stream_id)
-        self._engine.send_response(call.stream_id, RESPONSE_HEADERS, payload, OK_TRAILERS)
+        ending = trailers(StatusCode.OK, "", call.trailing) if call.trailing else OK_TRAILERS
+        self._engine.send_response(call.stream_id, RESPONSE_HEADERS, payload, ending)
         if not self._in_read:
             self._flush()
 

@@ -250,7 +250,7 @@ class InferenceService:
         except Exception as exc:
             raise _finished_with(scope, exc) from None
         scope.pending = pending
-        return Deferred(pending, functools.partial(_infer_answer, scope))
+        return Deferred(pending, functools.partial(_infer_answer, scope, call))
 
     def _traceparent(self, call: GrpcCall) -> str | None:
         """The caller's W3C trace context, read only when tracing is on."""
@@ -262,13 +262,21 @@ class InferenceService:
         return None
 
 
-def _infer_answer(scope: RequestScope, done: asyncio.Future[InferResponse]) -> pb.ModelInferResponse:
+DEGRADED_METADATA = "x-ortserve-degraded"
+"""Trailing metadata of a call answered by a fallback level (a stream's: any of its answers)."""
+
+
+def _infer_answer(
+    scope: RequestScope, call: GrpcCall, done: asyncio.Future[InferResponse]
+) -> pb.ModelInferResponse:
     """The answer to a settled inference; the future is cancelled when the client went away."""
     if done.cancelled():
         scope.abandon()
         raise asyncio.CancelledError
     try:
         response = done.result()
+        if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
+            call.trailing = ((DEGRADED_METADATA, response.degraded.header),)
         scope.inferred(response.model_version)
         answer = encode_infer_response(response)
     except Exception as exc:

@@ -276,10 +276,14 @@ def _infer_response(
     except Exception as exc:
         with scope.bound():
             return _answered(scope, internal_error_response(exc), InternalError("internal server error"))
+    status, headers = 200, []
+    if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
+        status = response.degraded.http_status
+        headers.append((b"x-ortserve-degraded", response.degraded.header.encode("ascii")))
     if encoded.header_length is None:
-        return _answered(scope, HttpResponse(200, encoded.chunks), None)
-    header_length = (b"inference-header-content-length", str(encoded.header_length).encode())
-    return _answered(scope, HttpResponse(200, encoded.chunks, _OCTET_STREAM, [header_length]), None)
+        return _answered(scope, HttpResponse(status, encoded.chunks, headers=headers), None)
+    headers.append((b"inference-header-content-length", str(encoded.header_length).encode()))
+    return _answered(scope, HttpResponse(status, encoded.chunks, _OCTET_STREAM, headers), None)
 
 
 def _header_length(request: HttpRequest) -> int | None:

@@ -1,0 +1,156 @@
+"""A circuit breaker for one execution level, on an injected clock."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ortserve.resilience.classify import FailureKind
+
+__all__ = ["Breaker", "BreakerPolicy", "BreakerState"]
+
+
+class BreakerState(enum.Enum):
+    CLOSED = "closed"
+    """Traffic runs on the level."""
+    OPEN = "open"
+    """The level is skipped until its probe is due."""
+    HALF_OPEN = "half_open"
+    """A probe (the warm-up inputs) is running; traffic still skips the level."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    """When to open and how long to stay open (see BreakerConfig for the meanings)."""
+
+    consecutive_failures: int = 3
+    failure_rate: float = 0.5
+    window_s: float = 10.0
+    min_runs: int = 20
+    open_s: float = 2.0
+    max_open_s: float = 60.0
+
+
+class Breaker:
+    """Counts a level's runs and says whether traffic may use it.
+
+    Opens after ``consecutive_failures`` persistent failures in a row, or when failures of any
+    kind make up ``failure_rate`` of at least ``min_runs`` runs in the last ``window_s``. An open
+    breaker lets nothing through; once ``open_s`` has passed a probe is due, and only the
+    probe's success closes it (a failed probe doubles the wait, up to ``max_open_s``). Live
+    requests are never the probe: a request is answered at most once, by a level believed good.
+
+    Thread-safe: the worker threads record runs, the loop reads the state.
+
+    Args:
+        policy: thresholds.
+        now: monotonic seconds (tests pass a fake clock).
+        forced: returns a reason while something outside (device health) holds the level
+            open, else None.
+    """
+
+    def __init__(
+        self, policy: BreakerPolicy, now: Callable[[], float], forced: Callable[[], str | None] | None = None
+    ) -> None:
+        self._policy = policy
+        self._now = now
+        self._forced = forced
+        self._lock = threading.Lock()
+        self._state = BreakerState.CLOSED
+        self._consecutive = 0
+        self._runs: deque[tuple[float, bool]] = deque()
+        self._failures_in_window = 0
+        self._opened_at = 0.0
+        self._wait_s = policy.open_s
+        self.reason = ""
+        """Why the breaker last opened ("" while it never has)."""
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    @property
+    def allows(self) -> bool:
+        """Whether live traffic may run on the level now."""
+        if self._state is not BreakerState.CLOSED:
+            return False
+        if self._forced is not None and (reason := self._forced()) is not None:
+            self.reason = reason
+            return False
+        return True
+
+    def probe_at(self) -> float | None:
+        """When the next probe is due (None while closed or probing)."""
+        if self._state is not BreakerState.OPEN:
+            return None
+        return self._opened_at + self._wait_s
+
+    def record(self, failure: FailureKind | None) -> bool:
+        """One live run's outcome (None: success); True when this run opened the breaker."""
+        now = self._now()
+        with self._lock:
+            self._trim(now)
+            failed = failure is not None
+            self._runs.append((now, failed))
+            self._failures_in_window += failed
+            if not failed:
+                self._consecutive = 0
+                return False
+            if failure is FailureKind.PERSISTENT:
+                self._consecutive += 1
+            if self._state is not BreakerState.CLOSED:
+                return False
+            return self._maybe_open(now)
+
+    def begin_probe(self) -> bool:
+        """Claim the due probe; False when none is due or another thread took it."""
+        with self._lock:
+            due = self.probe_at()
+            if due is None or self._now() < due:
+                return False
+            self._state = BreakerState.HALF_OPEN
+            return True
+
+    def end_probe(self, succeeded: bool, reason: str = "") -> None:
+        """Close after a good probe; reopen, waiting twice as long, after a failed one."""
+        with self._lock:
+            if succeeded:
+                self._state = BreakerState.CLOSED
+                self._consecutive = 0
+                self._runs.clear()
+                self._failures_in_window = 0
+                self._wait_s = self._policy.open_s
+                return
+            self._wait_s = min(self._wait_s * 2, self._policy.max_open_s)
+            self._open(self._now(), reason or self.reason)
+
+    def trip(self, reason: str) -> None:
+        """Open at once (a device reported unhealthy, or a level failed to build)."""
+        with self._lock:
+            if self._state is BreakerState.CLOSED:
+                self._open(self._now(), reason)
+
+    def _maybe_open(self, now: float) -> bool:
+        p = self._policy
+        if self._consecutive >= p.consecutive_failures:
+            self._open(now, f"{self._consecutive} consecutive persistent failures")
+            return True
+        runs = len(self._runs)
+        if runs >= p.min_runs and self._failures_in_window >= p.failure_rate * runs:
+            self._open(now, f"{self._failures_in_window} of {runs} runs failed in {p.window_s:g} s")
+            return True
+        return False
+
+    def _open(self, now: float, reason: str) -> None:
+        self._state = BreakerState.OPEN
+        self._opened_at = now
+        self.reason = reason
+
+    def _trim(self, now: float) -> None:
+        horizon = now - self._policy.window_s
+        runs = self._runs
+        while runs and runs[0][0] < horizon:
+            self._failures_in_window -= runs.popleft()[1]

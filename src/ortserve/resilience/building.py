@@ -1,0 +1,202 @@
+"""Building a version's resilience at load: fallback levels, breakers, faults and sandbox."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from ortserve.core.sandbox import InputLimits, InputSandbox
+from ortserve.core.session import SessionPlan, build_session, plan_session
+from ortserve.core.types import TensorSpec
+from ortserve.errors import ConfigError
+from ortserve.repository.config import ModelConfig, load_model_config
+from ortserve.repository.resilience_config import FallbackConfig
+from ortserve.resilience.breaker import Breaker, BreakerPolicy
+from ortserve.resilience.chain import FallbackChain
+from ortserve.resilience.defaults import DefaultAnswers
+from ortserve.resilience.faults import FaultInjector
+from ortserve.resilience.guard import ResilienceGuard
+from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
+from ortserve.settings import ServerSettings
+
+__all__ = ["VersionParts", "build_guard", "plan_on_device"]
+
+logger = logging.getLogger(__name__)
+
+Array = npt.NDArray[np.generic]
+Feeds = dict[str, Array]
+
+_DEVICE_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VersionParts:
+    """What the loader already built for a version, which the levels reuse."""
+
+    label: str
+    path: Path
+    plan: SessionPlan
+    session: ort.InferenceSession
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+    warmup: Feeds
+
+
+def plan_on_device(plan: SessionPlan, device_id: int) -> SessionPlan:
+    """The plan with ``device_id`` set on every GPU provider (CPU-only plans are unchanged)."""
+    providers = tuple(
+        (name, {**options, "device_id": str(device_id)}) if name in _DEVICE_PROVIDERS else (name, options)
+        for name, options in plan.providers
+    )
+    return dataclasses.replace(plan, providers=providers)
+
+
+def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettings) -> ResilienceGuard | None:
+    """The version's guard, or None when its config asks for no sandbox, fallback or faults.
+
+    Raises:
+        ConfigError: a fallback level contradicts the graph (lighter model's tensors, defaults).
+    """
+    sandbox = _sandbox(config, parts)
+    faults = config.faults if settings.enable_fault_injection else {}
+    if config.faults and not settings.enable_fault_injection:
+        logger.warning("%s: faults: in its config ignored (no --enable-fault-injection)", parts.label)
+    if config.fallback is None and not faults:
+        return None if sandbox is None else ResilienceGuard(None, sandbox)
+    fallback = config.fallback or FallbackConfig(session="none")
+    injectors: dict[str, FaultInjector] = {name: FaultInjector(f) for name, f in faults.items()}
+    levels = _levels(parts, config, fallback, injectors, settings)
+    policy = BreakerPolicy(**fallback.breaker.model_dump())
+    breakers = [Breaker(policy, time.monotonic) for _ in levels]
+    defaults = levels[-1].answers if isinstance(levels[-1], DefaultLevel) else None
+    chain = FallbackChain(parts.label, parts.session, levels, breakers, defaults, fallback.degraded_status)
+    logger.info("%s: fallback levels %s", parts.label, ", ".join(level.name for level in levels))
+    return ResilienceGuard(chain, sandbox, fallback.ready_when_degraded)
+
+
+def _sandbox(config: ModelConfig, parts: VersionParts) -> InputSandbox | None:
+    if not config.inputs:
+        return None
+    known = {spec.name for spec in parts.inputs}
+    unknown = sorted(set(config.inputs) - known)
+    if unknown:
+        raise ConfigError(
+            f"{parts.label}: field inputs: {unknown} are not inputs of the graph ({sorted(known)})"
+        )
+    return InputSandbox(
+        {
+            name: InputLimits(
+                c.min, c.max, c.allow_nan, c.allow_inf, None if c.max_shape is None else tuple(c.max_shape)
+            )
+            for name, c in config.inputs.items()
+        }
+    )
+
+
+def _levels(
+    parts: VersionParts,
+    config: ModelConfig,
+    fallback: FallbackConfig,
+    faults: dict[str, FaultInjector],
+    settings: ServerSettings,
+) -> list[Level]:
+    names = [spec.name for spec in parts.outputs]
+    levels: list[Level] = [
+        SessionLevel(
+            0,
+            "L0 primary",
+            functools.partial(_same, parts.session),
+            names,
+            parts.warmup,
+            faults.get("L0"),
+            session=parts.session,
+        )
+    ]
+    for device in fallback.device_ids[1:]:
+        plan = plan_on_device(parts.plan, device)
+        session = build_session(parts.path, plan)
+        built = functools.partial(_same, session)
+        levels.append(
+            SessionLevel(
+                1, f"L1 device {device}", built, names, parts.warmup, faults.get("L1"), session=session
+            )
+        )
+    second = _second_session(parts, config, fallback, names, faults, settings)
+    if second is not None:
+        levels.append(second)
+    if fallback.default is not None:
+        answers = DefaultAnswers(
+            fallback.default, parts.inputs, parts.outputs, parts.max_batch_size > 0, parts.label
+        )
+        if answers.has_static or answers.remembers:
+            levels.append(DefaultLevel(answers, faults.get("L3")))
+    return levels
+
+
+def _second_session(
+    parts: VersionParts,
+    config: ModelConfig,
+    fallback: FallbackConfig,
+    names: list[str],
+    faults: dict[str, FaultInjector],
+    settings: ServerSettings,
+) -> SessionLevel | None:
+    if fallback.model is not None:
+        path, other = _lighter_model(parts, fallback)
+        plan = plan_session(other, settings.intra_op_threads, settings.inter_op_threads)
+        chunk = other.batching.max_batch_size or (32 if parts.max_batch_size else 0)
+        label = f"L2 model {fallback.model}"
+    elif fallback.session == "cpu":
+        path, plan, chunk = parts.path, _cpu_plan(parts.plan), 0
+        label = "L2 cpu session"
+    else:
+        return None
+    build = functools.partial(_build_checked, path, plan, parts)
+    built = build() if fallback.build == "load" else None
+    chunk = chunk if parts.max_batch_size else 0
+    return SessionLevel(2, label, build, names, parts.warmup, faults.get("L2"), chunk, session=built)
+
+
+def _same(session: ort.InferenceSession) -> ort.InferenceSession:
+    return session
+
+
+def _cpu_plan(plan: SessionPlan) -> SessionPlan:
+    return dataclasses.replace(plan, providers=(("CPUExecutionProvider", {}),), missing=(), strict=False)
+
+
+def _lighter_model(parts: VersionParts, fallback: FallbackConfig) -> tuple[Path, ModelConfig]:
+    assert fallback.model is not None
+    folder = parts.path.parent.parent.parent / fallback.model
+    versions = sorted(int(p.name) for p in folder.glob("*") if p.is_dir() and p.name.isdigit())
+    version = fallback.version or (versions[-1] if versions else None)
+    if version is None or version not in versions:
+        raise ConfigError(
+            f"{parts.label}: field fallback.model: {fallback.model!r} version {fallback.version} "
+            f"not found under {folder}"
+        )
+    other = load_model_config(folder)
+    return folder / str(version) / other.default_model_filename, other
+
+
+def _build_checked(path: Path, plan: SessionPlan, parts: VersionParts) -> ort.InferenceSession:
+    """Build a fallback session and check it takes the same inputs and gives the same outputs."""
+    session = build_session(path, plan)
+    have_in = {a.name for a in session.get_inputs()}
+    have_out = {a.name for a in session.get_outputs()}
+    want_in = {s.name for s in parts.inputs}
+    want_out = {s.name for s in parts.outputs}
+    if have_in != want_in or not want_out <= have_out:
+        raise ConfigError(
+            f"{path}: a fallback must take the inputs {sorted(want_in)} and give the outputs "
+            f"{sorted(want_out)} (it takes {sorted(have_in)}, gives {sorted(have_out)})"
+        )
+    return session
