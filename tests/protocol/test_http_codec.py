@@ -200,11 +200,24 @@ def test_response_json_and_binary_outputs() -> None:
     np.testing.assert_array_equal(np.frombuffer(tail, np.float32), [0, 1, 2, 3])
 
 
-def test_non_finite_outputs_are_written_as_json_tokens_not_null() -> None:
-    out = np.array([np.nan, np.inf, 1.0], dtype=np.float32)
-    encoded = encode_infer_response(InferResponse("m", "1", [InferOutput("a", "FP32", (3,), out)]), False)
-    data = json.loads(bytes(encoded.chunks[0]))["outputs"][0]["data"]
-    assert np.isnan(data[0]) and data[1] == float("inf") and data[2] == 1.0
+def test_non_finite_outputs_are_strict_json_strings_not_null_or_bare_tokens() -> None:
+    out = np.array([np.nan, np.inf, -np.inf, 1.0], dtype=np.float32)
+    encoded = encode_infer_response(InferResponse("m", "1", [InferOutput("a", "FP32", (4,), out)]), False)
+    # orjson is a strict parser (bare NaN tokens are refused), as JSON.parse is.
+    data = orjson.loads(bytes(encoded.chunks[0]))["outputs"][0]["data"]
+    assert data == ["NaN", "Infinity", "-Infinity", 1.0]
+    np.testing.assert_array_equal(np.array(data, dtype=np.float32), out)  # tritonclient's as_numpy
+
+
+def test_non_finite_inputs_are_read_from_strict_json_strings() -> None:
+    request = decode(one_input(datatype="FP32", shape=[3], data=["NaN", "Infinity", -1.5]))
+    data = request.inputs[0].data
+    assert np.isnan(data[0]) and data[1] == np.inf and data[2] == -1.5
+
+
+def test_other_strings_in_float_data_are_refused_naming_them() -> None:
+    with pytest.raises(InvalidInput, match="found 'nan'"):
+        decode(one_input(datatype="FP32", shape=[2], data=["nan", 1.0]))
 
 
 def test_bf16_json_numbers_become_bit_patterns_rounded_to_nearest_even() -> None:
@@ -245,7 +258,7 @@ def test_bf16_outputs_are_numbers_in_json_and_raw_bits_in_binary() -> None:
     encoded = encode_infer_response(response, binary_default=False)
     header = json.loads(bytes(encoded.chunks[0]))
     first = header["outputs"][0]["data"]
-    assert first[:2] == [1.0, -3.0] and np.isnan(first[2]) and first[3] == 0.2001953125
+    assert first[:2] == [1.0, -3.0] and first[2] == "NaN" and first[3] == 0.2001953125
     assert header["outputs"][1]["datatype"] == "BF16"
     assert header["outputs"][1]["parameters"]["binary_data_size"] == 8
     assert b"".join(bytes(c) for c in encoded.chunks[1:]) == b"\x80\x3f\x40\xc0\xc0\x7f\x4d\x3e"

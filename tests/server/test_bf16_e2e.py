@@ -44,8 +44,8 @@ def test_json_bf16_data_is_numbers_rounded_to_nearest_even(error_repository_serv
     (output,) = answer["outputs"]
     assert (output["name"], output["datatype"], output["shape"]) == ("y", "BF16", [2, 4])
     values = output["data"]
-    assert values[:4] == [0.2001953125, 2.03125, -4.0, float("inf")]
-    assert values[4:6] == [0.0, 6.0] and np.isnan(values[6]) and values[7] == -0.0019989013671875
+    assert values[:4] == [0.2001953125, 2.03125, -4.0, "Infinity"]  # strict JSON (docs/resilience.md)
+    assert values[4:6] == [0.0, 6.0] and values[6] == "NaN" and values[7] == -0.0019989013671875
 
 
 def test_json_bf16_data_must_be_numbers(error_repository_server: ServerProcess) -> None:

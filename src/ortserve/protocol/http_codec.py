@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,14 +284,29 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> Enco
     return EncodedBody([header, *binary_chunks], len(header))
 
 
+_NON_FINITE_NAMES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _finite_or_name(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE_NAMES[repr(value)]
+    return value
+
+
 def _dumps_non_finite(document: dict[str, Any]) -> bytes:
+    """Strict JSON with non-finite floats as the strings "NaN", "Infinity", "-Infinity".
+
+    Bare NaN/Infinity tokens are not JSON: ``JSON.parse``, Go and Rust parsers reject the
+    whole answer. Strings are accepted by every parser, and NumPy (tritonclient's
+    ``as_numpy``) turns them back into the floats; the server reads them in requests too.
+    """
+
     def default(value: object) -> object:
         if isinstance(value, np.ndarray):
-            return value.tolist()
+            return [_finite_or_name(item) for item in value.tolist()]
         raise TypeError(type(value).__name__)
 
-    # The stdlib writes NaN / Infinity / -Infinity, which JSON parsers of clients accept.
-    return json.dumps(document, default=default, separators=(",", ":")).encode()
+    return json.dumps(document, default=default, separators=(",", ":"), allow_nan=False).encode()
 
 
 def encode_error(message: str) -> bytes:

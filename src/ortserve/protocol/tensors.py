@@ -127,6 +127,9 @@ def _numeric_array(name: str, flat: list[Any], datatype: str) -> Array:
             raise InvalidInput(f"input {name!r}: BOOL data must be true/false")
         return parsed
     if dtype.kind == "f" or datatype == BF16:
+        if kind in "UO":  # "NaN", "Infinity", "-Infinity" as strict JSON writes them
+            parsed = _named_non_finite(name, flat, datatype)
+            kind = parsed.dtype.kind
         if kind not in _FLOAT_KINDS:
             raise InvalidInput(f"input {name!r}: {datatype} data must be numbers")
         if datatype == BF16:  # JSON carries the numbers; the server holds their bit patterns
@@ -139,6 +142,28 @@ def _numeric_array(name: str, flat: list[Any], datatype: str) -> Array:
     if int(parsed.min()) < info.min or int(parsed.max()) > info.max:
         raise InvalidInput(f"input {name!r}: a value is out of range for {datatype}")
     return parsed.astype(dtype, copy=False)
+
+
+_NAMED_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _named_non_finite(name: str, flat: list[Any], datatype: str) -> Array:
+    """Numbers, with the non-finite values spelled as strict JSON strings."""
+    values = []
+    for item in flat:
+        if isinstance(item, str):
+            found = _NAMED_FLOATS.get(item)
+            if found is None:
+                raise InvalidInput(
+                    f"input {name!r}: {datatype} data must be numbers (or \"NaN\", \"Infinity\", "
+                    f"\"-Infinity\"), found {item[:32]!r}"
+                )
+            values.append(found)
+        elif isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise InvalidInput(f"input {name!r}: {datatype} data must be numbers")
+        else:
+            values.append(float(item))
+    return np.array(values, dtype=np.float64)
 
 
 def array_from_json(
