@@ -126,7 +126,9 @@ class Fail(Exception):
 def test_classification_of_run_failures() -> None:
     assert classify(InvalidArgument("Got invalid dimensions for input: x")) is FailureKind.INPUT
     assert classify(Fail("CUDA failure 700: an illegal memory access")) is FailureKind.PERSISTENT
-    assert classify(Fail("bad_alloc: Failed to allocate memory for requested buffer")) is FailureKind.TRANSIENT
+    assert (
+        classify(Fail("bad_alloc: Failed to allocate memory for requested buffer")) is FailureKind.TRANSIENT
+    )
     assert classify(MemoryError()) is FailureKind.TRANSIENT
     assert classify(RuntimeError("something nobody foresaw")) is FailureKind.PERSISTENT
     assert classify(InjectedFault(FailureKind.INPUT, "x")) is FailureKind.INPUT

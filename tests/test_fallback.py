@@ -4,6 +4,7 @@ failed twice, input faults never blamed on a level, probes on a fake clock."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +13,8 @@ import pytest
 
 from model_builders import scaled_model, serialized
 from ortserve.core.types import TensorSpec
-from ortserve.errors import InvalidInput
+from ortserve.errors import ConfigError, InvalidInput
+from ortserve.repository.config_source import read_model_source
 from ortserve.repository.resilience_config import DefaultAnswerConfig, FaultConfig, StaticOutput
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.chain import FallbackChain, NoUsableLevel
@@ -110,6 +112,7 @@ def test_a_failing_level_fails_no_request_while_its_breaker_is_still_closed() ->
     built = Built(FakeClock())
     built.break_level(0)
     answer, level = built.run(rows(2))  # failed on L0, answered by L1 in the same run
+    np.testing.assert_array_equal(answer, rows(2)["x"] * 2)
     assert level == 1 and built.breakers[0].allows
     assert built.chain.failures == {(0, "persistent"): 1}
 
@@ -197,3 +200,24 @@ async def test_the_guard_probes_on_its_clock_without_traffic_and_readiness_follo
         await asyncio.sleep(0.01)
     assert guard.ready and guard.parameters() == {"fallback_level": 0}
     await guard.close()
+
+
+def test_config_pbtxt_parameters_carry_the_resilience_sections(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\n'
+        'parameters { key: "ortserve.fallback" value: { string_value: "{session: cpu, degraded_status: 206}" } }\n'
+        'parameters { key: "ortserve.faults" value: { string_value: "{L0: {error_after: 3}}" } }\n'
+        'parameters { key: "ortserve.inputs" value: { string_value: "{x: {max: 1}}" } }\n'
+        'parameters { key: "ortserve.providers_strict" value: { string_value: "false" } }\n'
+    )
+    config = read_model_source(folder).config
+    assert config.fallback is not None and config.fallback.degraded_status == 206
+    assert config.faults["L0"].error_after == 3
+    assert config.inputs["x"].max == 1
+    (folder / "config.pbtxt").write_text(
+        'parameters { key: "ortserve.fallback" value: { string_value: "{sesion: cpu}" } }\n'
+    )
+    with pytest.raises(ConfigError, match="fallback.sesion"):
+        read_model_source(folder)

@@ -155,8 +155,8 @@ def _named_non_finite(name: str, flat: list[Any], datatype: str) -> Array:
             found = _NAMED_FLOATS.get(item)
             if found is None:
                 raise InvalidInput(
-                    f"input {name!r}: {datatype} data must be numbers (or \"NaN\", \"Infinity\", "
-                    f"\"-Infinity\"), found {item[:32]!r}"
+                    f'input {name!r}: {datatype} data must be numbers (or "NaN", "Infinity", '
+                    f'"-Infinity"), found {item[:32]!r}'
                 )
             values.append(found)
         elif isinstance(item, bool) or not isinstance(item, (int, float)):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from google.protobuf import json_format, text_format
 from google.protobuf.message import Message
 from pydantic import ValidationError
@@ -54,6 +55,13 @@ _THREAD_PARAMETERS = {
     "intra_op_thread_count": "intra_op_threads",
     "inter_op_thread_count": "inter_op_threads",
 }
+_RESILIENCE_PARAMETERS = {
+    "ortserve.fallback": "fallback",
+    "ortserve.faults": "faults",
+    "ortserve.inputs": "inputs",
+    "ortserve.providers_strict": "providers_strict",
+}
+"""Parameters whose string value is the YAML (or JSON) of the config.yaml field of that name."""
 _SUPPORTED = {
     "name",
     "platform",
@@ -157,6 +165,9 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
     for key, field in _THREAD_PARAMETERS.items():
         if key in message.parameters:
             raw[field] = _int_parameter(message, key, where)
+    for key, field in _RESILIENCE_PARAMETERS.items():
+        if key in message.parameters:
+            raw[field] = _yaml_parameter(message, key, where)
     try:
         config = ModelConfig.model_validate(raw)
     except ValidationError as exc:
@@ -245,6 +256,13 @@ def _int_parameter(message: mc.ModelConfig, key: str, where: str) -> int:
     return int(value)
 
 
+def _yaml_parameter(message: mc.ModelConfig, key: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(message.parameters[key].string_value)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: field parameters.{key}: not YAML/JSON: {exc}") from None
+
+
 def _declared(name: str, data_type: int, dims: Any) -> DeclaredTensor:
     type_name = mc.DataType.Name(data_type).removeprefix("TYPE_")
     return DeclaredTensor(name, "BYTES" if type_name == "STRING" else type_name, tuple(int(d) for d in dims))
@@ -260,7 +278,11 @@ def _unsupported_values(message: mc.ModelConfig) -> list[str]:
                 found.append(f"optimization.execution_accelerators.{kind}.name={accelerator.name}")
     if message.dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.DELAY:
         found.append("dynamic_batching.default_queue_policy.timeout_action=DELAY")
-    found += [f"parameters.{key}" for key in sorted(message.parameters) if key not in _THREAD_PARAMETERS]
+    found += [
+        f"parameters.{key}"
+        for key in sorted(message.parameters)
+        if key not in _THREAD_PARAMETERS and key not in _RESILIENCE_PARAMETERS
+    ]
     return found
 
 
