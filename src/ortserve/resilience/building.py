@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from ortserve.resilience.defaults import DefaultAnswers
 from ortserve.resilience.faults import FaultInjector
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
+from ortserve.resilience.nvml import device_reason
 from ortserve.settings import ServerSettings
 
 __all__ = ["VersionParts", "build_guard", "plan_on_device"]
@@ -75,7 +77,11 @@ def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettin
     injectors: dict[str, FaultInjector] = {name: FaultInjector(f) for name, f in faults.items()}
     levels = _levels(parts, config, fallback, injectors, settings)
     policy = BreakerPolicy(**fallback.breaker.model_dump())
-    breakers = [Breaker(policy, time.monotonic) for _ in levels]
+    devices = [_device_of(parts.plan), *fallback.device_ids[1:]]
+    breakers = [
+        Breaker(policy, time.monotonic, _held_by_device(devices[i] if i < len(devices) else None))
+        for i in range(len(levels))
+    ]
     defaults = levels[-1].answers if isinstance(levels[-1], DefaultLevel) else None
     chain = FallbackChain(parts.label, parts.session, levels, breakers, defaults, fallback.degraded_status)
     logger.info("%s: fallback levels %s", parts.label, ", ".join(level.name for level in levels))
@@ -163,6 +169,19 @@ def _second_session(
     built = build() if fallback.build == "load" else None
     chunk = chunk if parts.max_batch_size else 0
     return SessionLevel(2, label, build, names, parts.warmup, faults.get("L2"), chunk, session=built)
+
+
+def _device_of(plan: SessionPlan) -> int | None:
+    """The GPU a plan runs on (None on CPU)."""
+    for name, options in plan.providers:
+        if name in _DEVICE_PROVIDERS:
+            return int(options.get("device_id", "0"))
+    return None
+
+
+def _held_by_device(device: int | None) -> Callable[[], str | None] | None:
+    """A level on a GPU is held open while NVML reports that GPU unhealthy."""
+    return None if device is None else functools.partial(device_reason, device)
 
 
 def _same(session: ort.InferenceSession) -> ort.InferenceSession:

@@ -25,6 +25,7 @@ from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.signature import load_trusted_keys
 from ortserve.repository.watcher import RepositoryWatcher, control_mode
+from ortserve.resilience.nvml import monitor, set_current_health, start_health
 from ortserve.routing.metrics import RoutingMetrics
 from ortserve.routing.table import RoutingTable
 from ortserve.server.collector import freeze_startup_heap
@@ -150,6 +151,7 @@ class Server:
                 self._grpc.service.restriction = restricted.get("model-repository")
         self._watching: asyncio.Task[None] | None = None
         self._retiring: asyncio.Task[None] | None = None
+        self._health: asyncio.Task[None] | None = None
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
 
@@ -180,6 +182,10 @@ class Server:
             await self.capture.start()
         self.manager.changed.append(self._register_pipeline_routes)
         self.manager.changed.append(self.routing.sync)
+        metrics = self.observability.metrics
+        health = await asyncio.to_thread(start_health, None if metrics is None else metrics.registry)
+        if health is not None:  # GPU health (docs/resilience.md); off without NVML
+            self._health = asyncio.get_running_loop().create_task(monitor(health))
         explicit = s.model_control_mode == "explicit"
         snapshots = await self.manager.start(s.load_models if explicit else None)
         self.watcher.seed(snapshots)
@@ -212,11 +218,12 @@ class Server:
         grace = self.settings.shutdown_grace_s
         logger.info("shutting down: draining in-flight requests (grace %.1f s)", grace)
         self.dataplane.start_draining()
-        for task in (self._watching, self._retiring):
+        for task in (self._watching, self._retiring, self._health):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        set_current_health(None)
         self._http.stop_accepting()
         if self._grpc is not None:
             self._grpc.stop_accepting(grace)
