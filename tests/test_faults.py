@@ -63,3 +63,13 @@ def test_a_cycle_window_switches_the_faults_on_and_off() -> None:
 def test_cycle_and_active_go_together() -> None:
     with pytest.raises(ValidationError, match="cycle_s and active_s go together"):
         FaultConfig(cycle_s=10)
+
+
+def test_an_offset_delays_the_first_cycle() -> None:
+    clock = FakeClock()
+    injector = FaultInjector(FaultConfig(error_rate=1.0, cycle_s=10, active_s=3, offset_s=5), now=clock.now)
+    assert outcomes(injector, 1) == [False]
+    clock.advance(5.5)
+    assert outcomes(injector, 1) == [True]
+    clock.advance(3.0)
+    assert outcomes(injector, 1) == [False]

@@ -95,6 +95,8 @@ class FaultConfig(_Strict):
     active_s: Annotated[float, Field(ge=0)] | None = None
     """With ``cycle_s``: the faults apply only during the first ``active_s`` of every cycle
     (counted from load), so drills and soaks switch levels back and forth."""
+    offset_s: Annotated[float, Field(ge=0)] = 0.0
+    """No faults for this long after load; the cycles start then (levels can fail in turn)."""
     seed: int = 0
 
     @model_validator(mode="after")

@@ -75,6 +75,14 @@ def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettin
         return None if sandbox is None else ResilienceGuard(None, sandbox)
     fallback = config.fallback or FallbackConfig(session="none")
     injectors: dict[str, FaultInjector] = {name: FaultInjector(f) for name, f in faults.items()}
+    for name, injector in injectors.items():
+        logger.warning(
+            "%s: fault injection on %s: %s (schedule from monotonic %.3f)",
+            parts.label,
+            name,
+            faults[name].model_dump(exclude_defaults=True),
+            injector.started_at,
+        )
     levels = _levels(parts, config, fallback, injectors, settings)
     policy = BreakerPolicy(**fallback.breaker.model_dump())
     devices = [_device_of(parts.plan), *fallback.device_ids[1:]]

@@ -36,6 +36,8 @@ class FaultInjector:
         self._now = now
         self._sleep = sleep
         self._start = now()
+        self.started_at = self._start
+        """Monotonic time the schedule counts from (drills line their clocks up on it)."""
         self._random = random.Random(config.seed)
         self._lock = threading.Lock()
         self._calls = 0
@@ -45,9 +47,12 @@ class FaultInjector:
     def active(self) -> bool:
         """Whether the faults apply now (always, unless a cycle window is configured)."""
         c = self._config
+        elapsed = self._now() - self._start - c.offset_s
+        if elapsed < 0:
+            return False
         if c.cycle_s is None or c.active_s is None:
             return True
-        return (self._now() - self._start) % c.cycle_s < c.active_s
+        return elapsed % c.cycle_s < c.active_s
 
     def before_run(self, level: str) -> None:
         """Apply the level's faults to the run about to start.
