@@ -118,8 +118,8 @@ def _prepare(
     guard = build_guard(parts, config, settings)
     chain = None if guard is None else guard.chain
     runner = OrtRunner(session if chain is None else chain, config.instances, f"{name}-{version}")
-    if chain is not None:
-        runner.inline_below_s = 0.0  # a level may stall (fault, fallback): never on the loop
+    if chain is not None and settings.enable_fault_injection and config.faults:
+        runner.inline_below_s = 0.0  # injected latency and hangs must not stall the event loop
     cost = BatchCostModel()
     sizes = config.warmup_batch_sizes or ([1, max_batch] if max_batch else [1])
     rng = np.random.default_rng(0)

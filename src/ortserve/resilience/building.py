@@ -74,13 +74,14 @@ def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettin
     if config.fallback is None and not faults:
         return None if sandbox is None else ResilienceGuard(None, sandbox)
     fallback = config.fallback or FallbackConfig(session="none")
-    injectors: dict[str, FaultInjector] = {name: FaultInjector(f) for name, f in faults.items()}
-    for name, injector in injectors.items():
+    injectors: dict[str, FaultInjector] = {}
+    for name, fault in faults.items():
+        injectors[name] = injector = FaultInjector(fault)
         logger.warning(
             "%s: fault injection on %s: %s (schedule from monotonic %.3f)",
             parts.label,
             name,
-            faults[name].model_dump(exclude_defaults=True),
+            fault.model_dump(exclude_defaults=True),
             injector.started_at,
         )
     levels = _levels(parts, config, fallback, injectors, settings)

@@ -1,0 +1,216 @@
+"""Resilience figures: level switch times over injected incidents, and the hot-path overhead.
+
+``switch``: one server (CPU 0) serves small_mlp with a CPU fallback session; an injected fault
+takes level 0 down for 1 s of every 3 s (20 incidents). Four closed-loop HTTP clients (CPU 1)
+record every request's send and receive times, status and answering level. The fault
+schedule's origin is read from the server log (``schedule from monotonic T``; both processes
+read the same CLOCK_MONOTONIC), so each incident's onset and end are known exactly. Per
+incident: the time from onset until every request sent after it is answered by the next level,
+the time from the fault's end until every request is answered by level 0 again, and the
+requests that failed in between.
+
+``overhead``: small_mlp twice in one server, plain and guarded (a fallback chain with its
+breaker, and an input sandbox on the input), measured alternately with h2load over gRPC:
+c=1 p50 latency and c=64 requests/s, medians of the rounds and their ratio.
+
+Usage: ``python benchmarks/bench_resilience.py [switch|overhead|both] [--rounds 5]``
+Writes benchmarks/out/resilience.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from h2load import grpc_frame, h2load_version, run_h2load
+from machine import stamp as machine_stamp
+
+from ortserve.demo import DEMO_MODELS, build_mlp
+from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.testing import ServerProcess, run_server
+
+OUT = Path(__file__).parent / "out"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+CYCLE_S, ACTIVE_S, OFFSET_S, INCIDENTS = 3.0, 1.0, 2.0, 20
+SWITCH_CONFIG = f"""batching: {{max_batch_size: 32}}
+fallback: {{session: cpu, build: load, breaker: {{consecutive_failures: 3, open_s: 0.2, max_open_s: 0.4}}}}
+faults: {{L0: {{error_rate: 1.0, cycle_s: {CYCLE_S}, active_s: {ACTIVE_S}, offset_s: {OFFSET_S}}}}}
+"""
+GUARDED_CONFIG = """batching: {max_batch_size: 32}
+fallback: {session: cpu}
+inputs: {input: {min: -100, max: 100, allow_nan: false, allow_inf: false}}
+"""
+PLAIN_CONFIG = "batching: {max_batch_size: 32}\n"
+
+
+def write_model(root: Path, name: str, config: str) -> None:
+    sizes, seed = DEMO_MODELS["small_mlp"]
+    folder = root / name / "1"
+    folder.mkdir(parents=True)
+    onnx.save(build_mlp(sizes, seed, name), str(folder / "model.onnx"))
+    (root / name / "config.yaml").write_text(config, encoding="utf-8")
+
+
+@dataclass(slots=True)
+class Call:
+    sent: float
+    received: float
+    status: int
+    level: int
+
+
+def closed_loop(
+    server: ServerProcess, model: str, until: float, calls: list[Call], lock: threading.Lock
+) -> None:
+    body = json.dumps(
+        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [0.1] * 64}]}
+    ).encode()
+    connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
+    while (sent := time.monotonic()) < until:
+        try:
+            connection.request("POST", f"/v2/models/{model}/infer", body)
+            reply = connection.getresponse()
+            payload = reply.read()
+            status = reply.status
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
+            status, payload = 0, b"{}"
+        level = (
+            int(json.loads(payload).get("parameters", {}).get("fallback_level", 0)) if status == 200 else -1
+        )
+        with lock:
+            calls.append(Call(sent, time.monotonic(), status, level))
+    connection.close()
+
+
+def incident(calls: list[Call], onset: float, end: float, next_onset: float) -> dict[str, float]:
+    """Switch times of one incident (see the module docstring)."""
+
+    def settled(start: float, stop: float, old: set[int]) -> float:
+        inside = [c for c in calls if start <= c.sent < stop and c.status == 200]
+        stale = [c.received for c in inside if c.level in old]
+        if stale:
+            return max(stale) - start
+        fresh = [c.received for c in inside]
+        return (min(fresh) - start) if fresh else float("nan")
+
+    to_next = settled(onset, end, {0})
+    back = settled(end, next_onset, {1, 2, 3})
+    failed = sum(1 for c in calls if onset <= c.sent < end + back + 0.5 and c.status != 200)
+    return {"to_next_s": to_next, "back_s": back, "failed": failed}
+
+
+def switch(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="ortserve-drill-") as tmp:
+        root = Path(tmp)
+        write_model(root / "models", "drill", SWITCH_CONFIG)
+        os.sched_setaffinity(0, {1})
+        extra = ["--enable-fault-injection", "--intra-op-threads", "1", "--grpc-port", "-1"]
+        with run_server(root / "models", root / "server.log", extra, pin_cpu=0) as server:
+            found = re.search(r"schedule from monotonic ([0-9.]+)", server.log())
+            assert found, "no fault schedule in the server log"
+            origin = float(found.group(1)) + OFFSET_S
+            until = origin + INCIDENTS * CYCLE_S + 0.5
+            calls: list[Call] = []
+            lock = threading.Lock()
+            threads = [
+                threading.Thread(target=closed_loop, args=(server, "drill", until, calls, lock))
+                for _ in range(4)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    rows = [
+        incident(calls, origin + k * CYCLE_S, origin + k * CYCLE_S + ACTIVE_S, origin + (k + 1) * CYCLE_S)
+        for k in range(INCIDENTS)
+    ]
+    to_next = [r["to_next_s"] for r in rows]
+    back = [r["back_s"] for r in rows]
+    return {
+        "incidents": rows,
+        "to_next_ms": {
+            "p50": round(statistics.median(to_next) * 1e3, 2),
+            "max": round(max(to_next) * 1e3, 2),
+        },
+        "back_ms": {"p50": round(statistics.median(back) * 1e3, 2), "max": round(max(back) * 1e3, 2)},
+        "failed_requests": sum(int(r["failed"]) for r in rows),
+        "requests": len(calls),
+        "config": SWITCH_CONFIG,
+    }
+
+
+def grpc_body(model: str) -> bytes:
+    data = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    message = pb.ModelInferRequest(
+        model_name=model,
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 64])],
+        raw_input_contents=[data.tobytes()],
+    )
+    return grpc_frame(message.SerializeToString())
+
+
+def overhead(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="ortserve-overhead-") as tmp:
+        root = Path(tmp)
+        write_model(root / "models", "plain", PLAIN_CONFIG)
+        write_model(root / "models", "guarded", GUARDED_CONFIG)
+        extra = ["--intra-op-threads", "1"]
+        with run_server(root / "models", root / "server.log", extra, pin_cpu=0) as server:
+            url = f"http://{server.grpc_address}{INFER}"
+            figures: dict[str, dict[str, list[float]]] = {
+                m: {"c1_p50_ms": [], "c64_rps": []} for m in ("plain", "guarded")
+            }
+            for model in ("plain", "guarded"):
+                run_h2load(url, grpc_body(model), 16, 1.0)  # warm
+            for _ in range(args.rounds):
+                for model in ("plain", "guarded"):
+                    one = run_h2load(url, grpc_body(model), 1, args.seconds)
+                    many = run_h2load(url, grpc_body(model), 64, args.seconds)
+                    figures[model]["c1_p50_ms"].append(one.p50_ms)
+                    figures[model]["c64_rps"].append(many.requests_per_s)
+    medians = {m: {k: statistics.median(v) for k, v in f.items()} for m, f in figures.items()}
+    return {
+        "rounds": figures,
+        "medians": medians,
+        "guarded_over_plain": {
+            k: round(medians["guarded"][k] / medians["plain"][k], 3) for k in ("c1_p50_ms", "c64_rps")
+        },
+        "h2load": h2load_version(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", default="both", choices=["switch", "overhead", "both"])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    result: dict[str, object] = {**machine_stamp()}
+    if args.what in ("switch", "both"):
+        result["switch"] = switch(args)
+        print(json.dumps({k: v for k, v in result["switch"].items() if k != "incidents"}, indent=1))  # type: ignore[union-attr]
+    if args.what in ("overhead", "both"):
+        result["overhead"] = overhead(args)
+        print(json.dumps(result["overhead"]["medians"], indent=1), result["overhead"]["guarded_over_plain"])  # type: ignore[index]
+    (OUT / "resilience.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
