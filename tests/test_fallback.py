@@ -12,17 +12,21 @@ import onnxruntime as ort
 import pytest
 
 from model_builders import scaled_model, serialized
+from ortserve.core.session import SessionPlan
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError, InvalidInput
+from ortserve.repository.config import ModelConfig
 from ortserve.repository.config_source import read_model_source
 from ortserve.repository.resilience_config import DefaultAnswerConfig, FaultConfig, StaticOutput
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
+from ortserve.resilience.building import VersionParts, build_guard
 from ortserve.resilience.chain import FallbackChain, NoUsableLevel
 from ortserve.resilience.defaults import DefaultAnswers
 from ortserve.resilience.faults import FaultInjector
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
 from ortserve.resilience.marks import MarkedArray, unmark
+from ortserve.settings import ServerSettings
 from ortserve.testing import FakeClock
 
 SPEC_IN = (TensorSpec("x", "FP32", (-1, 4)),)
@@ -221,3 +225,13 @@ def test_config_pbtxt_parameters_carry_the_resilience_sections(tmp_path: Path) -
     )
     with pytest.raises(ConfigError, match="fallback.sesion"):
         read_model_source(folder)
+
+
+def test_a_bfloat16_graph_refuses_a_fallback_chain(tmp_path: Path) -> None:
+    plan = SessionPlan((("CPUExecutionProvider", {}),), (), 1, 1, None, "all")
+    spec = (TensorSpec("x", "BF16", (-1, 4)),)
+    parts = VersionParts(
+        "model 'b' version 1", tmp_path / "model.onnx", plan, session(2.0), spec, spec, 8, {}
+    )
+    with pytest.raises(ConfigError, match="not supported for bfloat16 graphs"):
+        build_guard(parts, ModelConfig.model_validate({"fallback": {}}), ServerSettings(tmp_path))

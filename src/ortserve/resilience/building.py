@@ -73,6 +73,8 @@ def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettin
         logger.warning("%s: faults: in its config ignored (no --enable-fault-injection)", parts.label)
     if config.fallback is None and not faults:
         return None if sandbox is None else ResilienceGuard(None, sandbox)
+    if any(spec.datatype == "BF16" for spec in (*parts.inputs, *parts.outputs)):
+        raise ConfigError(f"{parts.label}: fallback and faults are not supported for bfloat16 graphs yet")
     fallback = config.fallback or FallbackConfig(session="none")
     injectors: dict[str, FaultInjector] = {}
     for name, fault in faults.items():
