@@ -163,7 +163,9 @@ async def test_a_real_scheduler_reports_batches_rejections_and_expiries() -> Non
     executor, clock = FakeExecutor(), FakeClock()
     policy = SchedulingPolicy(max_batch_size=8, max_queue_size=3)
     scheduler = Scheduler(executor, policy, clock, loop, observer=telemetry.observer_for("m", "1"))
-    first = scheduler.submit(rows(1), 1)  # runs at once
+    first = scheduler.submit(rows(1), 1)  # runs at the end of the loop's tick
+    for _ in range(3):
+        await asyncio.sleep(0)
     batched = [scheduler.submit(rows(2), 2), scheduler.submit(rows(3), 3)]
     expiring = scheduler.submit(rows(1), 1, timeout_s=0.005)
     with pytest.raises(Overloaded):
@@ -173,6 +175,8 @@ async def test_a_real_scheduler_reports_batches_rejections_and_expiries() -> Non
         await expiring
     executor.finish(seconds=0.002)
     await first
+    for _ in range(3):
+        await asyncio.sleep(0)
     executor.finish(seconds=0.003)  # the two queued requests ran as one batch of 5 rows
     await asyncio.gather(*batched)
     text = metrics.exposition()

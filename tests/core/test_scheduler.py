@@ -60,9 +60,11 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_idle_runner_runs_a_request_at_once() -> None:
+async def test_idle_runner_runs_a_request_at_the_end_of_the_loops_tick() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     future = scheduler.submit(rows(1), 1)
+    assert executor.batches == []  # the rest of the loop's tick may still join it
+    await settle()
     assert len(executor.batches) == 1
     executor.finish()
     result = await future
@@ -109,22 +111,24 @@ async def test_an_inline_run_keeps_its_instance_until_the_loop_settles_it() -> N
         np.testing.assert_array_equal((await future)[0], rows(1, 10 * i)["x"] * 2)
 
 
-async def test_a_batch_too_long_to_run_inline_starts_at_once() -> None:
+async def test_a_full_batch_too_long_to_run_inline_starts_at_once_on_a_worker() -> None:
     cost = BatchCostModel()
     cost.observe(8, 500e-6)  # a full batch would block the loop for 0.5 ms
     scheduler, executor, _, _ = make(asyncio.get_running_loop(), cost=cost)
     executor.inline_below_s = 100e-6
-    scheduler.submit(rows(1), 1)
-    assert len(executor.batches) == 1
+    scheduler.submit(rows(8), 8)  # a full batch: nothing can join it, so it starts now
+    assert len(executor.batches) == 1 and not executor.running[0].inline
 
 
 async def test_requests_gather_while_busy_and_each_gets_only_its_rows() -> None:
     scheduler, executor, _, recorder = make(asyncio.get_running_loop())
     first = scheduler.submit(rows(1, 0), 1)
+    await settle()
     waiting = [scheduler.submit(rows(n, 100 * n), n) for n in (1, 2, 3)]
     assert len(executor.batches) == 1 and scheduler.queue_depth == 3
     executor.finish()
     await first
+    await settle()
     assert len(executor.batches) == 2
     assert executor.batches[1]["x"].shape == (6, 4)
     executor.finish()
@@ -138,6 +142,7 @@ async def test_requests_gather_while_busy_and_each_gets_only_its_rows() -> None:
 async def test_batches_never_exceed_max_batch_size() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=4)
     scheduler.submit(rows(1), 1)
+    await settle()
     futures = [scheduler.submit(rows(3, i), 3) for i in range(3)]
     executor.finish()
     await settle()
@@ -160,6 +165,7 @@ async def test_more_rows_than_max_batch_size_is_invalid() -> None:
 async def test_full_queue_is_refused_at_once_with_retry_after() -> None:
     scheduler, executor, _, recorder = make(asyncio.get_running_loop(), max_queue_size=2)
     scheduler.submit(rows(1), 1)  # running
+    await settle()
     scheduler.submit(rows(1), 1)
     scheduler.submit(rows(1), 1)
     with pytest.raises(Overloaded) as caught:
@@ -172,6 +178,7 @@ async def test_full_queue_is_refused_at_once_with_retry_after() -> None:
 async def test_deadline_passing_in_queue_answers_504_without_running() -> None:
     scheduler, executor, clock, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)
+    await settle()
     late = scheduler.submit(rows(1), 1, timeout_s=0.005)
     clock.advance(0.006)
     with pytest.raises(DeadlineExceeded):
@@ -185,6 +192,7 @@ async def test_deadline_passing_in_queue_answers_504_without_running() -> None:
 async def test_default_timeout_applies_when_request_names_none() -> None:
     scheduler, _, clock, _ = make(asyncio.get_running_loop(), default_timeout_s=0.01)
     scheduler.submit(rows(1), 1)
+    await settle()
     queued = scheduler.submit(rows(1), 1)
     clock.advance(0.011)
     with pytest.raises(DeadlineExceeded):
@@ -194,6 +202,7 @@ async def test_default_timeout_applies_when_request_names_none() -> None:
 async def test_urgent_lane_is_served_first() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=1)
     scheduler.submit(rows(1, 0), 1)
+    await settle()
     scheduler.submit(rows(1, 10), 1, priority=2)
     scheduler.submit(rows(1, 20), 1, priority=1)
     executor.finish()
@@ -210,6 +219,7 @@ async def test_priority_outside_levels_is_invalid() -> None:
 async def test_free_instance_waits_for_company_up_to_max_queue_delay() -> None:
     scheduler, executor, clock, _ = make(asyncio.get_running_loop(), instances=2, max_queue_delay_s=0.002)
     scheduler.submit(rows(1), 1)  # instance A, runner was idle
+    await settle()
     scheduler.submit(rows(1), 1)  # runner busy: wait for company on instance B
     assert len(executor.batches) == 1
     clock.advance(0.001)
@@ -228,6 +238,7 @@ async def test_latency_budget_stops_waiting_before_max_queue_delay() -> None:
         asyncio.get_running_loop(), instances=2, cost=cost, max_queue_delay_s=0.050, latency_budget_s=0.010
     )
     scheduler.submit(rows(1), 1)
+    await settle()
     scheduler.submit(rows(1), 1)
     clock.advance(0.007)
     assert len(executor.batches) == 1
@@ -251,6 +262,7 @@ async def test_admission_refuses_what_cannot_meet_its_deadline() -> None:
 async def test_requests_with_different_shapes_are_not_batched_together() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)
+    await settle()
     a = scheduler.submit(rows(1, width=4), 1)
     b = scheduler.submit(rows(1, width=5), 1)
     executor.finish()
@@ -267,10 +279,12 @@ async def test_requests_with_different_shapes_are_not_batched_together() -> None
 async def test_failed_batch_fails_its_requests_and_the_next_batch_runs() -> None:
     scheduler, executor, _, recorder = make(asyncio.get_running_loop())
     doomed = scheduler.submit(rows(1), 1)
+    await settle()
     after = scheduler.submit(rows(1), 1)
     executor.fail()
     with pytest.raises(InferenceError):
         await doomed
+    await settle()
     executor.finish()
     await after
     assert recorder.records[0].failed and not recorder.records[1].failed
@@ -279,6 +293,7 @@ async def test_failed_batch_fails_its_requests_and_the_next_batch_runs() -> None
 async def test_cancelled_request_is_skipped() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)
+    await settle()
     gone = scheduler.submit(rows(1, 50), 1)
     kept = scheduler.submit(rows(1, 60), 1)
     gone.cancel()
@@ -292,6 +307,7 @@ async def test_cancelled_request_is_skipped() -> None:
 async def test_unbatched_model_runs_requests_one_by_one() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_batch_size=0)
     scheduler.submit(rows(2), 1)
+    await settle()
     scheduler.submit(rows(3), 1)
     executor.finish()
     await settle()
@@ -314,6 +330,7 @@ async def test_drain_refuses_new_work_and_waits_for_running() -> None:
 async def test_abort_fails_what_is_still_queued() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)
+    await settle()
     queued = scheduler.submit(rows(1), 1)
     scheduler.abort("unloaded")
     with pytest.raises(ModelNotReady):
@@ -324,6 +341,7 @@ async def test_abort_fails_what_is_still_queued() -> None:
 async def test_drain_waits_for_the_batch_started_after_the_running_one() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     first = scheduler.submit(rows(1), 1)
+    await settle()
     second = scheduler.submit(rows(1), 1)
     drained = asyncio.ensure_future(scheduler.drain(5.0))
     await settle()
@@ -339,6 +357,7 @@ async def test_drain_waits_for_the_batch_started_after_the_running_one() -> None
 async def test_a_batch_cancelled_by_shutdown_fails_its_requests() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     pending = scheduler.submit(rows(1), 1)
+    await settle()
     executor.cancel()
     with pytest.raises(ModelNotReady):
         await pending
@@ -390,6 +409,7 @@ async def test_a_queue_that_stays_late_sheds_what_waited_past_the_target() -> No
         asyncio.get_running_loop(), cost=fitted_cost(0.001), max_queue_wait_s=0.010, max_batch_size=1
     )
     scheduler.submit(rows(1), 1)  # runs, and stalls
+    await settle()
     late = [scheduler.submit(rows(1, 10 * i), 1) for i in (1, 2, 3)]
     clock.advance(0.015)
     executor.finish()  # the oldest waited 15 ms > 10 ms: late since now, but runs
@@ -412,6 +432,7 @@ async def test_one_long_stall_sheds_nothing() -> None:
         asyncio.get_running_loop(), cost=fitted_cost(0.001), max_queue_wait_s=0.010
     )
     scheduler.submit(rows(1), 1)
+    await settle()
     queued = [scheduler.submit(rows(1), 1) for _ in range(3)]
     clock.advance(0.500)  # the machine stalled; the queue then drains at once
     executor.finish()
@@ -432,6 +453,7 @@ async def test_check_admission_answers_like_submit_without_queueing() -> None:
     scheduler, _, _, recorder = make(asyncio.get_running_loop(), max_queue_size=1)
     scheduler.check_admission()
     scheduler.submit(rows(1), 1)  # running
+    await settle()
     scheduler.check_admission()
     scheduler.submit(rows(1), 1)  # queued: the queue is now full
     with pytest.raises(Overloaded, match="queue full"):
@@ -449,10 +471,37 @@ async def test_check_admission_answers_like_submit_without_queueing() -> None:
 async def test_a_free_worker_takes_the_next_batch_without_the_loop() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)
+    await settle()
     scheduler.submit(rows(2), 2)
+    scheduler.submit(rows(6), 6)  # a full batch (8 rows) is queued: the loop is behind
     executor.finish()  # no loop tick in between: the "worker" gets the next batch at once
-    assert len(executor.running) == 1 and executor.running[0].feeds["x"].shape == (2, 4)
+    assert len(executor.running) == 1 and executor.running[0].feeds["x"].shape == (8, 4)
     assert scheduler.busy_instances == 1 and scheduler.queue_depth == 0
+
+
+async def test_a_worker_takes_a_partial_batch_once_its_head_waited_the_batching_delay() -> None:
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), max_queue_delay_s=0.002)
+    scheduler.submit(rows(1), 1)
+    await settle()
+    scheduler.submit(rows(2), 2)
+    clock.advance(0.003)
+    executor.finish()
+    assert len(executor.running) == 1 and executor.running[0].feeds["x"].shape == (2, 4)
+
+
+async def test_a_worker_leaves_a_young_partial_batch_to_the_loop() -> None:
+    # The loop is reading the requests that would join it: chaining whatever few are queued
+    # halved the batches (small_mlp gRPC c=64 on one core: 11 instead of 20 rows).
+    scheduler, executor, _, _ = make(asyncio.get_running_loop(), max_queue_delay_s=0.002)
+    first = scheduler.submit(rows(1), 1)
+    await settle()
+    scheduler.submit(rows(2), 2)
+    executor.finish()
+    assert executor.running == [] and scheduler.busy_instances == 0
+    scheduler.submit(rows(3), 3)  # read in the same tick: joins
+    await first
+    await settle()
+    assert [batch["x"].shape for batch in executor.batches] == [(1, 4), (5, 4)]
 
 
 @pytest.mark.parametrize("seed", range(40))

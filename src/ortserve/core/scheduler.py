@@ -173,10 +173,10 @@ class Scheduler:
         if deadline is not None:
             pending.timer = self._clock.call_at(deadline, partial(self._expire, pending))
         self._idle.clear()
-        if self._busy == 0 and self._runs_inline():
-            # The run will block the loop: let the rest of this tick's requests join it first.
-            if self._dispatch_soon is None:
-                self._dispatch_soon = self._loop.call_soon(self._dispatch_at_tick_end)
+        if self._busy == 0 and not self._full_batch_queued():
+            # Nothing runs: let the rest of this tick's requests join this one first. Starting
+            # at once made one-row batches whenever the model had just gone idle under load.
+            self._dispatch_at_tick_end_once()
         else:
             self._dispatch()
         return future
@@ -210,12 +210,13 @@ class Scheduler:
         self._queued_requests += 1
         self._queued_rows += pending.rows
 
-    def _runs_inline(self) -> bool:
-        """Whether a full batch is expected to run inline, on the loop's thread."""
-        model = self.cost_model
-        return (
-            model.fitted and model.predict(self._policy.max_batch_size or 1) < self._executor.inline_below_s
-        )
+    def _full_batch_queued(self) -> bool:
+        """Whether waiting for more company cannot make the next batch larger."""
+        return self._queued_rows >= (self._policy.max_batch_size or 1)
+
+    def _dispatch_at_tick_end_once(self) -> None:
+        if self._dispatch_soon is None:
+            self._dispatch_soon = self._loop.call_soon(self._dispatch_at_tick_end)
 
     def _dispatch_at_tick_end(self) -> None:
         self._dispatch_soon = None
@@ -483,14 +484,32 @@ class Scheduler:
             self._loop.call_soon(partial(self._settle, run, result, error, True))
             return None
         now = self._clock.now()
+        booked = None
         with self._lock:
             self._release(run, result)
-            batch, _ = self._take_ready(now, False)
-            booked = self._begin(batch, now) if batch else None
+            if self._loop_is_behind(now):
+                batch = self._take_ready(now, False)[0]
+                booked = self._begin(batch, now) if batch else None
         following = self._job(booked[0], booked[1], False) if booked is not None else None
         with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
             self._loop.call_soon_threadsafe(partial(self._settle, run, result, error, False))
         return following
+
+    def _loop_is_behind(self, now: float) -> bool:
+        """Whether a worker should take the next batch itself (under the lock).
+
+        Only when the loop is late: a full batch is already queued, or the oldest request
+        has waited past the batching delay. Otherwise the loop, which is reading the requests
+        that would join, dispatches it: chaining whatever few requests are queued made
+        batches half as large and cost 20-45% more CPU per request on one core.
+        """
+        head = self._head()
+        if head is None:
+            return False
+        policy = self._policy
+        if not policy.max_batch_size or self._queued_rows >= policy.max_batch_size:
+            return True
+        return now - head.arrival >= policy.max_queue_delay_s
 
     def _release(self, run: _Run, result: RunResult | None) -> None:
         """Free the run's instance and learn from its time (under the lock)."""
@@ -519,7 +538,10 @@ class Scheduler:
         self.observer.on_batch(
             BatchRecord(len(run.batch), run.rows, run.waits, run.assemble_s, run_s, split_s, result is None)
         )
-        self._dispatch()
+        if self._full_batch_queued():
+            self._dispatch()
+        else:
+            self._dispatch_at_tick_end_once()
 
     def _deliver(self, batch: Sequence[_Pending], outputs: list[Array]) -> None:
         if len(batch) == 1:
