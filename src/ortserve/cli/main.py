@@ -11,6 +11,7 @@ import click
 from ortserve import __version__
 from ortserve.cli.errors import CleanErrorsGroup, StartupFailure, show_envvars
 from ortserve.cli.loadtest import bench, replay
+from ortserve.cli.quantize import quantize
 from ortserve.cli.signing import keygen, sign
 
 __all__ = ["main"]
@@ -424,4 +425,5 @@ main.add_command(bench)
 main.add_command(replay)
 main.add_command(keygen)
 main.add_command(sign)
+main.add_command(quantize)
 show_envvars(main)

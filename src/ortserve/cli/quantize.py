@@ -1,0 +1,82 @@
+"""``ortserve quantize``: FP16 / INT8 candidate versions of a repository model, and a table of
+their size, latency and divergence from the source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+__all__ = ["quantize"]
+
+_METHODS = ("fp16", "dynamic-int8", "static-int8")
+
+
+@click.command()
+@click.option(
+    "--model-repository",
+    "repository",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The model repository.",
+)
+@click.option("--model", required=True, help="The model folder's name.")
+@click.option(
+    "--from-version", "source", type=int, default=None, help="Version to start from (default: highest)."
+)
+@click.option(
+    "--method",
+    "methods",
+    multiple=True,
+    required=True,
+    type=click.Choice(_METHODS),
+    help="Repeatable: one new version per method, numbered after the highest version.",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Real inputs: a capture directory (--capture-dir of the server) or an .npz keyed by input "
+    "name. Needed for static-int8; without it, random inputs (float models only).",
+)
+@click.option(
+    "--samples", type=click.IntRange(1, 100_000), default=256, help="Most calibration requests used."
+)
+@click.option(
+    "--threads", type=click.IntRange(1, 256), default=1, help="Intra-op threads for the latency figures."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+def quantize(
+    repository: Path,
+    model: str,
+    source: int | None,
+    methods: tuple[str, ...],
+    calibration: Path | None,
+    samples: int,
+    threads: int,
+    as_json: bool,
+) -> None:
+    """Write quantized versions of MODEL and compare them with the source version.
+
+    Each new version folder holds the converted model.onnx, a copy of the source's other files
+    (a pipeline's artefacts), and quantization.json with its figures. Load it as a shadow, watch
+    its divergence, then roll it out (docs/traffic.md).
+    """
+    from ortserve.errors import OrtServeError
+    from ortserve.quantization.convert import Method
+    from ortserve.quantization.quantizer import QuantizeJob
+    from ortserve.quantization.quantizer import quantize as run
+    from ortserve.quantization.report import format_table
+
+    job = QuantizeJob(
+        repository, model, tuple(Method(m) for m in methods), source, calibration, samples, threads
+    )
+    try:
+        rows = run(job)
+    except OrtServeError as exc:
+        raise click.ClickException(exc.message) from None
+    if as_json:
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2))
+    else:
+        click.echo(format_table(rows))
