@@ -93,9 +93,8 @@ async def send(table: RoutingTable, count: int, **parameters: Any) -> list[Infer
 
 
 async def test_the_shadow_never_changes_the_primary_answer_and_its_divergence_is_recorded() -> None:
-    table = table_with(
-        [FakeVersion("1"), FakeVersion("2", scale=2.0)], {"shadow": {"version": "2", "fraction": 1.0}}
-    )
+    shadow = FakeVersion("2", scale=2.0)
+    table = table_with([FakeVersion("1"), shadow], {"shadow": {"version": "2", "fraction": 1.0, "batch": 4}})
     answers = await send(table, 20)
     await asyncio.sleep(0)  # comparisons run after the answers
     expected = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
@@ -104,6 +103,7 @@ async def test_the_shadow_never_changes_the_primary_answer_and_its_divergence_is
         assert np.array_equal(answer.outputs[0].data, expected)
     router = table.routers["m"]
     assert router.shadow.compared["2"] == 20
+    assert [r.inputs[0].shape for r in shadow.seen] == [(4, 4)] * 5  # copies gathered 4 rows at a time
     [summary] = router.book.summary()
     assert (summary["primary"], summary["shadow"], summary["output"]) == ("1", "2", "y")
     assert summary["max_abs_diff"] == 4.0
@@ -113,7 +113,8 @@ async def test_the_shadow_never_changes_the_primary_answer_and_its_divergence_is
 async def test_a_saturated_shadow_drops_copies_and_counts_them() -> None:
     shadow = FakeVersion("2", hold=True)
     table = table_with(
-        [FakeVersion("1"), shadow], {"shadow": {"version": "2", "fraction": 1.0, "max_inflight": 2}}
+        [FakeVersion("1"), shadow],
+        {"shadow": {"version": "2", "fraction": 1.0, "max_inflight": 2, "batch": 1}},
     )
     answers = await send(table, 5)
     assert all(isinstance(a, InferResponse) for a in answers)

@@ -10,6 +10,7 @@ of the model name and the key, identical across processes, restarts and machines
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ def bucket_of(model: str, key: str) -> int:
     return int.from_bytes(digest.digest(), "big") % BUCKETS
 
 
+@functools.lru_cache(maxsize=1024)
 def _person(model: str) -> bytes:
     # Salted by model so two models' splits are independent; personalisation is at most 16 bytes.
     return hashlib.blake2b(model.encode(), digest_size=16).digest()

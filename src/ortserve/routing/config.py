@@ -87,6 +87,10 @@ class ShadowConfig(_Strict):
     """Shadow requests running at once; beyond it a copy is dropped (counted)."""
     timeout: Duration = 1.0
     """A shadow request still queued after this is dropped by its scheduler (504, counted)."""
+    batch: Annotated[int, Field(ge=1, le=1024)] = 8
+    """Rows of copies gathered into one shadow request (1: each copy runs alone)."""
+    max_delay: Duration = 0.05
+    """Longest a copy waits for company before its shadow request is sent."""
 
 
 class GuardsConfig(_Strict):

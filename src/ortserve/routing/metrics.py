@@ -53,7 +53,7 @@ class RoutingMetrics(Collector):
         for name, router in routers:
             for (version, reason), count in sorted(router.reasons.items()):
                 requests.add_metric([name, version, reason], count)
-            for version, seen in sorted(router.outcomes.items()):
+            for version, seen in sorted(router.outcomes.items()) if router.tracks_outcomes else ():
                 errors.add_metric([name, version], seen.errors)
             for version, role in sorted(router.roles().items()):
                 roles.add_metric([name, version, role.value], 1)

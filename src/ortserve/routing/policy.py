@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_of, bucket_ranges, pick
 from ortserve.routing.config import RoutingConfig
@@ -16,9 +17,8 @@ from ortserve.routing.config import RoutingConfig
 __all__ = ["Choice", "Policy", "RequestView", "choose", "split_weights", "static_ranges"]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestView:
-    """What of a request the policy reads."""
+class RequestView(NamedTuple):
+    """What of a request the policy reads (a tuple: built per request)."""
 
     explicit: str | None = None
     """The version named in the URL or ``model_version``."""
@@ -28,8 +28,7 @@ class RequestView:
     """The sticky key (header, parameter or body field)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(NamedTuple):
     """The version chosen and why: explicit, override, sticky, random or default."""
 
     version: str
@@ -44,6 +43,9 @@ class Policy:
     override_header: str | None
     """Lowercase, as both transports hand headers over."""
     sticky_header: str | None
+    override_parameter: str | None = None
+    sticky_parameter: str | None = None
+    sticky_field: str | None = None
 
     @classmethod
     def of(cls, config: RoutingConfig) -> Policy:
@@ -53,6 +55,9 @@ class Policy:
             config,
             override.header.lower() if override and override.header else None,
             sticky.header.lower() if sticky and sticky.header else None,
+            override.parameter if override else None,
+            sticky.parameter if sticky else None,
+            sticky.field if sticky else None,
         )
 
     def variant(self, value: str) -> str:

@@ -21,12 +21,13 @@ from ortserve.core.model import Servable
 from ortserve.core.types import InferRequest, InferResponse
 from ortserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from ortserve.routing.buckets import BucketRange, bucket_ranges
+from ortserve.routing.config import ShadowConfig
 from ortserve.routing.divergence import DivergenceBook
 from ortserve.routing.outcomes import VersionOutcomes
 from ortserve.routing.policy import Choice, Policy, RequestView, choose, split_weights, static_ranges
 from ortserve.routing.roles import Role, version_roles
 from ortserve.routing.rollout import Phase, RolloutState, evaluate, start
-from ortserve.routing.shadow import ShadowLane
+from ortserve.routing.shadow import ShadowLane, ShadowTarget
 
 __all__ = ["ModelRouter", "RouterEnvironment"]
 
@@ -89,6 +90,15 @@ class ModelRouter:
     def rollout(self) -> RolloutState | None:
         return self._live.rollout
 
+    @property
+    def tracks_outcomes(self) -> bool:
+        """Errors and latencies are followed (a done callback per request) only when a rollout
+        or error-based retirement reads them: a plain split costs one count per request."""
+        config = self._live.policy.config
+        return config.rollout is not None or (
+            config.retire is not None and config.retire.max_error_rate is not None
+        )
+
     def replace(self, policy: Policy) -> None:
         """Put ``policy`` in force now (one assignment: no request sees half of it).
 
@@ -124,23 +134,21 @@ class ModelRouter:
         """The view from a request's parts; ``body``: a pipeline route's JSON fields, where
         the override parameter and the sticky ``field`` are also looked for."""
         policy = self._live.policy
-        config = policy.config
         override = None
-        if config.override is not None:
-            name = config.override.parameter
-            if name is not None:
-                override = _text(parameters.get(name)) or (_text(body.get(name)) if body else None)
-            if override is None and policy.override_header is not None and headers is not None:
-                override = headers(policy.override_header)
+        name = policy.override_parameter
+        if name is not None and parameters:
+            override = _text(parameters.get(name))
+        if override is None and name is not None and body:
+            override = _text(body.get(name))
+        if override is None and policy.override_header is not None and headers is not None:
+            override = headers(policy.override_header)
         key = None
-        sticky = config.sticky
-        if sticky is not None:
-            if policy.sticky_header is not None and headers is not None:
-                key = headers(policy.sticky_header)
-            if key is None and sticky.parameter is not None:
-                key = _text(parameters.get(sticky.parameter))
-            if key is None and sticky.field is not None and body:
-                key = _text(body.get(sticky.field))
+        if policy.sticky_header is not None and headers is not None:
+            key = headers(policy.sticky_header)
+        if key is None and policy.sticky_parameter is not None and parameters:
+            key = _text(parameters.get(policy.sticky_parameter))
+        if key is None and policy.sticky_field is not None and body:
+            key = _text(body.get(policy.sticky_field))
         return RequestView(explicit or None, override or None, key)
 
     def choose(self, view: RequestView) -> tuple[Servable, Choice]:
@@ -151,9 +159,7 @@ class ModelRouter:
             ModelNotFound: an explicit version is not served. ModelNotReady: nothing serves.
         """
         live = self._live
-        choice = choose(
-            live.policy, live.ranges, view, self.name, self.env.draw, functools.partial(self._default, live)
-        )
+        choice = choose(live.policy, live.ranges, view, self.name, self.env.draw, self._default_now)
         try:
             return self.env.resolver.resolve(self.name, choice.version), choice
         except ModelNotFound:
@@ -193,7 +199,8 @@ class ModelRouter:
             outcomes = self.outcomes[version] = VersionOutcomes()
         outcomes.arrived(now)
         self.reasons[(version, reason)] += 1
-        pending.add_done_callback(functools.partial(self._settled, outcomes, now))
+        if self.tracks_outcomes:
+            pending.add_done_callback(functools.partial(self._settled, outcomes, now))
 
     def _settled(self, outcomes: VersionOutcomes, started: float, pending: asyncio.Future[Any]) -> None:
         now = self.env.clock()
@@ -228,9 +235,19 @@ class ModelRouter:
         except (ModelNotFound, ModelNotReady):
             self.shadow.dropped["refused"] += 1
             return
-        timeout = shadow.timeout if shadow is not None else 1.0
-        limit = shadow.max_inflight if shadow is not None else 32
-        self.shadow.offer(request, pending, served, self.env.lowest_priority(self.name), timeout, limit)
+        priority = self.env.lowest_priority(self.name)
+        if shadow is None:
+            shadow = ShadowConfig(version=target)  # a rollout's comparison: the defaults
+        self.shadow.offer(
+            request,
+            pending,
+            ShadowTarget(
+                served, priority, shadow.timeout, shadow.max_inflight, shadow.batch, shadow.max_delay
+            ),
+        )
+
+    def _default_now(self) -> str:
+        return self._default(self._live)
 
     def _default(self, live: _Live) -> str:
         """The newest serving version that is not deprecated, rejected, retired or shadow-only."""

@@ -39,7 +39,7 @@ def _counts(router: ModelRouter, version: str, seen: VersionOutcomes) -> dict[st
     window = seen.window()
     return {
         "requests": seen.requests,
-        "errors": seen.errors,
+        "errors": seen.errors if router.tracks_outcomes else None,
         "by_reason": {reason: n for (v, reason), n in sorted(router.reasons.items()) if v == version},
         "window": {
             "requests": window.requests,
