@@ -60,6 +60,10 @@ def test_options_carry_keepalive_streams_and_sizes() -> None:
     assert grpc_options.max_concurrent_streams == 7
 
 
+def test_the_http2_preface_deadline_is_the_header_timeout() -> None:
+    assert options(header_timeout_s=2.5).engine().preface_timeout_s == 2.5
+
+
 @pytest.fixture
 async def listener() -> AsyncIterator[tuple[GrpcListener, FakeResolver, int]]:
     resolver = FakeResolver()

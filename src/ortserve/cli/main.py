@@ -108,6 +108,14 @@ def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) 
     "else the new one is refused (HTTP 503, gRPC GOAWAY).",
 )
 @click.option(
+    "--intake-lag-ms",
+    envvar="ORTSERVE_INTAKE_LAG_MS",
+    type=click.FloatRange(min=0.0),
+    default=20.0,
+    help="Event-loop lag (ms) above which the server stops reading sockets until it catches "
+    "up: transport back-pressure under overload (0: never).",
+)
+@click.option(
     "--header-timeout",
     envvar="ORTSERVE_HEADER_TIMEOUT",
     type=click.FloatRange(min=0.001),
@@ -310,6 +318,7 @@ def serve(
     max_inflight_bytes: int,
     max_connections: int,
     header_timeout: float,
+    intake_lag_ms: float,
     keepalive_timeout: float,
     grpc_max_message_bytes: int | None,
     grpc_keepalive_time: float,
@@ -368,6 +377,7 @@ def serve(
         max_inflight_bytes=max_inflight_bytes,
         max_connections=max_connections,
         header_timeout_s=header_timeout,
+        intake_lag_ms=intake_lag_ms,
         keepalive_timeout_s=keepalive_timeout,
         grpc_max_message_bytes=grpc_max_message_bytes,
         grpc_keepalive_time_s=grpc_keepalive_time,

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from ortserve.server.intake import IntakeGovernor
 from ortserve.server.memory import HeapTrimmer
 
 __all__ = [
@@ -109,13 +110,16 @@ def connection_cap(requested: int) -> int:
 
 class ConnectionSet(Generic[_C]):
     """Connections join on connect and leave on close; once ``closing``, the last one to leave
-    sets ``all_closed``. Leaving gives the connection's place back to the shared limit."""
+    sets ``all_closed``. Leaving gives the connection's place back to the shared limit.
+    ``intake`` is the server-wide governor that parks connections while the loop is
+    saturated (``server/intake.py``)."""
 
-    def __init__(self, limit: ConnectionLimit | None = None) -> None:
+    def __init__(self, limit: ConnectionLimit | None = None, intake: IntakeGovernor | None = None) -> None:
         self.connections: set[_C] = set()
         self.closing = False
         self.all_closed = asyncio.Event()
         self.limit = limit if limit is not None else ConnectionLimit(1 << 62)
+        self.intake = intake if intake is not None else IntakeGovernor(0.0)
 
     def discard(self, connection: _C) -> None:
         if connection in self.connections:

@@ -40,6 +40,8 @@ from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.repository_routes import add_repository_routes
 from ortserve.server.http.routing_routes import add_routing_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
+from ortserve.server.intake import IntakeGovernor
+from ortserve.server.intake_metrics import IntakeMetrics
 from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
@@ -120,6 +122,11 @@ class Server:
         self.http_app.capture = self.capture
         # One cap on connections across both listeners: a socket costs the same either way.
         self.connection_limit = ConnectionLimit(connection_cap(settings.max_connections))
+        # And one intake governor: both listeners' connections share the loop it watches.
+        self.intake = IntakeGovernor(settings.intake_lag_ms / 1e3)
+        # And one bound on request bytes held. Room is kept for one body being joined from
+        # its pieces (a second copy, briefly).
+        self.byte_budget = ByteBudget(settings.max_inflight_bytes - settings.max_body_bytes, HeapTrimmer())
         self._http = HttpListener(
             self.http_app,
             ConnectionLimits(
@@ -128,9 +135,9 @@ class Server:
                 header_timeout_s=settings.header_timeout_s,
             ),
             self.connection_limit,
-            # Room is kept for one body being joined from its pieces (a second copy, briefly).
-            ByteBudget(settings.max_inflight_bytes - settings.max_body_bytes, HeapTrimmer()),
+            self.byte_budget,
             EarlyRefusal(self.dataplane, self.telemetry),
+            self.intake,
         )
         self._grpc = (
             GrpcListener(
@@ -139,6 +146,8 @@ class Server:
                 GrpcOptions.from_settings(settings),
                 self.telemetry,
                 self.connection_limit,
+                self.intake,
+                self.byte_budget,
             )
             if settings.grpc_port >= 0
             else None
@@ -149,6 +158,8 @@ class Server:
             if settings.grpc_restricted_protocol:
                 restricted = parse_restriction(settings.grpc_restricted_protocol)
                 self._grpc.service.restriction = restricted.get("model-repository")
+        if self.observability.metrics is not None:
+            self.observability.metrics.registry.register(IntakeMetrics(self.connection_limit, self.intake))
         self._watching: asyncio.Task[None] | None = None
         self._retiring: asyncio.Task[None] | None = None
         self._health: asyncio.Task[None] | None = None
@@ -190,6 +201,7 @@ class Server:
         snapshots = await self.manager.start(s.load_models if explicit else None)
         self.watcher.seed(snapshots)
         freeze_startup_heap()  # full GC passes then skip what lives as long as the process
+        self.intake.start(asyncio.get_running_loop())
         self._watching = asyncio.get_running_loop().create_task(self.watcher.run())
         self._retiring = asyncio.get_running_loop().create_task(
             self.routing.run_retirement(self.manager.retire)
@@ -224,6 +236,7 @@ class Server:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         set_current_health(None)
+        self.intake.stop()  # parked connections are read again, so their requests drain
         self._http.stop_accepting()
         if self._grpc is not None:
             self._grpc.stop_accepting(grace)

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from ortserve.server.connections import ConnectionSet
+from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.headers import (
@@ -52,6 +52,7 @@ class Http2Connection(asyncio.Protocol):
         connections: the listener's set, joined on connect and left on close.
         loop: the running loop.
         inflater: the listener's decompression queue, shared by its connections.
+        budget: the server-wide bound on request bytes held, shared with HTTP.
     """
 
     def __init__(
@@ -61,8 +62,10 @@ class Http2Connection(asyncio.Protocol):
         connections: ConnectionSet[Http2Connection],
         loop: asyncio.AbstractEventLoop,
         inflater: Inflater,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._routes = routes
+        self._budget = budget if budget is not None else ByteBudget(1 << 62)
         self._inflater = inflater
         self._settings = settings
         self._connections = connections
@@ -77,6 +80,9 @@ class Http2Connection(asyncio.Protocol):
         self._closed = False
         self._in_read = False
         self._reading = True
+        self._write_paused = False
+        self._parked = False  # the intake governor paused reading (the loop is saturated)
+        self._intake = connections.intake
         self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -90,6 +96,7 @@ class Http2Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._connections.discard(self)
+        self._intake.forget(self)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -97,14 +104,31 @@ class Http2Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The peer is not reading: stop reading its requests so it cannot make us buffer answers.
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._resume_reading()
+
+    def park(self) -> None:
+        self._parked = True
+        self._pause_reading()
+
+    def unpark(self) -> None:
+        self._parked = False
+        self._resume_reading()
+
+    def _pause_reading(self) -> None:
         if self._transport is not None and self._reading and not self._closed:
             self._transport.pause_reading()
             self._reading = False
 
-    def resume_writing(self) -> None:
-        if self._transport is not None and not self._reading and not self._closed:
-            self._transport.resume_reading()
-            self._reading = True
+    def _resume_reading(self) -> None:
+        if self._reading or self._write_paused or self._parked or self._closed or self._transport is None:
+            return
+        self._transport.resume_reading()
+        self._reading = True
 
     def data_received(self, data: bytes) -> None:
         self._in_read = True
@@ -126,6 +150,8 @@ class Http2Connection(asyncio.Protocol):
         finally:
             self._in_read = False
         self._flush()
+        if self._intake.saturated:
+            self._intake.admit_more(self)
 
     # -- events -----------------------------------------------------------------------
     def _on_request(self, event: RequestReceived[RequestHead]) -> None:
@@ -164,7 +190,13 @@ class Http2Connection(asyncio.Protocol):
         if self._calls.get(stream_id) is not call:
             return  # the call ended while it took them
         held = call.held
-        self._held += held - self._held_by.get(stream_id, 0)
+        grown = held - self._held_by.get(stream_id, 0)
+        if grown > 0 and not self._budget.take(grown):
+            call.fail(GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "the server holds too many request bytes"))
+            return
+        if grown < 0:
+            self._budget.give(-grown)
+        self._held += grown
         self._held_by[stream_id] = held
         if self._held > self._max_held and held:
             call.fail(
@@ -177,13 +209,18 @@ class Http2Connection(asyncio.Protocol):
             call.cancel()
 
     def _forget(self, stream_id: int) -> GrpcCall | None:
-        self._held -= self._held_by.pop(stream_id, 0)
+        held = self._held_by.pop(stream_id, 0)
+        self._held -= held
+        if held:
+            self._budget.give(held)
         return self._calls.pop(stream_id, None)
 
     def _cancel_all(self) -> None:
         calls = list(self._calls.values())
         self._calls.clear()
         self._held_by.clear()
+        if self._held:
+            self._budget.give(self._held)
         self._held = 0
         for call in calls:
             call.cancel()

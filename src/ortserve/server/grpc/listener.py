@@ -11,7 +11,14 @@ from google.protobuf.message import Message
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.connections import ConnectionLimit, ConnectionSet, FirstBytesGate, Refusal, listen
+from ortserve.server.connections import (
+    ByteBudget,
+    ConnectionLimit,
+    ConnectionSet,
+    FirstBytesGate,
+    Refusal,
+    listen,
+)
 from ortserve.server.grpc.call import GrpcCall, Rpc
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -21,6 +28,7 @@ from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
 from ortserve.server.grpc.service import InferenceService
 from ortserve.server.http2.frames import ErrorCode, goaway_frame, settings_frame
+from ortserve.server.intake import IntakeGovernor
 from ortserve.telemetry import Telemetry
 
 __all__ = ["GrpcListener", "GrpcOptions"]
@@ -69,6 +77,9 @@ class GrpcListener:
         telemetry: request accounting shared with HTTP (statistics, metrics, traces).
         connection_limit: the cap on open connections, shared with the HTTP listener (None:
             no cap). A connection that has sent nothing yet may be evicted for a new one.
+        intake: parks connections while the loop is saturated (shared with HTTP).
+        budget: the server-wide bound on request bytes held (``--max-inflight-bytes``,
+            shared with HTTP): a call whose message would pass it ends RESOURCE_EXHAUSTED.
     """
 
     def __init__(
@@ -78,8 +89,11 @@ class GrpcListener:
         options: GrpcOptions,
         telemetry: Telemetry | None = None,
         connection_limit: ConnectionLimit | None = None,
+        intake: IntakeGovernor | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._options = options
+        self._budget = budget
         self.service = InferenceService(dataplane, limits, telemetry)
         self.health = ReadinessHealth(dataplane)
         self._routes: dict[str, Rpc] = {
@@ -87,7 +101,7 @@ class GrpcListener:
             **self.health.routes(),
             **Reflection().routes(),
         }
-        self._connections: ConnectionSet[Http2Connection] = ConnectionSet(connection_limit)
+        self._connections: ConnectionSet[Http2Connection] = ConnectionSet(connection_limit, intake)
         self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
@@ -104,7 +118,9 @@ class GrpcListener:
         def accept() -> asyncio.Protocol:
             if not self._connections.limit.admit():
                 return self._refusal(loop, inflater)
-            connection = Http2Connection(self._routes, self._options, self._connections, loop, inflater)
+            connection = Http2Connection(
+                self._routes, self._options, self._connections, loop, inflater, self._budget
+            )
             return FirstBytesGate(connection, self._connections)
 
         try:

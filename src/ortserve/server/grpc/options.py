@@ -20,6 +20,8 @@ class GrpcOptions:
     keepalive_timeout_s: float
     max_concurrent_streams: int
     max_header_list_bytes: int = 64 * 1024
+    preface_timeout_s: float = 10.0
+    """A new connection must send the HTTP/2 preface within this (``--header-timeout``)."""
 
     def engine(self) -> EngineConfig:
         """The HTTP/2 engine's limits: a connection window with room for the largest message plus
@@ -32,6 +34,7 @@ class GrpcOptions:
             connection_window=min(MAX_WINDOW, max(16 << 20, self.max_message_bytes + stream_window)),
             keepalive_time_s=self.keepalive_time_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
+            preface_timeout_s=self.preface_timeout_s,
         )
 
     @classmethod
@@ -42,4 +45,5 @@ class GrpcOptions:
             keepalive_time_s=settings.grpc_keepalive_time_s,
             keepalive_timeout_s=settings.grpc_keepalive_timeout_s,
             max_concurrent_streams=settings.grpc_max_concurrent_streams,
+            preface_timeout_s=settings.header_timeout_s,
         )

@@ -124,6 +124,9 @@ class HttpConnection(asyncio.Protocol):
         self._closed = False
         self._reading = True
         self._write_paused = False
+        self._parked = False  # the intake governor paused reading (the loop is saturated)
+        self._parked_at = 0.0
+        self._intake = state.intake
         self._timer: asyncio.TimerHandle | None = None
         self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s)
         self._phase = _IDLE
@@ -158,9 +161,29 @@ class HttpConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._transport is not None and not self._reading and not self._closed and not self._queue:
-            self._transport.resume_reading()
-            self._reading = True
+        if not self._queue:
+            self._resume_reading()
+
+    def park(self) -> None:
+        self._parked = True
+        self._parked_at = self._loop.time()
+        if self._transport is not None and self._reading and not self._closed:
+            self._transport.pause_reading()
+            self._reading = False
+
+    def unpark(self) -> None:
+        self._parked = False
+        # Time parked was the server's, not the client's: the body-rate clock skips it.
+        self._body_started += self._loop.time() - self._parked_at
+        if not self._busy:
+            self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        """Read again, unless the client is not reading us or the loop is saturated."""
+        if self._reading or self._write_paused or self._parked or self._closed or self._transport is None:
+            return
+        self._transport.resume_reading()
+        self._reading = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -171,6 +194,7 @@ class HttpConnection(asyncio.Protocol):
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client is gone; a queued request is skipped
         self._queue.clear()
+        self._intake.forget(self)
         self._forget_bodies()
         self._body = []
         self._parser = None  # it references this connection: break the cycle now, not at a GC pass
@@ -199,6 +223,9 @@ class HttpConnection(asyncio.Protocol):
                 self._reject(500, "internal server error")
             else:
                 self._reject(400, f"malformed HTTP request: {exc}")
+            return
+        if self._intake.saturated:
+            self._intake.admit_more(self)
 
     # -- httptools callbacks ----------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -324,9 +351,7 @@ class HttpConnection(asyncio.Protocol):
             task.add_done_callback(functools.partial(self._on_done, keep_alive=keep_alive))
             return
         self._busy = False
-        if not self._reading and not self._write_paused and self._transport is not None and not self._closed:
-            self._transport.resume_reading()
-            self._reading = True
+        self._resume_reading()
         if not self._queue and not self._receiving and not self._closed:
             self._to_idle()
 
@@ -458,6 +483,9 @@ class HttpConnection(asyncio.Protocol):
         if self._closed:
             return
         remaining = self._deadline - self._loop.time()
+        if self._parked:  # the server stopped reading, not the client: its clock restarts
+            self._deadline = self._loop.time() + self._tick
+            remaining = self._tick
         if self._phase == _BUSY or remaining > 0:
             self._timer = self._loop.call_later(min(max(remaining, 0.001), self._tick), self._on_timer)
         elif self._phase == _IDLE:

@@ -7,6 +7,7 @@ import asyncio
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, Refusal, listen
 from ortserve.server.http.connection import Admission, ConnectionLimits, Handler, HttpConnection
+from ortserve.server.intake import IntakeGovernor
 
 __all__ = ["HttpListener"]
 
@@ -27,6 +28,7 @@ class HttpListener:
             (None: no cap). A connection over it is answered 503 and closed.
         budget: the server-wide bound on request body bytes held (None: no bound).
         admission: refuses requests from their headers (see ``http/admission.py``).
+        intake: parks connections while the loop is saturated (shared with gRPC).
     """
 
     def __init__(
@@ -36,12 +38,13 @@ class HttpListener:
         connection_limit: ConnectionLimit | None = None,
         budget: ByteBudget | None = None,
         admission: Admission | None = None,
+        intake: IntakeGovernor | None = None,
     ) -> None:
         self._handler = handler
         self._limits = limits
         self._budget = budget
         self._admission = admission
-        self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit)
+        self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit, intake)
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:

@@ -1,0 +1,56 @@
+"""Connection and intake metrics, read from the shared limit and governor at scrape time.
+
+Nothing here runs per request or per connection: the limit and the governor keep plain
+counters, and this collector turns them into families when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ortserve.server.connections import ConnectionLimit
+from ortserve.server.intake import IntakeGovernor
+
+__all__ = ["IntakeMetrics"]
+
+
+class IntakeMetrics(Collector):
+    """Exports the connection cap's counts and the intake governor's state."""
+
+    def __init__(self, limit: ConnectionLimit, intake: IntakeGovernor) -> None:
+        self._limit = limit
+        self._intake = intake
+
+    def collect(self) -> Iterator[Metric]:
+        limit, intake = self._limit, self._intake
+        yield GaugeMetricFamily(
+            "ortserve_connections_open", "Client connections open (HTTP and gRPC)", limit.open
+        )
+        yield CounterMetricFamily(
+            "ortserve_connections_refused", "Connections refused at the --max-connections cap", limit.refused
+        )
+        yield CounterMetricFamily(
+            "ortserve_connections_evicted",
+            "Idle connections closed to make room for new ones at the cap",
+            limit.evicted,
+        )
+        yield GaugeMetricFamily(
+            "ortserve_event_loop_lag_seconds", "Lateness of the intake governor's last timer", intake.lag_s
+        )
+        yield GaugeMetricFamily(
+            "ortserve_intake_saturated", "1 while the loop lags past --intake-lag-ms", int(intake.saturated)
+        )
+        yield GaugeMetricFamily(
+            "ortserve_intake_parked_connections",
+            "Connections not being read now (back-pressure)",
+            intake.parked,
+        )
+        yield CounterMetricFamily(
+            "ortserve_intake_saturations", "Times the loop became saturated", intake.episodes
+        )
+        yield CounterMetricFamily(
+            "ortserve_intake_parks", "Connections parked because the loop was saturated", intake.parked_total
+        )
