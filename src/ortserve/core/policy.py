@@ -29,6 +29,10 @@ class SchedulingPolicy:
     """Longest predicted queueing wait admitted; while the queue stays late (see
     :class:`StandingQueue`) requests that waited longer are shed instead of run. None:
     automatic (see :func:`queue_wait_target`); 0 turns both off."""
+    concurrency: int | None = None
+    """Most requests held (queued and running); None: no such limit."""
+    adaptive_concurrency: bool = False
+    """Learn the limit from observed latency (:class:`~ortserve.core.adaptive.AdaptiveLimit`)."""
 
 
 def queue_wait_target(policy: SchedulingPolicy, full_batch_s: float) -> float:

@@ -22,6 +22,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
@@ -108,6 +109,8 @@ class Scheduler:
         self._dropped: list[tuple[_Pending, OrtServeError]] = []  # answered on the loop
         self._stale_timers: list[TimerHandle] = []  # cancelled on the loop
         self._standing = StandingQueue()
+        self._running_requests = 0
+        self.concurrency = _concurrency_limit(policy, executor.instances)
         # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
@@ -236,6 +239,12 @@ class Scheduler:
         if self._queued_requests >= policy.max_queue_size:
             return Overloaded(
                 f"queue full ({policy.max_queue_size} requests waiting)",
+                retry_after_s=self._drain_estimate(now, self._queued_rows),
+            )
+        concurrency = self.concurrency
+        if concurrency is not None and self._queued_requests + self._running_requests >= concurrency.limit:
+            return Overloaded(
+                f"concurrency limit reached ({concurrency.limit} requests held)",
                 retry_after_s=self._drain_estimate(now, self._queued_rows),
             )
         if not self.cost_model.fitted:
@@ -417,6 +426,7 @@ class Scheduler:
         predicted = self.cost_model.predict(rows)
         run = _Run(batch, rows, now + predicted, tuple(now - p.arrival for p in batch))
         self._busy_until.append(run.expected_end)
+        self._running_requests += len(batch)
         return run, predicted if self.cost_model.fitted else math.inf
 
     def _job(self, run: _Run, expected_s: float, inline: bool) -> BatchJob:
@@ -457,6 +467,7 @@ class Scheduler:
             with self._lock:
                 self._busy -= 1
                 self._busy_until.remove(run.expected_end)
+                self._running_requests -= len(run.batch)
             self._fail(run.batch, exc)
 
     def _arm_delay(self, when: float) -> None:
@@ -515,8 +526,13 @@ class Scheduler:
         """Free the run's instance and learn from its time (under the lock)."""
         self._busy -= 1
         self._busy_until.remove(run.expected_end)
+        self._running_requests -= len(run.batch)
         if result is not None:
             self.cost_model.observe(run.rows, result[1])
+            if self._policy.adaptive_concurrency and self.concurrency is not None:
+                now = self._clock.now()
+                for pending in run.batch:
+                    self.concurrency.observe(now - pending.arrival)
 
     def _settle(
         self, run: _Run, result: RunResult | None, error: BaseException | None, release: bool
@@ -592,3 +608,16 @@ class Scheduler:
                     if pending.live:
                         self._drop(pending, ModelNotReady(reason))
         self._after_loop_work()
+
+
+def _concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit | None:
+    """The limit on requests held, fixed or adaptive; None when the policy sets none."""
+    if policy.concurrency is not None:
+        fixed = policy.concurrency
+        return AdaptiveLimit(fixed, fixed, fixed)
+    if not policy.adaptive_concurrency:
+        return None
+    running = instances * max(1, policy.max_batch_size)
+    # At least a batch for each instance; at most the queue bound plus what runs at once;
+    # starting with two batches' worth each, which the first windows correct either way.
+    return AdaptiveLimit(2 * running, running, policy.max_queue_size + running)

@@ -75,6 +75,10 @@ class BatchingConfig(_Strict):
     twice as long, requests that waited longer are shed unrun (429). Default: automatic, 4 full
     batches of work and at least 50 ms; 0 turns both off (only ``max_queue_size`` bounds the
     queue)."""
+    concurrency: Literal["adaptive"] | Annotated[int, Field(ge=1)] | None = None
+    """Most requests held at once (queued and running); beyond it, 429. ``adaptive`` learns
+    the limit from the latency requests see (rising latency lowers it, see
+    ``core/adaptive.py``). Default: none beyond ``max_queue_size`` and the queue-wait target."""
     priority_levels: Annotated[int, Field(ge=1, le=16)] = 2
     """Number of priority lanes; ``parameters.priority`` 1 is the most urgent."""
     default_priority: Annotated[int, Field(ge=1)] = 1

@@ -95,6 +95,8 @@ def _policy(config: ModelConfig, max_batch_size: int) -> SchedulingPolicy:
         max_queue_wait_s=None if b.max_queue_wait_ms is None else b.max_queue_wait_ms / 1e3,
         priority_levels=b.priority_levels,
         default_priority=b.default_priority,
+        concurrency=b.concurrency if isinstance(b.concurrency, int) else None,
+        adaptive_concurrency=b.concurrency == "adaptive",
     )
 
 
