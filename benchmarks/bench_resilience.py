@@ -1,7 +1,7 @@
 """Resilience figures: level switch times over injected incidents, and the hot-path overhead.
 
 ``switch``: one server (CPU 0) serves small_mlp with a CPU fallback session; an injected fault
-takes level 0 down for 1 s of every 3 s (20 incidents). Four closed-loop HTTP clients (CPU 1)
+takes level 0 down for 1.1 s of every 3 s (20 incidents). Four closed-loop HTTP clients (CPU 1)
 record every request's send and receive times, status and answering level. The fault
 schedule's origin is read from the server log (``schedule from monotonic T``; both processes
 read the same CLOCK_MONOTONIC), so each incident's onset and end are known exactly. Per
@@ -45,7 +45,7 @@ from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
-CYCLE_S, ACTIVE_S, OFFSET_S, INCIDENTS = 3.0, 1.0, 2.0, 20
+CYCLE_S, ACTIVE_S, OFFSET_S, INCIDENTS = 3.0, 1.1, 2.0, 20
 SWITCH_CONFIG = f"""batching: {{max_batch_size: 32}}
 fallback: {{session: cpu, build: load, breaker: {{consecutive_failures: 3, open_s: 0.2, max_open_s: 0.4}}}}
 faults: {{L0: {{error_rate: 1.0, cycle_s: {CYCLE_S}, active_s: {ACTIVE_S}, offset_s: {OFFSET_S}}}}}
@@ -102,7 +102,9 @@ def incident(calls: list[Call], onset: float, end: float, next_onset: float) -> 
     """Switch times of one incident (see the module docstring)."""
 
     def settled(start: float, stop: float, old: set[int]) -> float:
-        inside = [c for c in calls if start <= c.sent < stop and c.status == 200]
+        # Requests sent and answered inside the phase (an answer after ``stop`` belongs to the
+        # next phase: the next incident, or the recovery).
+        inside = [c for c in calls if start <= c.sent and c.received < stop and c.status == 200]
         stale = [c.received for c in inside if c.level in old]
         if stale:
             return max(stale) - start

@@ -49,3 +49,10 @@ def test_inputs_without_limits_and_strings_are_not_checked() -> None:
     sandbox = InputSandbox({"x": InputLimits(max=1)})
     sandbox.check({"other": np.array([1e30])})
     check(InputLimits(max=1), np.array(["zzz"], dtype=object))
+
+
+def test_allowed_nan_does_not_hide_a_value_out_of_range() -> None:
+    with pytest.raises(InvalidInput, match=r"element \[2\] is 20.0: above the maximum 10"):
+        check(InputLimits(max=10), np.array([np.nan, 1.0, 20.0]))
+    check(InputLimits(max=10), np.array([np.nan, 1.0, 2.0]))
+    check(InputLimits(min=0, allow_nan=False), np.array([np.inf, 1.0]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,8 @@ def _check_one(name: str, array: Array, limits: InputLimits) -> None:
     values: npt.NDArray[np.floating[Any] | np.integer[Any]] = (
         array.astype(np.float64, copy=False) if kind == "b" else array  # type: ignore[assignment]
     )
+    if _within(float(values.min()), float(values.max()), limits):
+        return  # the common case: two reductions instead of a pass per limit
     if kind == "f":
         if not limits.allow_nan:
             _refuse_where(name, np.isnan(values), values, "NaN is not allowed")
@@ -72,6 +75,17 @@ def _check_one(name: str, array: Array, limits: InputLimits) -> None:
     if limits.max is not None:
         above = values > limits.max
         _refuse_where(name, above, values, f"above the maximum {limits.max:g}")
+
+
+def _within(lowest: float, highest: float, limits: InputLimits) -> bool:
+    """Whether the extremes prove every element fine (a NaN makes both NaN: not proven)."""
+    if lowest != lowest or highest != highest:  # NaN
+        return False
+    if limits.min is not None and not lowest >= limits.min:
+        return False
+    if limits.max is not None and not highest <= limits.max:
+        return False
+    return limits.allow_inf or (math.isfinite(lowest) and math.isfinite(highest))
 
 
 def _check_shape(name: str, shape: tuple[int, ...], max_shape: tuple[int, ...]) -> None:

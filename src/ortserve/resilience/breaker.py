@@ -92,7 +92,8 @@ class Breaker:
         """One live run's outcome (None: success); True when this run opened the breaker."""
         now = self._now()
         with self._lock:
-            self._trim(now)
+            if self._runs and self._runs[0][0] < now - self._policy.window_s:
+                self._trim(now)
             failed = failure is not None
             self._runs.append((now, failed))
             self._failures_in_window += failed

@@ -95,9 +95,11 @@ class SessionLevel:
     def run(self, feeds: Feeds) -> list[Array]:
         if self.faults is not None:
             self.faults.before_run(self.name)
-        session = self.session()
+        session = self._session or self.session()
+        if not self._chunk_rows:
+            return session.run(self._output_names, feeds)  # type: ignore[no-any-return]
         rows = _rows(feeds)
-        if not self._chunk_rows or rows <= self._chunk_rows:
+        if rows <= self._chunk_rows:
             return list(session.run(self._output_names, feeds))
         parts = [
             session.run(
