@@ -13,7 +13,9 @@ requests that failed in between.
 breaker, and an input sandbox on the input), measured alternately with h2load over gRPC:
 c=1 p50 latency and c=64 requests/s, medians of the rounds and their ratio.
 
-Usage: ``python benchmarks/bench_resilience.py [switch|overhead|both] [--rounds 5]``
+``micro``: microseconds per call of each piece the guard adds (chain, sandbox, checks).
+
+Usage: ``python benchmarks/bench_resilience.py [switch|overhead|micro|both] [--rounds 5]``
 Writes benchmarks/out/resilience.json.
 """
 
@@ -29,18 +31,26 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_grpc import server_cpu_s
 from h2load import grpc_frame, h2load_version, run_h2load
 from machine import stamp as machine_stamp
 
+from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.resilience.breaker import Breaker, BreakerPolicy
+from ortserve.resilience.chain import FallbackChain
+from ortserve.resilience.levels import SessionLevel
+from ortserve.resilience.marks import unmark
 from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"
@@ -168,6 +178,8 @@ def grpc_body(model: str) -> bytes:
 
 
 def overhead(args: argparse.Namespace) -> dict[str, object]:
+    keys = ("c1_p50_ms", "c64_rps", "c64_cpu_ms_per_call")
+    figures: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ("plain", "guarded")}
     with tempfile.TemporaryDirectory(prefix="ortserve-overhead-") as tmp:
         root = Path(tmp)
         write_model(root / "models", "plain", PLAIN_CONFIG)
@@ -175,31 +187,66 @@ def overhead(args: argparse.Namespace) -> dict[str, object]:
         extra = ["--intra-op-threads", "1"]
         with run_server(root / "models", root / "server.log", extra, pin_cpu=0) as server:
             url = f"http://{server.grpc_address}{INFER}"
-            figures: dict[str, dict[str, list[float]]] = {
-                m: {"c1_p50_ms": [], "c64_rps": []} for m in ("plain", "guarded")
-            }
             for model in ("plain", "guarded"):
                 run_h2load(url, grpc_body(model), 16, 1.0)  # warm
-            for _ in range(args.rounds):
-                for model in ("plain", "guarded"):
+            for index in range(args.rounds):
+                for model in ("plain", "guarded") if index % 2 == 0 else ("guarded", "plain"):
                     one = run_h2load(url, grpc_body(model), 1, args.seconds)
+                    before = server_cpu_s(server.process.pid)
                     many = run_h2load(url, grpc_body(model), 64, args.seconds)
+                    cpu_s = server_cpu_s(server.process.pid) - before
                     figures[model]["c1_p50_ms"].append(one.p50_ms)
                     figures[model]["c64_rps"].append(many.requests_per_s)
+                    figures[model]["c64_cpu_ms_per_call"].append(1e3 * cpu_s / max(1, many.completed))
     medians = {m: {k: statistics.median(v) for k, v in f.items()} for m, f in figures.items()}
+    paired = {
+        k: statistics.median(g / p for g, p in zip(figures["guarded"][k], figures["plain"][k], strict=True))
+        for k in keys
+    }
     return {
         "rounds": figures,
         "medians": medians,
-        "guarded_over_plain": {
-            k: round(medians["guarded"][k] / medians["plain"][k], 3) for k in ("c1_p50_ms", "c64_rps")
-        },
+        "guarded_over_plain": {k: round(medians["guarded"][k] / medians["plain"][k], 3) for k in keys},
+        "guarded_over_plain_paired_median": {k: round(v, 3) for k, v in paired.items()},
         "h2load": h2load_version(),
     }
 
 
+def micro(args: argparse.Namespace) -> dict[str, object]:
+    """Microseconds per call of each piece the guard adds, in this process (steadier than
+    end-to-end figures on a shared machine): medians of 7 repeats of 20,000 calls."""
+    sizes, seed = DEMO_MODELS["small_mlp"]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    model = build_mlp(sizes, seed, "m").SerializeToString()
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    feeds = {"input": np.random.default_rng(1).uniform(-1, 1, (1, 64)).astype(np.float32)}
+    level = SessionLevel(0, "L0", lambda: session, ["output"], feeds, session=session)
+    chain = FallbackChain("m", session, [level], [Breaker(BreakerPolicy(), time.monotonic)])
+    chain.armed = True
+    sandbox = InputSandbox({"input": InputLimits(-100, 100, False, False)})
+    pieces: dict[str, Callable[[], object]] = {
+        "session_run": lambda: session.run(["output"], feeds),
+        "chain_run": lambda: chain.run(["output"], feeds),
+        "sandbox_check": lambda: sandbox.check(feeds),
+        "usable_check": chain.current_level,
+        "unmark": lambda: unmark([feeds["input"]]),
+    }
+    found: dict[str, object] = {}
+    for name, piece in pieces.items():
+        repeats = []
+        for _ in range(7):
+            started = time.perf_counter()
+            for _ in range(20_000):
+                piece()
+            repeats.append((time.perf_counter() - started) / 20_000 * 1e6)
+        found[f"{name}_us"] = round(statistics.median(repeats), 2)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", default="both", choices=["switch", "overhead", "both"])
+    parser.add_argument("what", nargs="?", default="both", choices=["switch", "overhead", "micro", "both"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
@@ -210,7 +257,13 @@ def main() -> None:
         print(json.dumps({k: v for k, v in result["switch"].items() if k != "incidents"}, indent=1))  # type: ignore[union-attr]
     if args.what in ("overhead", "both"):
         result["overhead"] = overhead(args)
-        print(json.dumps(result["overhead"]["medians"], indent=1), result["overhead"]["guarded_over_plain"])  # type: ignore[index]
+        found = result["overhead"]
+        assert isinstance(found, dict)
+        for key in ("medians", "guarded_over_plain", "guarded_over_plain_paired_median"):
+            print(key, json.dumps(found[key]))
+    if args.what in ("micro", "both"):
+        result["micro"] = micro(args)
+        print("micro", json.dumps(result["micro"]))
     (OUT / "resilience.json").write_text(json.dumps(result, indent=2))
 
 
