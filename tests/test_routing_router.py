@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, TensorSpec
 from ortserve.errors import InferenceError, InvalidInput
+from ortserve.loadtest.capture import CapturedRequest, read_capture
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.config import RoutingConfig
@@ -108,6 +111,38 @@ async def test_the_shadow_never_changes_the_primary_answer_and_its_divergence_is
     assert (summary["primary"], summary["shadow"], summary["output"]) == ("1", "2", "y")
     assert summary["max_abs_diff"] == 4.0
     assert table.roles("m") == {"1": Role.ACTIVE, "2": Role.SHADOW}
+
+
+async def captured(directory: Path, expected: int, timeout_s: float = 10.0) -> list[CapturedRequest]:
+    """The records once ``expected`` are on disk (a write cancelled at close ends in its thread)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            records = list(read_capture([directory]))
+        except ValueError:  # a file still being written
+            records = []
+        if len(records) >= expected or time.monotonic() > deadline:
+            return records
+        await asyncio.sleep(0.02)
+
+
+async def test_the_most_divergent_requests_are_captured_for_replay(tmp_path: Path) -> None:
+    shadow = {"version": "2", "fraction": 1.0, "batch": 1, "capture_dir": str(tmp_path), "capture_top": 3}
+    table = table_with([FakeVersion("1"), FakeVersion("2", scale=2.0)], {"shadow": shadow})
+    router = table.routers["m"]
+    for factor in (1, 2, 3, 4, 5, 6, 1, 2):  # the last two stay out of the top 3
+        scaled = request()
+        scaled.inputs[0].data = scaled.inputs[0].data * factor
+        await router.submit(scaled)
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert router.shadow.compared["2"] == 8
+    await table.close()
+    records = await captured(tmp_path, 6)
+    assert len(records) == 6  # each of the first six entered the top 3 when it came
+    assert all(r.path == "/v2/models/m/infer" for r in records)
+    with pytest.raises(InvalidInput, match="config.yaml"):
+        table.put("m", {"shadow": shadow})
 
 
 async def test_a_saturated_shadow_drops_copies_and_counts_them() -> None:

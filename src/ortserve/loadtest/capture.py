@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import os
 import random
@@ -165,6 +164,7 @@ class Capture:
         self._pause_s = 0.0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def sampled(self) -> bool:
         """Whether to capture the request that just arrived (never while paused by a failed write)."""
@@ -232,17 +232,22 @@ class Capture:
         self._task = asyncio.create_task(self._write_forever(), name="capture-writer")
 
     async def stop(self) -> None:
-        """Write what is buffered, then stop the writer."""
+        """Write what is buffered, then stop the writer.
+
+        The writer finishes the write it is in rather than being cancelled: a cancelled
+        ``to_thread`` write goes on in its thread, and the final flush would then write to the
+        same file at the same time.
+        """
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stopping = True
+            self._wake.set()
+            await self._task
             self._task = None
         await self._flush()
         logger.info("capture: %d requests recorded, %d dropped (buffer full)", self.captured, self.dropped)
 
     async def _write_forever(self) -> None:
-        while True:
+        while not self._stopping:
             await self._wake.wait()
             self._wake.clear()
             await self._flush()

@@ -91,6 +91,10 @@ class ShadowConfig(_Strict):
     """Rows of copies gathered into one shadow request (1: each copy runs alone)."""
     max_delay: Duration = 0.05
     """Longest a copy waits for company before its shadow request is sent."""
+    capture_dir: Annotated[str, Field(min_length=1)] | None = None
+    """Write the most divergent requests here in the capture format (``ortserve replay``)."""
+    capture_top: Annotated[int, Field(ge=1, le=10_000)] = 20
+    """How many of the most divergent requests are kept (written as they enter the top)."""
 
 
 class GuardsConfig(_Strict):

@@ -63,7 +63,8 @@ class DivergenceBook:
         self.outputs: dict[tuple[str, str, str], OutputStats] = {}
         self._window: dict[tuple[str, str], list[float]] = {}
 
-    def add(self, primary: str, shadow: str, found: list[OutputDivergence]) -> None:
+    def add(self, primary: str, shadow: str, found: list[OutputDivergence]) -> float:
+        """Record one pair's outputs; returns the pair's largest absolute difference."""
         worst = 0.0
         for divergence in found:
             key = (primary, shadow, divergence.output)
@@ -75,6 +76,7 @@ class DivergenceBook:
         window = self._window.setdefault((primary, shadow), [])
         if len(window) < _WINDOW:
             window.append(worst)
+        return worst
 
     def window(self, primary: str, shadow: str) -> DivergenceWindow:
         """Pairs since :meth:`reset_window`, with the p99 of their largest absolute difference."""

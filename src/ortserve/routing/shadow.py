@@ -27,6 +27,7 @@ from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResp
 from ortserve.errors import OrtServeError, Overloaded
 from ortserve.routing.compare import compare_responses
 from ortserve.routing.divergence import DivergenceBook
+from ortserve.routing.keeper import DivergentPairs
 
 __all__ = ["ShadowLane", "ShadowTarget"]
 
@@ -71,6 +72,8 @@ class ShadowLane:
         self.dropped: Counter[str] = Counter()
         """Copies not run or not compared: full, refused, failed."""
         self._gathering: dict[str, _Gathering] = {}
+        self.keeper: DivergentPairs | None = None
+        """Captures the most divergent requests (``shadow.capture_dir``)."""
 
     def offer(
         self, request: InferRequest, primary: asyncio.Future[InferResponse], target: ShadowTarget
@@ -131,20 +134,25 @@ class ShadowLane:
             part = _rows(response, start, copy.rows) if len(copies) > 1 else response
             start += copy.rows
             if copy.primary.done():
-                copy.primary.get_loop().call_soon(self._compare, copy.primary, part)
+                copy.primary.get_loop().call_soon(self._compare, copy, part)
             else:
-                copy.primary.add_done_callback(functools.partial(self._primary_done, part))
+                copy.primary.add_done_callback(functools.partial(self._primary_done, copy, part))
 
-    def _primary_done(self, shadow: InferResponse, primary: asyncio.Future[InferResponse]) -> None:
+    def _primary_done(
+        self, copy: _Copy, shadow: InferResponse, primary: asyncio.Future[InferResponse]
+    ) -> None:
         # After the callbacks already queued (the transport's answer): never ahead of it.
-        primary.get_loop().call_soon(self._compare, primary, shadow)
+        primary.get_loop().call_soon(self._compare, copy, shadow)
 
-    def _compare(self, primary: asyncio.Future[InferResponse], shadow: InferResponse) -> None:
+    def _compare(self, copy: _Copy, shadow: InferResponse) -> None:
+        primary = copy.primary
         if primary.cancelled() or primary.exception() is not None:
             return  # nothing to compare against; the primary's failure is counted as its own
         ours = primary.result()
-        self.book.add(ours.model_version, shadow.model_version, compare_responses(ours, shadow))
+        worst = self.book.add(ours.model_version, shadow.model_version, compare_responses(ours, shadow))
         self.compared[shadow.model_version] += 1
+        if self.keeper is not None:
+            self.keeper.offer(worst, ours.model_name, copy.inputs, ours.model_version, shadow.model_version)
 
 
 def _joinable(gathering: _Gathering, request: InferRequest, rows: int, limit: int) -> bool:

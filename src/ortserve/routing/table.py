@@ -7,13 +7,16 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ortserve.errors import InvalidInput
+from ortserve.loadtest.capture import Capture
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.config import RoutingConfig
+from ortserve.routing.keeper import DivergentPairs
 from ortserve.routing.policy import Policy
 from ortserve.routing.retirement import ErrorWindow, due_for_retirement
 from ortserve.routing.roles import Role
@@ -47,6 +50,8 @@ class RoutingTable:
         self._control: set[str] = set()
         self._first_seen: dict[tuple[str, str], float] = {}
         self._windows: dict[str, dict[str, ErrorWindow]] = {}
+        self._captures: dict[Path, Capture] = {}
+        self._starting: set[asyncio.Task[None]] = set()
 
     def sync(self) -> None:
         """Follow the models' configuration files after a load or reload.
@@ -84,6 +89,9 @@ class RoutingTable:
                 f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
             )
             raise InvalidInput(f"invalid routing policy: {problems}") from None
+        if config.shadow is not None and config.shadow.capture_dir is not None:
+            # A path the server writes to is the operator's to choose, in the model's files.
+            raise InvalidInput("shadow.capture_dir can only be set in the model's config.yaml")
         missing = sorted(_named_versions(config) - set(self.env.resolver.served_versions(name)), key=int)
         if missing:
             raise InvalidInput(
@@ -130,9 +138,32 @@ class RoutingTable:
     def _install(self, name: str, policy: Policy) -> None:
         router = self.routers.get(name)
         if router is None:
-            self.routers[name] = ModelRouter(name, policy, self.env)
+            router = self.routers[name] = ModelRouter(name, policy, self.env)
         else:
             router.replace(policy)
+        shadow = policy.config.shadow
+        if shadow is None or shadow.capture_dir is None:
+            router.shadow.keeper = None
+        else:
+            router.shadow.keeper = DivergentPairs(self._capture(Path(shadow.capture_dir)), shadow.capture_top)
+
+    def _capture(self, directory: Path) -> Capture:
+        """The capture writing into ``directory``, started in a task this table owns."""
+        capture = self._captures.get(directory)
+        if capture is None:
+            capture = self._captures[directory] = Capture(directory, rate=1.0)
+            task = asyncio.get_running_loop().create_task(capture.start())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+        return capture
+
+    async def close(self) -> None:
+        """Write and close the divergent-pair captures (the server calls it at shutdown)."""
+        if self._starting:
+            await asyncio.gather(*self._starting, return_exceptions=True)
+        for capture in self._captures.values():
+            await capture.stop()
+        self._captures.clear()
 
     # -- retirement ---------------------------------------------------------------------
 

@@ -241,6 +241,7 @@ class Server:
         if self._grpc is not None:
             self._grpc.stop_accepting(grace)
         await self.manager.close(grace)
+        await self.routing.close()
         await self._http.wait_closed(grace)
         if self.capture is not None:
             await self.capture.stop()
