@@ -32,6 +32,13 @@ class ServerSettings:
     """Longest single BYTES element."""
     shutdown_grace_s: float = 30.0
     """On SIGTERM/SIGINT, how long in-flight requests get to finish."""
+    shutdown_delay_s: float = 5.0
+    """On SIGTERM, how long readiness answers 503 while the listeners still accept and serve,
+    so load balancers and Kubernetes endpoints stop sending before the drain (SIGINT, or a
+    second signal, skips it)."""
+    reuse_port: bool = False
+    """Bind the HTTP and gRPC ports with SO_REUSEPORT (set for each worker of ``--workers N``:
+    the kernel spreads new connections over the processes listening on the port)."""
     intra_op_threads: int | None = None
     """ONNX Runtime intra-op threads per session; None sizes them to the usable CPUs."""
     inter_op_threads: int | None = None

@@ -152,7 +152,9 @@ def run_server(
     if pin_cpu is not None:
         args = ["taskset", "-c", str(pin_cpu), *args]
     log = log_path.open("wb")
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    # Tests stop servers with SIGTERM: no shutdown delay unless a test asks for one.
+    environment = {**os.environ, "ORTSERVE_SHUTDOWN_DELAY": "0", **(env or {})}
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environment)
     server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, metrics_port, log_path)
     try:
         if wait:

@@ -43,6 +43,15 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str | None) -> t
         raise click.BadParameter(str(exc)) from exc
 
 
+def _workers(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from ortserve.supervisor.plan import parse_workers
+
+    try:
+        return parse_workers(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     from ortserve.server.restriction import parse_restriction
 
@@ -177,6 +186,22 @@ def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) 
     type=float,
     default=30.0,
     help="Seconds in-flight requests get on SIGTERM.",
+)
+@click.option(
+    "--shutdown-delay",
+    envvar="ORTSERVE_SHUTDOWN_DELAY",
+    type=click.FloatRange(min=0.0),
+    default=5.0,
+    help="Seconds after SIGTERM that readiness answers 503 while requests are still served, "
+    "before the drain (SIGINT skips it).",
+)
+@click.option(
+    "--workers",
+    envvar="ORTSERVE_WORKERS",
+    default="1",
+    callback=_workers,
+    help="Server processes sharing the ports (SO_REUSEPORT) under one supervisor; 'auto': one per "
+    "usable CPU.",
 )
 @click.option(
     "--log-level",
@@ -327,6 +352,8 @@ def serve(
     intra_op_threads: int | None,
     inter_op_threads: int | None,
     shutdown_grace: float,
+    shutdown_delay: float,
+    workers: int,
     log_level: str,
     log_format: str,
     access_log: bool,
@@ -386,6 +413,7 @@ def serve(
         intra_op_threads=intra_op_threads,
         inter_op_threads=inter_op_threads,
         shutdown_grace_s=shutdown_grace,
+        shutdown_delay_s=shutdown_delay,
         log_level=log_level,
         log_format=log_format,
         access_log=access_log,
@@ -407,7 +435,14 @@ def serve(
         enable_fault_injection=enable_fault_injection,
     )
     try:
-        _run(run_server(settings))
+        if workers > 1:
+            from ortserve.supervisor import run_supervisor
+
+            code = run_supervisor(settings, workers)
+            if code:
+                raise SystemExit(code)
+        else:
+            _run(run_server(settings))
     except (StartupError, RepositoryError) as exc:  # an operator's to fix: one line, no traceback
         raise StartupFailure(str(exc)) from None
 

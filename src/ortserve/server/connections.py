@@ -266,14 +266,21 @@ class FirstBytesGate(asyncio.Protocol):
             self._transport.close()
 
 
-async def listen(protocol: Callable[[], asyncio.Protocol], host: str, port: int) -> asyncio.Server:
+async def listen(
+    protocol: Callable[[], asyncio.Protocol], host: str, port: int, reuse_port: bool = False
+) -> asyncio.Server:
     """Bind ``host:port`` (port 0 picks one) with a deep backlog and Nagle off on TCP sockets.
+
+    ``reuse_port``: SO_REUSEPORT, so the worker processes of ``--workers N`` each listen on the
+    same port and the kernel spreads new connections over them.
 
     Raises:
         OSError: the address cannot be bound.
     """
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(protocol, host, port, reuse_address=True, backlog=2048)
+    server = await loop.create_server(
+        protocol, host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
+    )
     for sock in server.sockets:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -165,6 +165,7 @@ class Server:
         self._health: asyncio.Task[None] | None = None
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
 
     async def start(self) -> None:
         """Check the repository, listen (liveness answers while models load), then load it.
@@ -172,9 +173,21 @@ class Server:
         Raises:
             StartupError: the repository is not a folder, or a port cannot be bound.
         """
+        await self.listen()
+        await self.load()
+
+    async def listen(self) -> None:
+        """Bind the HTTP, gRPC and metrics ports.
+
+        Raises:
+            StartupError: the repository is not a folder, or a port cannot be bound.
+        """
         s = self.settings
         if not s.model_repository.is_dir():  # before any port is held
             raise StartupError(f"model repository {s.model_repository} is not a folder")
+        self._http.reuse_port = s.reuse_port
+        if self._grpc is not None:
+            self._grpc.reuse_port = s.reuse_port
         http_port = await _bound("HTTP", s.host, s.http_port, self._http.start)
         self.bound = _Bound(http_port)
         logger.info(
@@ -189,6 +202,11 @@ class Server:
             self.bound.grpc_port = await _bound("gRPC", s.host, s.grpc_port, self._grpc.start)
             logger.info("gRPC (Open Inference Protocol) listening on %s:%d", s.host, self.bound.grpc_port)
         self.bound.metrics_port = await _bound("metrics", s.host, s.metrics_port, self.observability.start)
+
+    async def load(self) -> None:
+        """Load the repository as the control mode says, then watch it (a worker of ``--workers N``
+        restarted beside ready ones loads before it listens, so it never answers 503)."""
+        s = self.settings
         if self.capture is not None:
             await self.capture.start()
         self.manager.changed.append(self._register_pipeline_routes)
@@ -219,11 +237,31 @@ class Server:
     def _register_pipeline_routes(self) -> None:
         register_pipeline_routes(self.registry, self.http_app, self.telemetry, self.routing)
 
-    def request_stop(self) -> None:
+    def request_stop(self, delayed: bool = True) -> None:
+        """Begin shutting down; ``delayed`` False (or a second request) skips the shutdown delay."""
+        if self._stop.is_set() or not delayed:
+            self._hurry.set()
         self._stop.set()
 
     async def wait_for_stop(self) -> None:
         await self._stop.wait()
+
+    async def withdraw(self) -> None:
+        """Answer not ready at once but keep accepting and serving for ``shutdown_delay_s``.
+
+        Endpoint removal upstream (a Kubernetes Service, a load balancer's health check) lags
+        the signal by seconds; closing the listeners at once would refuse the requests still
+        routed here meanwhile.
+        """
+        self.dataplane.start_draining()
+        if self._grpc is not None:
+            self._grpc.readiness_changed()
+        delay = self.settings.shutdown_delay_s
+        if delay <= 0 or self._hurry.is_set():
+            return
+        logger.info("not ready; still accepting for %.1f s (--shutdown-delay) before draining", delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._hurry.wait(), delay)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish within the grace period, close."""
@@ -294,9 +332,10 @@ async def serve(settings: ServerSettings) -> None:
     """Run until SIGTERM or SIGINT, then drain and return (the process exits 0)."""
     server = Server(settings)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_stop)
+    loop.add_signal_handler(signal.SIGTERM, server.request_stop)
+    loop.add_signal_handler(signal.SIGINT, server.request_stop, False)  # Ctrl-C: nobody routes here
     loop.add_signal_handler(signal.SIGHUP, server.watcher.rescan_soon)
     await server.start()
     await server.wait_for_stop()
+    await server.withdraw()
     await server.stop()

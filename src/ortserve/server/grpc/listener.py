@@ -105,6 +105,8 @@ class GrpcListener:
         self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
+        self.reuse_port = False
+        """Bind with SO_REUSEPORT (the workers of ``--workers N`` share the port)."""
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0).
@@ -124,7 +126,7 @@ class GrpcListener:
             return FirstBytesGate(connection, self._connections)
 
         try:
-            self._server = await listen(accept, host, port)
+            self._server = await listen(accept, host, port, self.reuse_port)
         except OSError as exc:
             raise OSError(exc.errno, f"gRPC cannot listen on {host}:{port}: {exc.strerror}") from None
         return int(self._server.sockets[0].getsockname()[1])

@@ -39,7 +39,7 @@ __all__ = ["BUILTIN_ROUTES", "HttpApp", "ModelRouteHandler", "Operation", "Route
 
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse | Coroutine[Any, Any, HttpResponse]]
-ModelRouteHandler = Callable[[HttpRequest, str, str | None], HttpResponse]
+ModelRouteHandler = Callable[[HttpRequest, str, str | None], HttpResponse | Coroutine[Any, Any, HttpResponse]]
 Operation = dict[str, Any]
 """An OpenAPI operation object describing a route added to the app."""
 
@@ -104,11 +104,17 @@ class HttpApp:
         ``operation`` describes it in /openapi.json when openapi.yaml does not already.
         """
         self._extra[(method, path)] = handler
-        self._extra_paths.setdefault(path, []).append(method)
+        methods = self._extra_paths.setdefault(path, [])
+        if method not in methods:  # a route replaced (the workers of --workers N forward some)
+            methods.append(method)
         self._added[(method, path)] = operation
 
     def has_route(self, method: str, path: str) -> bool:
         return (method, path) in self._extra
+
+    def route(self, method: str, path: str) -> RouteHandler | None:
+        """The handler added for ``method path``, so a wrapper can replace it and still call it."""
+        return self._extra.get((method, path))
 
     def add_section(self, name: str, handler: SectionHandler, routes: tuple[tuple[str, str], ...]) -> None:
         """Hand every ``/v2/<name>/...`` path to ``handler`` with the segments after ``name``.
@@ -117,6 +123,10 @@ class HttpApp:
         """
         self._sections[name] = handler
         self._added.update(dict.fromkeys(routes))
+
+    def section(self, name: str) -> SectionHandler | None:
+        """The handler of ``/v2/<name>/...``, so a wrapper can replace it and still call it."""
+        return self._sections.get(name)
 
     def routes(self) -> dict[tuple[str, str], Operation | None]:
         """Every (method, path template) served, with the operation given when it was added."""
@@ -208,13 +218,14 @@ class HttpApp:
             if self.capture is not None and self.capture.sampled():
                 return self._captured_infer(request, name, version)
             return self._infer(request, name, version)
+        handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
+        if handler is not None:  # before the built-in stats, which a worker of --workers N replaces
+            result = handler(request, name, version)
+            return result if isinstance(result, HttpResponse) else _guarded(result)
         if rest == ["stats"]:
             return self._get(
                 request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
             )
-        handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
-        if handler is not None:
-            return handler(request, name, version)
         return _not_found(request.path)
 
     @staticmethod

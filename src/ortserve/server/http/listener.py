@@ -46,20 +46,23 @@ class HttpListener:
         self._admission = admission
         self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit, intake)
         self._server: asyncio.Server | None = None
+        self.reuse_port = False
+        """Bind with SO_REUSEPORT (the workers of ``--workers N`` share the port)."""
+
+    def _accept(self) -> asyncio.Protocol:
+        if not self._state.limit.admit():
+            return Refusal(_TOO_MANY_CONNECTIONS, self._state.limit)
+        loop = asyncio.get_running_loop()
+        return HttpConnection(self._handler, self._limits, self._state, loop, self._budget, self._admission)
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
-        loop = asyncio.get_running_loop()
-
-        def accept() -> asyncio.Protocol:
-            if not self._state.limit.admit():
-                return Refusal(_TOO_MANY_CONNECTIONS, self._state.limit)
-            return HttpConnection(
-                self._handler, self._limits, self._state, loop, self._budget, self._admission
-            )
-
-        self._server = await listen(accept, host, port)
+        self._server = await listen(self._accept, host, port, self.reuse_port)
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def start_unix(self, path: str) -> None:
+        """Listen on a Unix socket instead (a supervisor's private channel to one worker)."""
+        self._server = await asyncio.get_running_loop().create_unix_server(self._accept, path)
 
     def stop_accepting(self) -> None:
         """Close the listening socket and every idle connection; busy ones close after answering."""

@@ -1,0 +1,208 @@
+"""The supervisor's own HTTP face: what must see every worker at once.
+
+Workers hand these requests over (on the supervisor's private Unix socket); the metrics port,
+public, answers ``/metrics`` only. Each request is asked of every worker's private socket,
+marked with the launch's token so the worker answers with its own view, and the answers are
+merged (``aggregate.py``). Model control is applied to every worker; a worker restarted later
+is brought to the same state by replaying the calls that succeeded (``WorkerLaunch.control_log``)
+before it listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
+from ortserve.server.http.methods import answer_methods, method_not_allowed
+from ortserve.supervisor.aggregate import merge_expositions, merge_index, merge_statistics, worker_requests
+from ortserve.supervisor.channel import Answer, ChannelError, request
+from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
+from ortserve.supervisor.slots import WorkerSlot
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger(__name__)
+
+_TEXT_TYPE = CONTENT_TYPE_LATEST.encode()
+_CONTROL_TIMEOUT_S = 600.0  # a large model's load and warm-up
+_READ_TIMEOUT_S = 10.0
+
+
+class Gateway:
+    """Fans requests out to the workers and merges their answers.
+
+    Args:
+        launch: where the workers' sockets are and the token that marks the supervisor's calls.
+        slots: the workers.
+    """
+
+    def __init__(self, launch: WorkerLaunch, slots: Sequence[WorkerSlot]) -> None:
+        self._launch = launch
+        self._slots = slots
+        self._control_log: dict[str, tuple[str, bytes, dict[bytes, bytes]]] = {}
+        """Per model, the last load or unload every worker accepted: replayed to restarted ones."""
+        self._control_lock = asyncio.Lock()
+
+    def public(self, request: HttpRequest) -> RouteResult:
+        """The metrics port: ``GET /metrics``, nothing else."""
+        if request.path != "/metrics":
+            return json_response(404, b'{"error":"only /metrics is served on this port"}')
+        return answer_methods(request, self._metrics_only)
+
+    def private(self, request: HttpRequest) -> RouteResult:
+        """The workers' hand-overs: metrics, statistics, repository index and control, health."""
+        return answer_methods(request, self._route)
+
+    def _metrics_only(self, request: HttpRequest) -> RouteResult:
+        if request.method != "GET":
+            return method_not_allowed("GET")
+        return self.metrics()
+
+    def _route(self, request: HttpRequest) -> RouteResult:
+        path, parts = request.path, request.path.strip("/").split("/")
+        if path == "/metrics":
+            return self._metrics_only(request)
+        if parts[:1] == ["v2"] and parts[-1:] == ["stats"] and parts[1:2] == ["models"]:
+            return self._get(request, self._statistics)
+        if path in ("/v2/health/ready", "/v2/health/live"):
+            return self._get(request, self._health)
+        if parts[:2] == ["v2", "repository"]:
+            if request.method != "POST":
+                return method_not_allowed("POST")
+            if parts[2:] == ["index"]:
+                return self._index(request)
+            if len(parts) == 5 and parts[2] == "models" and parts[4] in ("load", "unload"):
+                return self._control(request, parts[3])
+        return json_response(404, orjson.dumps({"error": f"no route for {path}"}))
+
+    @staticmethod
+    def _get(request: HttpRequest, handler: Callable[[HttpRequest], RouteResult]) -> RouteResult:
+        return handler(request) if request.method == "GET" else method_not_allowed("GET")
+
+    async def _ask(
+        self,
+        slot: WorkerSlot,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        headers: dict[bytes, bytes] | None = None,
+        timeout_s: float = _READ_TIMEOUT_S,
+    ) -> Answer:
+        marked = {**(headers or {}), TOKEN_HEADER: self._launch.token.encode()}
+        return await request(self._launch.worker_socket(slot.index), method, target, body, marked, timeout_s)
+
+    async def _ask_all(
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        headers: dict[bytes, bytes] | None = None,
+        timeout_s: float = _READ_TIMEOUT_S,
+    ) -> list[Answer | ChannelError]:
+        asked = [self._ask(slot, method, target, body, headers, timeout_s) for slot in self._slots]
+        answers = await asyncio.gather(*asked, return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, ChannelError):
+                raise answer
+        return answers  # type: ignore[return-value]
+
+    async def metrics(self) -> HttpResponse:
+        """Every worker's families merged, plus the supervisor's own (workers, restarts)."""
+        answers, readiness = await asyncio.gather(
+            self._ask_all("GET", "/metrics"), self._ask_all("GET", "/v2/health/ready")
+        )
+        ready = sum(1 for a in readiness if isinstance(a, Answer) and a.status == 200)
+        texts: list[str] = []
+        per_worker: list[tuple[WorkerSlot, float]] = []
+        for slot, answer in zip(self._slots, answers):
+            if isinstance(answer, Answer) and answer.status == 200:
+                text = answer.body.decode()
+                texts.append(text)
+                per_worker.append((slot, worker_requests(text)))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families([*merge_expositions(texts), *self._own_families(per_worker, ready)]))
+        return HttpResponse(200, [generate_latest(registry)], _TEXT_TYPE)
+
+    def _own_families(self, per_worker: list[tuple[WorkerSlot, float]], ready: int) -> list[Metric]:
+        workers = GaugeMetricFamily("ortserve_workers", "Worker processes configured (--workers)")
+        workers.add_metric([], len(self._slots))
+        up = GaugeMetricFamily("ortserve_workers_up", "Workers that answered this scrape")
+        up.add_metric([], len(per_worker))
+        ready_workers = GaugeMetricFamily("ortserve_workers_ready", "Workers whose readiness is 200")
+        ready_workers.add_metric([], ready)
+        restarts = CounterMetricFamily(
+            "ortserve_worker_restarts", "Worker processes restarted after dying", labels=["worker"]
+        )
+        requests = CounterMetricFamily(
+            "ortserve_worker_requests",
+            "Inference requests each worker process answered (since it started)",
+            labels=["worker", "pid"],
+        )
+        for slot in self._slots:
+            restarts.add_metric([str(slot.index)], slot.restarts)
+        for slot, count in per_worker:
+            requests.add_metric([str(slot.index), str(slot.pid)], count)
+        return [workers, up, ready_workers, restarts, requests]
+
+    async def _statistics(self, request: HttpRequest) -> HttpResponse:
+        answers = await self._ask_all("GET", request.path)
+        found = [orjson.loads(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
+        if not found:
+            return _first_failure(answers)
+        return json_response(200, orjson.dumps(merge_statistics(found)))
+
+    async def _health(self, request: HttpRequest) -> HttpResponse:
+        answers = await self._ask_all("GET", request.path)
+        which = request.path.rsplit("/", 1)[1]
+        healthy = all(isinstance(a, Answer) and a.status == 200 for a in answers)
+        return json_response(200 if healthy else 503, orjson.dumps({which: healthy}))
+
+    async def _index(self, request: HttpRequest) -> HttpResponse:
+        answers = await self._ask_all("POST", request.path, request.body, request.headers)
+        found = [orjson.loads(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
+        if len(found) < len(answers):
+            return _first_failure(answers)
+        try:
+            ready_only = bool(json.loads(request.body or b"{}").get("ready", False))
+        except (ValueError, AttributeError):
+            ready_only = False
+        return json_response(200, orjson.dumps(merge_index(found, ready_only)))
+
+    async def _control(self, request: HttpRequest, model: str) -> HttpResponse:
+        """Load or unload on every worker; one answer: 200 only if every worker succeeded."""
+        async with self._control_lock:  # two loads of one model must not interleave per worker
+            answers = await self._ask_all(
+                "POST", request.path, request.body, request.headers, _CONTROL_TIMEOUT_S
+            )
+            if all(isinstance(a, Answer) and a.status == 200 for a in answers):
+                self._control_log.pop(model, None)
+                self._control_log[model] = (request.path, request.body, dict(request.headers))
+                self._launch.save_control_log(list(self._control_log.values()))
+                return HttpResponse(200, [answers[0].body], answers[0].content_type)  # type: ignore[union-attr]
+        failed = sum(1 for a in answers if not (isinstance(a, Answer) and a.status == 200))
+        logger.warning("%s failed on %d of %d workers", request.path, failed, len(answers))
+        return _first_failure(answers)
+
+
+def _first_failure(answers: Sequence[Answer | ChannelError]) -> HttpResponse:
+    for answer in answers:
+        if isinstance(answer, Answer) and answer.status != 200:
+            return HttpResponse(answer.status, [answer.body], answer.content_type)
+    return json_response(503, orjson.dumps({"error": "a worker did not answer; retry"}))
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families

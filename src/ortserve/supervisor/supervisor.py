@@ -1,0 +1,165 @@
+"""The supervisor of ``--workers N``: reserve the ports, start the workers, keep them running,
+pass signals on, and serve what must see all of them (metrics, statistics, model control)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import socket
+import tempfile
+from pathlib import Path
+
+from ortserve.server.connections import ConnectionLimit
+from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.listener import HttpListener
+from ortserve.server.lifecycle import StartupError
+from ortserve.settings import ServerSettings
+from ortserve.supervisor.gateway import Gateway
+from ortserve.supervisor.plan import WorkerLaunch, reserve_port, worker_settings
+from ortserve.supervisor.slots import STARTUP_FAILED, WorkerSlot
+
+__all__ = ["Supervisor", "run_supervisor"]
+
+logger = logging.getLogger(__name__)
+
+_LIMITS = ConnectionLimits(max_body_bytes=64 * 1024 * 1024, keepalive_timeout_s=75.0)
+_STOP_MARGIN_S = 15.0
+"""Past the shutdown delay and grace, how long workers may take to exit before being killed."""
+
+
+class Supervisor:
+    """Runs ``workers`` copies of the server on the ports of ``settings``.
+
+    Args:
+        settings: the server settings as given; each worker gets ``worker_settings`` of them.
+        workers: how many worker processes (>= 1).
+    """
+
+    def __init__(self, settings: ServerSettings, workers: int) -> None:
+        self.settings = settings
+        self.workers = workers
+        self._signal: int | None = None
+        self._stopping = asyncio.Event()
+
+    def request_stop(self, number: int) -> None:
+        """The first SIGTERM/SIGINT stops restarts and is passed on; a second one is passed on
+        too (the workers then skip what is left of their shutdown delay)."""
+        self._signal = number
+        self._stopping.set()
+
+    async def run(self) -> int:
+        """Serve until a signal; returns the exit code (0 after a clean drain).
+
+        Raises:
+            StartupError: the repository is not a folder or a port cannot be bound.
+        """
+        s = self.settings
+        if not s.model_repository.is_dir():
+            raise StartupError(f"model repository {s.model_repository} is not a folder")
+        reserved = [_reserve("HTTP", s.host, s.http_port)]
+        if s.grpc_port >= 0:
+            reserved.append(_reserve("gRPC", s.host, s.grpc_port))
+        http_port = reserved[0].getsockname()[1]
+        grpc_port = reserved[1].getsockname()[1] if s.grpc_port >= 0 else -1
+        run_dir = Path(tempfile.mkdtemp(prefix="ortserve-workers-"))
+        launch = WorkerLaunch(
+            worker_settings(s, self.workers, http_port, grpc_port), run_dir, secrets.token_hex(16)
+        )
+        _write_private(run_dir / "launch.pickle", pickle.dumps(launch))
+        slots: list[WorkerSlot] = []
+        gateway = Gateway(launch, slots)
+        slots.extend(WorkerSlot(i, run_dir) for i in range(self.workers))
+        private = HttpListener(gateway.private, _LIMITS, ConnectionLimit(1024))
+        public = HttpListener(gateway.public, _LIMITS, ConnectionLimit(64))
+        try:
+            await private.start_unix(str(launch.supervisor_socket))
+            if s.metrics and s.metrics_port >= 0:
+                port = await public.start(s.host, s.metrics_port)
+                logger.info("Prometheus metrics (all workers) on http://%s:%d/metrics", s.host, port)
+            logger.info(
+                "supervisor pid %d: %d workers, %d ONNX Runtime intra-op threads each; HTTP port %d, gRPC port %d",
+                os.getpid(),
+                self.workers,
+                launch.settings.intra_op_threads,
+                http_port,
+                grpc_port,
+            )
+            return await self._supervise(slots)
+        finally:
+            for listener in (private, public):
+                listener.stop_accepting()
+                await listener.wait_closed(1.0)
+            for sock in reserved:
+                sock.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    async def _supervise(self, slots: list[WorkerSlot]) -> int:
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, self._on_signal, slots, number)
+        loop.add_signal_handler(signal.SIGHUP, _pass_on, slots, signal.SIGHUP)
+        tasks = [loop.create_task(slot.run()) for slot in slots]
+        stopping = loop.create_task(self._stopping.wait())
+        while not self._stopping.is_set():
+            await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            if any(slot.failed_start is not None for slot in slots) and not self._stopping.is_set():
+                logger.error("a worker could not start: stopping the others")
+                self._on_signal(slots, signal.SIGINT)
+                await self._wait(slots, tasks)
+                return STARTUP_FAILED
+        await self._wait(slots, tasks)
+        codes = [slot.process.returncode for slot in slots if slot.process is not None]
+        logger.info("all workers stopped (exit codes %s)", codes)
+        return 0 if all(code == 0 for code in codes) else 1
+
+    def _on_signal(self, slots: list[WorkerSlot], number: int) -> None:
+        first = not self._stopping.is_set()
+        self.request_stop(number)
+        if first:
+            logger.info("%s: stopping %d workers", signal.Signals(number).name, len(slots))
+        for slot in slots:
+            slot.stop(number)
+
+    async def _wait(self, slots: list[WorkerSlot], tasks: list[asyncio.Task[None]]) -> None:
+        s = self.settings
+        limit = s.shutdown_delay_s + s.shutdown_grace_s + _STOP_MARGIN_S
+        _, pending = await asyncio.wait(tasks, timeout=limit)
+        if pending:
+            logger.error("workers still running %.0f s after the signal: killing them", limit)
+            for slot in slots:
+                slot.kill()
+            await asyncio.wait(pending)
+
+
+def _pass_on(slots: list[WorkerSlot], number: int) -> None:
+    for slot in slots:
+        slot.signal(number)
+
+
+def _reserve(what: str, host: str, port: int) -> socket.socket:
+    try:
+        return reserve_port(host, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise StartupError(f"cannot listen for {what} on {host}:{port}: {reason}") from None
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
+
+
+def run_supervisor(settings: ServerSettings, workers: int) -> int:
+    """Run the supervisor on an event loop (uvloop when installed); returns the exit code."""
+    supervisor = Supervisor(settings, workers)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(supervisor.run())
+    return uvloop.run(supervisor.run())

@@ -1,0 +1,105 @@
+"""One worker process of ``--workers N``: today's server on the shared ports, plus a private
+Unix socket on which the supervisor asks for this worker's own metrics, statistics and model
+control. Started by the supervisor as ``python -m ortserve.supervisor.worker RUN_DIR INDEX``."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import pickle
+import signal
+import sys
+from pathlib import Path
+
+from ortserve.errors import RepositoryError
+from ortserve.logs import configure_logging
+from ortserve.server.connections import ConnectionLimit
+from ortserve.server.http.app import HttpApp
+from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.messages import HttpRequest, resolve_response
+from ortserve.server.lifecycle import Server, StartupError
+from ortserve.supervisor.link import hand_over
+from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
+from ortserve.supervisor.slots import STARTUP_FAILED
+
+__all__ = ["main", "serve_worker"]
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_PRIVATE_CONNECTIONS = 64
+
+
+async def serve_worker(launch: WorkerLaunch, index: int, restarted: bool = False) -> None:
+    """Serve until SIGTERM/SIGINT (passed on by the supervisor), then delay, drain and return.
+
+    A worker restarted beside ready ones loads its models, and replays the model control the
+    others accepted, before it listens: the kernel would send it connections at once.
+    """
+    server = Server(launch.settings)
+    hand_over(server.http_app, server.telemetry.statistics, launch)
+    private = HttpListener(
+        server.http_app,
+        ConnectionLimits(max_body_bytes=launch.settings.max_body_bytes, keepalive_timeout_s=75.0),
+        ConnectionLimit(_PRIVATE_CONNECTIONS),
+    )
+    path = launch.worker_socket(index)
+    path.unlink(missing_ok=True)  # left by the worker this one replaces
+    await private.start_unix(str(path))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, server.request_stop)
+    loop.add_signal_handler(signal.SIGINT, server.request_stop, False)
+    loop.add_signal_handler(signal.SIGHUP, server.watcher.rescan_soon)
+    if restarted:
+        await server.load()
+        await _replay(server.http_app, launch)
+        await server.listen()
+    else:
+        await server.start()
+    await server.wait_for_stop()
+    await server.withdraw()
+    await server.stop()
+    private.stop_accepting()
+    await private.wait_closed(1.0)
+
+
+async def _replay(app: HttpApp, launch: WorkerLaunch) -> None:
+    for path, body, headers in launch.control_log():
+        marked = {**headers, TOKEN_HEADER: launch.token.encode()}
+        answer = await resolve_response(app(HttpRequest("POST", path, "", marked, body)))
+        if answer.status != 200:
+            logger.warning("replaying %s answered %d", path, answer.status)
+
+
+def _die_with_parent() -> None:
+    """If the supervisor is killed (SIGKILL, OOM), this worker gets SIGTERM instead of living on."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def main() -> None:
+    run_dir, index, restarted = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "restart"
+    _die_with_parent()
+    launch: WorkerLaunch = pickle.loads((run_dir / "launch.pickle").read_bytes())
+    configure_logging(launch.settings.log_level, launch.settings.log_format)
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None  # type: ignore[assignment]
+    try:
+        if uvloop is None:
+            asyncio.run(serve_worker(launch, index, restarted))
+        else:
+            uvloop.run(serve_worker(launch, index, restarted))
+    except (StartupError, RepositoryError) as exc:
+        logger.error("worker %d: %s", index, exc)
+        sys.exit(STARTUP_FAILED)
+
+
+if __name__ == "__main__":
+    main()
