@@ -378,8 +378,7 @@ def serve(
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import RepositoryError
     from ortserve.logs import configure_logging
-    from ortserve.server.lifecycle import StartupError
-    from ortserve.server.lifecycle import serve as run_server
+    from ortserve.server.startup import StartupError
     from ortserve.settings import ServerSettings
 
     if require_signed and trusted_keys is None:
@@ -442,6 +441,8 @@ def serve(
             if code:
                 raise SystemExit(code)
         else:
+            from ortserve.server.lifecycle import serve as run_server
+
             _run(run_server(settings))
     except (StartupError, RepositoryError) as exc:  # an operator's to fix: one line, no traceback
         raise StartupFailure(str(exc)) from None

@@ -46,6 +46,7 @@ from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
 from ortserve.server.restriction import parse_restriction
+from ortserve.server.startup import StartupError
 from ortserve.settings import ServerSettings
 
 __all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "StartupError", "serve"]
@@ -288,10 +289,6 @@ class Server:
         await self.observability.stop(grace)
         self.dataplane.shared_memory.close()
         logger.info("stopped")
-
-
-class StartupError(Exception):
-    """The server cannot start for a reason the operator fixes (not a bug: no traceback)."""
 
 
 async def _bound(what: str, host: str, port: int, start: Callable[[str, int], Awaitable[_Port]]) -> _Port:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
-from ortserve.server.lifecycle import StartupError
+from ortserve.server.startup import StartupError
 from ortserve.settings import ServerSettings
 from ortserve.supervisor.gateway import Gateway
 from ortserve.supervisor.plan import WorkerLaunch, reserve_port, worker_settings
