@@ -556,8 +556,10 @@ class Scheduler:
         )
         if self._full_batch_queued():
             self._dispatch()
-        else:
+        elif self._queued_requests:
             self._dispatch_at_tick_end_once()
+        else:
+            self._after_loop_work()  # nothing waits: no dispatch to schedule
 
     def _deliver(self, batch: Sequence[_Pending], outputs: list[Array]) -> None:
         if len(batch) == 1:
