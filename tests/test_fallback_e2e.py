@@ -140,6 +140,14 @@ def test_readiness_when_degraded_follows_the_config(server: ServerProcess) -> No
     assert status == 200 and body["outputs"][0]["data"] == [2, 4, 6, 8]  # named, still answered, marked
     assert body["parameters"]["degraded"] is True
     assert get(server, "/v2/models/healthy/ready")[0] == 200
+    unnamed = urllib.request.Request(
+        f"{server.http_url}/v2/models/unready/infer", json.dumps(tensor([1, 2, 3, 4], [1, 4])).encode()
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(unnamed, timeout=30)
+    assert caught.value.code == 503
+    message = json.loads(caught.value.read())["error"]
+    assert message.startswith("model 'unready' has no ready version: version 1: fallback level 2: L0 primary")
 
 
 def test_a_version_without_a_usable_level_answers_503_with_the_reason(server: ServerProcess) -> None:

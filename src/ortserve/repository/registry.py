@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ortserve.core.model import ModelState, Servable
+from ortserve.core.model import ModelState, Servable, ServedVersion
 from ortserve.core.observer import SchedulerObserver
 from ortserve.errors import ModelNotFound, ModelNotReady
 from ortserve.repository.config import ModelConfig
@@ -26,6 +26,17 @@ __all__ = ["IndexState", "ModelEntry", "ModelRegistry", "VersionRecord"]
 logger = logging.getLogger(__name__)
 
 _SEE_LOG = " (the server log says why)"
+
+
+def _unready(versions: dict[int, Servable]) -> str:
+    """Why each loaded version is not ready (a fallback level's reason, or its state)."""
+    reasons = []
+    for number, served in sorted(versions.items()):
+        found = served.fallback_parameters() if isinstance(served, ServedVersion) else {}
+        level = found.get("fallback_level")
+        why = f"fallback level {level}: {found.get('fallback_reason', '')}" if level else served.state.value
+        reasons.append(f"version {number}: {why}")
+    return "; ".join(reasons)
 
 
 class IndexState(enum.Enum):
@@ -152,6 +163,8 @@ class ModelRegistry:
         if version is None or version == "":
             served = entry.latest_ready()
             if served is None:
+                if versions and entry.state is ModelState.READY:  # loaded, but none ready now
+                    raise ModelNotReady(f"model {name!r} has no ready version: {_unready(versions)}")
                 # The load error names files and ONNX Runtime internals: it went to the server
                 # log at load time, and the client learns only the model's state.
                 raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
