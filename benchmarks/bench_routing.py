@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--micro", action="store_true", help="Only the in-process decision cost.")
+    parser.add_argument("--cells", choices=("all", "routing", "shadow"), default="all")
     args = parser.parse_args()
     if args.micro:
         figures = asyncio.run(micro(max(args.rounds, 5)))
@@ -209,12 +210,12 @@ def main() -> None:
             shadow_state: dict[str, object] = {}
             for round_ in range(args.rounds):
                 flip = round_ % 2 == 1  # alternate which arm goes first, against drift
-                for c in (1, 64):
+                for c in (1, 64) if args.cells != "shadow" else ():
                     for model in ("small_routed", "small_mlp") if flip else ("small_mlp", "small_routed"):
                         result = bench(server, model, small, c, args.seconds, Path(scratch) / "r.json")
                         cells.setdefault(f"{model} c={c}", []).append(result)
                 arms = (("shadow off", SHADOW_OFF), ("shadow on", SHADOW_ON))
-                for label, policy in reversed(arms) if flip else arms:
+                for label, policy in (reversed(arms) if flip else arms) if args.cells != "routing" else ():
                     put(server, "heavy_mlp", policy)
                     result = bench(server, "heavy_mlp", heavy, 16, args.seconds, Path(scratch) / "r.json")
                     cells.setdefault(f"heavy_mlp c=16 {label}", []).append(result)
@@ -230,6 +231,7 @@ def main() -> None:
         "shadow on/off c=16 p99": ("heavy_mlp c=16 shadow on", "heavy_mlp c=16 shadow off", "p99_ms"),
         "shadow on/off c=16 req/s": ("heavy_mlp c=16 shadow on", "heavy_mlp c=16 shadow off", "rate"),
     }
+    pairs = {name: pair for name, pair in pairs.items() if pair[0] in cells}
     # The ratio of each round's two arms (measured seconds apart), then the median over rounds.
     ratios = {
         name: statistics.median(a[key] / b[key] for a, b in zip(cells[arm], cells[base], strict=True))

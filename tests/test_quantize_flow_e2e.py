@@ -51,9 +51,11 @@ def test_quantize_then_shadow_then_canary_then_rollout(demo_repository: Path, tm
         # 1. shadow: every request also runs on the INT8 version; clients keep getting version 1
         routing(server, "PUT", {"split": {"1": 100}, "shadow": {"version": "2", "fraction": 1.0}})
         assert {infer(client, f"u{i}") for i in range(30)} == {"1"}
-        time.sleep(0.2)  # the last comparisons run after the answers
+        deadline = time.monotonic() + 20  # copies are gathered (up to 100 ms), then compared
+        while sum(routing(server)["shadow"]["compared"].values()) < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
         [divergence] = routing(server)["shadow"]["divergence"]
-        assert divergence["pairs"] >= 25 and divergence["max_abs_diff"] < 0.5
+        assert divergence["pairs"] == 30 and divergence["max_abs_diff"] < 0.5
         # 2. canary, rolled out while its divergence and error rate stay within the guards
         guards = {"max_divergence": 0.5, "compare_fraction": 1.0, "max_p99_ratio": None, "max_error_rate": 0}
         rollout = {"candidate": "2", "baseline": "1", "steps": [25, 100], "interval": 0.3, "min_requests": 10}

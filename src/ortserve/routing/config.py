@@ -83,13 +83,13 @@ class ShadowConfig(_Strict):
 
     version: Version
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.1
-    max_inflight: Annotated[int, Field(ge=1, le=4096)] = 32
+    max_inflight: Annotated[int, Field(ge=1, le=4096)] = 128
     """Shadow requests running at once; beyond it a copy is dropped (counted)."""
     timeout: Duration = 1.0
     """A shadow request still queued after this is dropped by its scheduler (504, counted)."""
-    batch: Annotated[int, Field(ge=1, le=1024)] = 8
+    batch: Annotated[int, Field(ge=1, le=1024)] = 32
     """Rows of copies gathered into one shadow request (1: each copy runs alone)."""
-    max_delay: Duration = 0.05
+    max_delay: Duration = 0.1
     """Longest a copy waits for company before its shadow request is sent."""
     capture_dir: Annotated[str, Field(min_length=1)] | None = None
     """Write the most divergent requests here in the capture format (``ortserve replay``)."""
