@@ -130,7 +130,7 @@ def test_the_control_endpoint_is_restricted_and_shows_counts_roles_and_divergenc
         index = {
             row["version"]: row["reason"] for row in client.get_model_repository_index() if row["name"] == "r"
         }
-        assert index == {"1": "active", "2": "canary", "3": "shadow"}
+        assert index == {"1": "active", "2": "canary (30%)", "3": "shadow"}
         assert client.get_model_metadata("r")["parameters"]["roles"]["3"] == "shadow"
 
 
@@ -179,6 +179,13 @@ def test_a_diverging_candidate_is_rolled_back_and_marked_rejected(server: Server
     assert state["rollout"]["state"] == "rejected"
     assert "max_divergence" in state["rollout"]["reason"]
     assert state["roles"]["2"] == "rejected"
+    with contextlib.closing(httpclient.InferenceServerClient(server.http_address)) as client:
+        [reason] = [
+            r["reason"]
+            for r in client.get_model_repository_index()
+            if r["name"] == "r" and r["version"] == "2"
+        ]
+        assert reason.startswith("rejected: rolled back at 50%: max_divergence")
     assert {http_version(server, headers={"X-User-ID": f"z{i}"}) for i in range(10)} == {"1"}
     assert "rollout of version 2 rolled back" in Path(server.log_path).read_text()
     control(server, "DELETE")

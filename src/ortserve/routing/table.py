@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from ortserve.errors import InvalidInput
 from ortserve.loadtest.capture import Capture
 from ortserve.repository.registry import ModelRegistry
+from ortserve.routing.buckets import BUCKETS
 from ortserve.routing.config import RoutingConfig
 from ortserve.routing.keeper import DivergentPairs
 from ortserve.routing.policy import Policy
@@ -127,8 +128,22 @@ class RoutingTable:
         return {} if router is None else router.roles()
 
     def role_names(self, name: str) -> dict[str, str]:
-        """``roles`` by value (the repository index's reasons)."""
-        return {version: role.value for version, role in self.roles(name).items()}
+        """The repository index's reasons: each role, a canary's share, a rejection's reason."""
+        router = self.routers.get(name)
+        if router is None:
+            return {}
+        shares: dict[str, int] = {}
+        for found in router.ranges():
+            shares[found.version] = shares.get(found.version, 0) + found.end - found.start
+        named = {}
+        for version, role in router.roles().items():
+            text = role.value
+            if role is Role.CANARY:
+                text += f" ({100 * shares.get(version, 0) / BUCKETS:g}%)"
+            elif role is Role.REJECTED and router.rollout is not None:
+                text += f": {router.rollout.reason}"
+            named[version] = text
+        return named
 
     def _lowest_priority(self, name: str) -> int:
         entry = self.registry.find(name)
