@@ -86,7 +86,7 @@ def _workers_ready(server_metrics_url: str, n: int, timeout_s: float = 300) -> N
 def scaling(args: argparse.Namespace) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     write_demo_repository(root / "models")
-    results: dict[str, list[dict[str, float]]] = {}
+    results: dict[str, list[dict[str, object]]] = {}
     for _ in range(args.rounds):
         for n in args.workers:
             extra = ["--workers", str(n), "--shutdown-delay", "0"]
@@ -119,10 +119,12 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
                         # a ratio between worker counts, not an absolute cost.
                         "server_cpu_ms_per_request": 1000 * cpu / max(served, 1) / (1 + 2 / args.duration),
                         "errors": level["errors"],
+                        "statuses": level["statuses"],
                     }
                 )
     medians = {
-        n: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for n, runs in results.items()
+        n: {k: statistics.median(float(r[k]) for r in runs) for k in runs[0] if k != "statuses"}  # type: ignore[arg-type]
+        for n, runs in results.items()
     }
     return {"runs": results, "medians": medians}
 
