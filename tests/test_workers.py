@@ -97,6 +97,23 @@ def test_model_control_reaches_every_worker(workers: ServerProcess) -> None:
     assert all(infer(workers, "later") == (200, [3.0] * 4) for _ in range(20))  # on both workers
 
 
+def test_grpc_statistics_and_model_control_see_every_worker(workers: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(workers.grpc_address)
+    http = httpclient.InferenceServerClient(workers.http_address)
+    assert all(infer(workers, "scaled")[0] == 200 for _ in range(10))
+    over_grpc = client.get_inference_statistics("scaled", as_json=True)["model_stats"][0]
+    over_http = http.get_inference_statistics("scaled")["model_stats"][0]
+    assert int(over_grpc["inference_count"]) == int(over_http["inference_count"])
+    client.unload_model("later")
+    assert _states(http)["later"] == "UNAVAILABLE"
+    assert all(infer(workers, "later")[0] != 200 for _ in range(10))  # gone from both workers
+    client.load_model("later")
+    index = {row["name"]: row["state"] for row in client.get_model_repository_index(as_json=True)["models"]}
+    assert index == {"scaled": "READY", "later": "READY"}
+    assert all(infer(workers, "later") == (200, [3.0] * 4) for _ in range(20))
+    client.close()
+
+
 def test_killed_worker_is_restarted_and_the_server_stays_ready(workers: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(workers.http_address)
     client.load_model("later")

@@ -31,6 +31,7 @@ from ortserve.routing.table import RoutingTable
 from ortserve.server.collector import freeze_startup_heap
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
+from ortserve.server.grpc.service import InferenceService
 from ortserve.server.http.admission import EarlyRefusal
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
@@ -167,6 +168,11 @@ class Server:
         self.bound: _Bound | None = None
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
+
+    @property
+    def grpc_service(self) -> InferenceService | None:
+        """The gRPC service (None with gRPC off), for a worker of ``--workers N`` to extend."""
+        return None if self._grpc is None else self._grpc.service
 
     async def start(self) -> None:
         """Check the repository, listen (liveness answers while models load), then load it.

@@ -40,6 +40,13 @@ class ModelControl:
             self._manager.registry, self._manager.settings.model_repository, ready_only, self.roles
         )
 
+    async def index_view(self, ready_only: bool) -> list[IndexRow]:
+        """The index as the server as a whole sees it (a worker of ``--workers N`` asks all).
+
+        Raises: RepositoryError (the repository folder is gone).
+        """
+        return self.index(ready_only)
+
     async def load(self, name: str, config_json: str | None) -> None:
         """Load or reload ``name``; ``config_json`` (Triton JSON) replaces its config files.
 

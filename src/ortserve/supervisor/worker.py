@@ -20,7 +20,7 @@ from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, resolve_response
 from ortserve.server.lifecycle import Server, StartupError
-from ortserve.supervisor.link import hand_over
+from ortserve.supervisor.link import SupervisedControl, hand_over, statistics_view
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
 from ortserve.supervisor.slots import STARTUP_FAILED
 
@@ -40,6 +40,10 @@ async def serve_worker(launch: WorkerLaunch, index: int, restarted: bool = False
     """
     server = Server(launch.settings)
     hand_over(server.http_app, server.telemetry.statistics, launch)
+    service = server.grpc_service
+    if service is not None:  # gRPC's statistics and repository calls see every worker too
+        service.control = SupervisedControl(server.manager, launch)
+        service.statistics_view = statistics_view(launch)
     private = HttpListener(
         server.http_app,
         ConnectionLimits(max_body_bytes=launch.settings.max_body_bytes, keepalive_timeout_s=75.0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
 from ortserve.core.dataplane import DataPlane
@@ -28,8 +28,11 @@ from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
 from ortserve.server.grpc.errors import INTERNAL_MESSAGE, log_internal
 from ortserve.server.model_control import ModelControl
 from ortserve.server.restriction import Restriction
-from ortserve.statistics import ServerStatistics
+from ortserve.statistics import ServerStatistics, StatisticsSnapshot
 from ortserve.telemetry import RequestScope, Telemetry
+
+StatisticsView = Callable[[str | None, str | None], Awaitable[list[StatisticsSnapshot]]]
+"""Statistics of a model (or all), from somewhere other than this process's totals."""
 
 __all__ = ["INFERENCE_SERVICE", "InferenceService"]
 
@@ -54,6 +57,8 @@ class InferenceService:
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
         self.control: ModelControl | None = None
+        self.statistics_view: StatisticsView | None = None
+        """Set in a worker of ``--workers N``: the statistics of every worker, merged."""
         """Set by the server: the repository extension and the model configuration API."""
         self.restriction: Restriction | None = None
         """The metadata repository calls must carry (``--grpc-restricted-protocol``)."""
@@ -101,9 +106,15 @@ class InferenceService:
 
     def model_statistics(
         self, request: pb.ModelStatisticsRequest, call: GrpcCall
-    ) -> pb.ModelStatisticsResponse:
+    ) -> pb.ModelStatisticsResponse | Coroutine[Any, Any, pb.ModelStatisticsResponse]:
+        if self.statistics_view is not None:  # a worker of --workers N: every worker's totals
+            return self._statistics_of_all(request.name or None, request.version or None)
         snapshots = self._telemetry.statistics.snapshot(request.name or None, request.version or None)
         return encode_model_statistics(snapshots)
+
+    async def _statistics_of_all(self, name: str | None, version: str | None) -> pb.ModelStatisticsResponse:
+        assert self.statistics_view is not None
+        return encode_model_statistics(await self.statistics_view(name, version))
 
     def shm_status(
         self, request: pb.SystemSharedMemoryStatusRequest, call: GrpcCall
@@ -126,11 +137,11 @@ class InferenceService:
         config = self._control().config(request.name, request.version or None)
         return pb.ModelConfigResponse(config=config)
 
-    def repository_index(
+    async def repository_index(
         self, request: pb.RepositoryIndexRequest, call: GrpcCall
     ) -> pb.RepositoryIndexResponse:
         self._check_restricted(call)
-        rows = self._control().index(request.ready)
+        rows = await self._control().index_view(request.ready)
         models = [
             pb.RepositoryIndexResponse.ModelIndex(
                 name=r.name, version=r.version, state=r.state, reason=r.reason
