@@ -1,0 +1,1 @@
+"""Execution-provider faults: classification, breakers, fallback levels, fault injection, GPU health."""
