@@ -389,9 +389,10 @@ def serve(
     configure_logging(log_level, log_format)
     if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
         from ortserve.demo import write_demo_repository
+        from ortserve.llm.demo import write_demo_llm
 
         logger.info("writing the demo models into %s (this takes a few seconds)", model_repository)
-        names = write_demo_repository(model_repository)
+        names = [*write_demo_repository(model_repository), write_demo_llm(model_repository)]
         logger.info("wrote the demo models: %s", ", ".join(names))
     settings = ServerSettings(
         model_repository=model_repository,
@@ -460,10 +461,11 @@ def _run(coro: object) -> None:
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def demo(directory: Path) -> None:
-    """Write the demo model repository (seeded MLPs) into DIRECTORY."""
+    """Write the demo model repository (seeded MLPs, seed apps, a small LLM) into DIRECTORY."""
     from ortserve.demo import write_demo_repository
+    from ortserve.llm.demo import write_demo_llm
 
-    names = write_demo_repository(directory)
+    names = [*write_demo_repository(directory), write_demo_llm(directory)]
     click.echo(f"wrote {', '.join(names)} to {directory}")
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ortserve.errors import ConfigError
 from ortserve.repository.resilience_config import FallbackConfig, FaultConfig, InputConstraint
 from ortserve.routing.config import RoutingConfig
+from ortserve.llm.config import LlmConfig
 
 __all__ = [
     "BatchingConfig",
@@ -113,6 +114,10 @@ class ModelConfig(_Strict):
     """Let ONNX Runtime copy weights into its kernels' preferred layout at load (faster large
     batches). False keeps external-data weights as memory-mapped file pages: no second copy,
     a much faster load (see README, "Large models")."""
+    kind: Literal["onnx", "llm"] = "onnx"
+    """``llm``: a decoder-only text generator in Optimum's layout, served on the OpenAI routes."""
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    """Generation bounds (``kind: llm`` only)."""
     default_model_filename: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,255}$")] = "model.onnx"
     """The model file inside each version folder (Triton's field of the same name)."""
     providers_strict: bool = False

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from ortserve.core.model import ModelState, Servable
 from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
+from ortserve.llm.loader import load_llm_version
 from ortserve.pipeline.contract import PipelineContext
 from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
@@ -277,14 +278,12 @@ class LifecycleManager:
                 logger.info(
                     "model %s version %d: %s", name, number, "signature verified" if signed else "unsigned"
                 )
-            served = await load_version(
-                name,
-                number,
-                snapshot.model_file(number, config.default_model_filename),
-                config,
-                self.settings,
-                observer,
-            )
+            model_file = snapshot.model_file(number, config.default_model_filename)
+            served: Servable
+            if config.kind == "llm":  # generation is another servable, with its own engine
+                served = await load_llm_version(name, number, model_file, config, self.settings)
+            else:
+                served = await load_version(name, number, model_file, config, self.settings, observer)
         except OrtServeError as exc:
             return self._version_failed(name, number, files, exc.message)
         except Exception as exc:  # ONNX Runtime's own load errors: logged, this version fails alone

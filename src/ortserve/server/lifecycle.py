@@ -19,6 +19,7 @@ from ortserve.core.cpus import usable_cpus
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
+from ortserve.llm.stats import LlmCollector
 from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
@@ -35,7 +36,9 @@ from ortserve.server.grpc.service import InferenceService
 from ortserve.server.http.admission import EarlyRefusal
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.generate_routes import add_generate_routes
 from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.openai_routes import add_openai_routes, llm_versions
 from ortserve.server.http.openapi_routes import add_openapi_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.repository_routes import add_repository_routes
@@ -109,6 +112,11 @@ class Server:
         self.observability.add_routes(self.http_app)
         add_shared_memory_routes(self.http_app, shared_memory)
         add_openapi_routes(self.http_app, __version__)
+        add_openai_routes(self.http_app, self.registry)
+        if self.observability.metrics is not None:
+            registry = self.registry
+            self.observability.metrics.registry.register(LlmCollector(lambda: llm_versions(registry)))
+        add_generate_routes(self.http_app, self.registry)
         self.control = ModelControl(self.manager, settings.model_control_mode)
         http_restricted = (
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}

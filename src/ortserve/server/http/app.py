@@ -39,7 +39,7 @@ __all__ = ["BUILTIN_ROUTES", "HttpApp", "ModelRouteHandler", "Operation", "Route
 
 RouteHandler = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponse]]
 SectionHandler = Callable[[HttpRequest, list[str]], HttpResponse | Coroutine[Any, Any, HttpResponse]]
-ModelRouteHandler = Callable[[HttpRequest, str, str | None], HttpResponse | Coroutine[Any, Any, HttpResponse]]
+ModelRouteHandler = Callable[[HttpRequest, str, str | None], "RouteResult"]
 Operation = dict[str, Any]
 """An OpenAPI operation object describing a route added to the app."""
 
@@ -132,11 +132,21 @@ class HttpApp:
         """Every (method, path template) served, with the operation given when it was added."""
         return {**dict.fromkeys(BUILTIN_ROUTES), **self._added}
 
-    def add_model_route(self, method: str, last: str, handler: ModelRouteHandler) -> None:
-        """Hand ``/v2/models/<m>[/versions/<v>]/<last>`` to ``handler`` with the model and version."""
+    def add_model_route(
+        self,
+        method: str,
+        last: str,
+        handler: ModelRouteHandler,
+        operation: Callable[[str], Operation] | None = None,
+    ) -> None:
+        """Hand ``/v2/models/<m>[/versions/<v>]/<last>`` to ``handler`` with the model and version.
+
+        ``operation`` describes the route given its path template, for /openapi.json.
+        """
         self._model_routes[last] = handler
         for template in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-            self._added[(method, f"{template}/{last}")] = None
+            path = f"{template}/{last}"
+            self._added[(method, path)] = None if operation is None else operation(path)
 
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:
@@ -194,9 +204,7 @@ class HttpApp:
             return _health_response(_READY, self._dataplane.ready())
         return _not_found(request.path)
 
-    def _model_route(
-        self, request: HttpRequest, parts: list[str]
-    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
+    def _model_route(self, request: HttpRequest, parts: list[str]) -> RouteResult:
         name, rest = parts[0], parts[1:]
         version: str | None = None
         if len(rest) >= 2 and rest[0] == "versions":

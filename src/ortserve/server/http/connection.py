@@ -127,6 +127,7 @@ class HttpConnection(asyncio.Protocol):
         self._parked = False  # the intake governor paused reading (the loop is saturated)
         self._parked_at = 0.0
         self._intake = state.intake
+        self._drained: asyncio.Future[None] | None = None  # a stream waits here for the client
         self._timer: asyncio.TimerHandle | None = None
         self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s)
         self._phase = _IDLE
@@ -161,6 +162,8 @@ class HttpConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
         if not self._queue:
             self._resume_reading()
 
@@ -337,8 +340,8 @@ class HttpConnection(asyncio.Protocol):
                 result = HttpResponse(500, [encode_error("internal server error")])
             del request  # a deferred answer's callbacks hold what they need of it
             if isinstance(result, HttpResponse):
-                self._write(result, keep_alive)
-                self._answered()
+                if not self._respond(result, keep_alive):
+                    return
                 continue
             if isinstance(result, DeferredResponse):
                 self._task = result.future
@@ -370,9 +373,8 @@ class HttpConnection(asyncio.Protocol):
         except Exception:
             logger.exception("unhandled error while building an HTTP response")
             response = HttpResponse(500, [encode_error("internal server error")])
-        self._write(response, keep_alive)
-        self._answered()
-        self._next()
+        if self._respond(response, keep_alive):
+            self._next()
 
     def _on_done(self, task: asyncio.Task[HttpResponse], *, keep_alive: bool) -> None:
         self._task = None
@@ -384,7 +386,57 @@ class HttpConnection(asyncio.Protocol):
             response = HttpResponse(500, [encode_error("internal server error")])
         else:
             response = task.result()
-        self._write(response, keep_alive)
+        if self._respond(response, keep_alive):
+            self._next()
+
+    def _respond(self, response: HttpResponse, keep_alive: bool) -> bool:
+        """Write ``response``; False when its body streams (the stream then answers and moves on)."""
+        if response.stream is None or response.omit_body or self._transport is None or self._closed:
+            self._write(response, keep_alive)
+            self._answered()
+            return True
+        task = self._loop.create_task(self._pump(response, keep_alive and not self._state.closing))
+        self._task = task
+        task.add_done_callback(functools.partial(self._streamed, keep_alive=keep_alive))
+        return False
+
+    async def _pump(self, response: HttpResponse, keep_alive: bool) -> None:
+        """Send the head, then each piece of the stream as a chunk as soon as it exists."""
+        transport = self._transport
+        stream = response.stream
+        assert transport is not None and stream is not None
+        head = [_status_line(response.status), b"content-type: ", response.content_type, b"\r\n"]
+        head += [name + b": " + value + b"\r\n" for name, value in response.headers]
+        head.append(
+            b"transfer-encoding: chunked\r\n" + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n"
+        )
+        transport.writelines([b"".join(head)] + [b"%x\r\n%s\r\n" % (len(c), c) for c in response.chunks if c])
+        try:
+            async for piece in stream:
+                if self._closed:
+                    return
+                if piece:
+                    transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                if self._write_paused:  # the client reads slower than we produce: wait for it
+                    self._drained = self._loop.create_future()
+                    await self._drained
+            transport.write(b"0\r\n\r\n")
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    def _streamed(self, task: asyncio.Task[None], *, keep_alive: bool) -> None:
+        self._task = None
+        if task.cancelled() or self._closed:
+            return
+        error = task.exception()
+        if error is not None:  # the head is out: all that is left is to hang up
+            logger.error("streamed HTTP response failed", exc_info=error)
+            self._close()
+            return
+        if not keep_alive or self._state.closing:
+            self._close()
         self._answered()
         self._next()
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import math
 
+import orjson
+
 from ortserve.errors import OrtServeError, Overloaded
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.http.messages import HttpResponse, json_response
 
-__all__ = ["error_response", "internal_error_response"]
+__all__ = ["error_response", "internal_error_response", "openai_error_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,3 +29,17 @@ def internal_error_response(exc: BaseException) -> HttpResponse:
     """A 500 that tells the client nothing of the internals; the traceback goes to the log."""
     logger.error("internal error while handling a request", exc_info=exc)
     return json_response(500, encode_error("internal server error"))
+
+
+_OPENAI_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
+                 429: "rate_limit_exceeded", 503: "service_unavailable", 504: "timeout"}  # fmt: skip
+
+
+def openai_error_response(error: OrtServeError) -> HttpResponse:
+    """The same status and Retry-After as ``error_response``, in OpenAI's error shape."""
+    response = error_response(error)
+    kind = _OPENAI_TYPES.get(error.http_status, "server_error")
+    code = "model_not_found" if error.http_status == 404 else None
+    body = {"error": {"message": error.message, "type": kind, "param": None, "code": code}}
+    response.chunks = [orjson.dumps(body)]
+    return response

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,9 @@ class HttpResponse:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     omit_body: bool = False
     """An answer to HEAD: ``content-length`` is the body's, but the body is not sent."""
+    stream: AsyncIterator[bytes] | None = None
+    """A body sent as it is produced (chunked), after ``chunks``: server-sent events. The
+    connection closes the iterator when the client goes away."""
 
 
 def json_response(status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:

@@ -1,0 +1,105 @@
+"""Turning an LLM version folder into a running LlmVersion: files, session, checks, warm-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from ortserve.core.session import build_session, plan_session
+from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
+from ortserve.llm.layout import LlmFiles, check_graph, read_llm_files
+from ortserve.llm.prefix_cache import PrefixCache
+from ortserve.llm.sequence import GenerationEvent, Sequence
+from ortserve.llm.servable import LlmVersion, llm_info
+from ortserve.llm.tokenizer import TextTokenizer
+from ortserve.repository.config import ModelConfig
+from ortserve.settings import ServerSettings
+
+__all__ = ["load_llm_version"]
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass(slots=True)
+class _Prepared:
+    files: LlmFiles
+    decoder: DecoderSession
+    tokenizer: TextTokenizer
+    providers: tuple[str, ...]
+
+
+def _signature(args: list[ort.NodeArg]) -> dict[str, tuple[str, list[object]]]:
+    return {a.name: (a.type, list(a.shape)) for a in args}
+
+
+def _prepare(path: Path, config: ModelConfig, settings: ServerSettings) -> _Prepared:
+    files = read_llm_files(path.parent)
+    tokenizer = TextTokenizer(path.parent, files.tokenizer_config)
+    plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
+    session = build_session(path, plan)
+    layout = check_graph(files, _signature(session.get_inputs()), _signature(session.get_outputs()))
+    return _Prepared(files, DecoderSession(session, layout), tokenizer, tuple(session.get_providers()))
+
+
+def _default_max_tokens(files: LlmFiles, config: ModelConfig) -> int:
+    if config.llm.default_max_tokens is not None:
+        return config.llm.default_max_tokens
+    value = files.generation.get("max_new_tokens")
+    return value if isinstance(value, int) and value > 0 else _DEFAULT_MAX_TOKENS
+
+
+async def load_llm_version(
+    name: str, version: int, path: Path, config: ModelConfig, settings: ServerSettings
+) -> LlmVersion:
+    """Check and load the version in a worker thread, warm it up, start its decode thread.
+
+    Raises:
+        ConfigError: a missing file or a graph outside the Optimum decoder layout (the reason).
+        Exception: what ONNX Runtime raises for an unloadable model.
+    """
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    prepared = await asyncio.to_thread(_prepare, path, config, settings)
+    llm = config.llm
+    context = min(
+        llm.max_context_len or prepared.files.max_position_embeddings, prepared.files.max_position_embeddings
+    )
+    limits = EngineLimits(llm.max_num_seqs, llm.max_waiting, context, llm.prefill_tokens_per_step)
+    cache = PrefixCache(llm.kv_cache_bytes, llm.context_ttl_s, time.monotonic, llm.prefix_block_tokens)
+    holder: list[LlmVersion] = []
+
+    def sink(events: list[tuple[Sequence, GenerationEvent]]) -> None:
+        holder[0].sink(events)
+
+    engine = GenerationEngine(prepared.decoder, limits, cache, sink)
+    await asyncio.to_thread(engine.warm_up)
+    eos = prepared.files.eos_token_ids
+    if not eos and prepared.tokenizer.eos_token:
+        found = prepared.tokenizer.token_id(prepared.tokenizer.eos_token)
+        eos = () if found is None else (found,)
+    served = LlmVersion(
+        llm_info(name, str(version), prepared.providers),
+        engine,
+        prepared.tokenizer,
+        eos,
+        context,
+        _default_max_tokens(prepared.files, config),
+        loop,
+    )
+    holder.append(served)
+    engine.start(f"{name}-{version}")
+    logger.info(
+        "loaded llm %s version %d: %d layers, %d kv heads x %d, context %d, max_num_seqs %d, "
+        "prefix cache %d bytes, warmed up in %.2f s",
+        name, version, prepared.decoder.layout.layers, prepared.decoder.layout.kv_heads,
+        prepared.decoder.layout.head_dim, context, llm.max_num_seqs, llm.kv_cache_bytes,
+        time.perf_counter() - started,
+    )  # fmt: skip
+    return served

@@ -1,0 +1,146 @@
+"""One generation request as the engine sees it: its tokens, sampler, text and stop rules."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence as Tokens
+from dataclasses import dataclass, field
+
+from ortserve.llm.sampler import F32, SamplingParams, TokenSampler
+from ortserve.llm.tokenizer import Detokenizer, TextTokenizer
+
+__all__ = ["GenerationEvent", "Sequence"]
+
+
+@dataclass(slots=True)
+class GenerationEvent:
+    """What one step produced for one sequence: new text (stop strings held back), the new
+    tokens and their log-probabilities, and the finish reason once it is over."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    """"stop" (EOS or a stop string), "length" (max_tokens or the context), "abort", "error"."""
+    error: str | None = None
+
+
+class Sequence:
+    """A request being generated; written by the engine thread, except ``cancel``.
+
+    Args:
+        prompt: the prompt's token ids.
+        params: sampling and stopping.
+        tokenizer: for incremental detokenization.
+        eos_ids: tokens that end generation (unless ``params.ignore_eos``).
+        max_context_len: prompt plus output tokens at most.
+    """
+
+    def __init__(
+        self,
+        prompt: Tokens[int],
+        params: SamplingParams,
+        tokenizer: TextTokenizer,
+        eos_ids: tuple[int, ...],
+        max_context_len: int,
+    ) -> None:
+        self.prompt = list(prompt)
+        self.params = params
+        self.output: list[int] = []
+        self.cached_tokens = 0
+        self.finish_reason: str | None = None
+        self._sampler = TokenSampler(params)
+        self._detokenizer = Detokenizer(tokenizer, self.prompt)
+        self._stop_ids = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else frozenset(eos_ids)
+        )
+        self._max_context = max_context_len
+        self._text = ""
+        self._sent = 0
+        self._cancelled = threading.Event()
+        self.pending = GenerationEvent()
+
+    def cancel(self) -> None:
+        """The client went away: the engine drops the sequence at its next step (any thread)."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    @property
+    def length(self) -> int:
+        """Tokens whose keys and values the model has (or will have after this step)."""
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def last_token(self) -> int:
+        return self.output[-1]
+
+    def accept(self, logits: F32) -> None:
+        """Sample the next token from ``logits`` and apply the stop rules."""
+        token, logprob = self._sampler.sample(logits)
+        if token in self._stop_ids:
+            self._finish("stop")
+            return
+        self.output.append(token)
+        self.pending.token_ids.append(token)
+        if self.params.logprobs:
+            self.pending.logprobs.append(logprob)
+        self._text += self._detokenizer.add(token)
+        if self.params.stop and self._cut_at_stop():
+            self._finish("stop")
+            return
+        if len(self.output) >= self.params.max_tokens or self.length >= self._max_context:
+            self._finish("length")
+            return
+        self._release(self._safe_end())
+
+    def abort(self, reason: str = "abort", error: str | None = None) -> None:
+        self.pending.error = error
+        self._finish(reason)
+
+    def take_event(self) -> GenerationEvent | None:
+        """The event accumulated since the last call, if it says anything."""
+        event = self.pending
+        if not event.text and not event.token_ids and event.finish_reason is None:
+            return None
+        self.pending = GenerationEvent()
+        return event
+
+    def _cut_at_stop(self) -> bool:
+        longest = max(len(s) for s in self.params.stop)
+        start = max(0, self._sent - longest)
+        found = [i for s in self.params.stop if (i := self._text.find(s, start)) >= 0]
+        if not found:
+            return False
+        self._text = self._text[: min(found)]
+        return True
+
+    def _safe_end(self) -> int:
+        """How much text can be sent: not a tail that may still grow into a stop string."""
+        end = len(self._text)
+        for stop in self.params.stop:
+            for size in range(min(len(stop) - 1, end), 0, -1):
+                if self._text.endswith(stop[:size]):
+                    end = min(end, len(self._text) - size)
+                    break
+        return end
+
+    def _release(self, end: int) -> None:
+        if end > self._sent:
+            self.pending.text += self._text[self._sent : end]
+            self._sent = end
+
+    def _finish(self, reason: str) -> None:
+        self._release(len(self._text))
+        self.finish_reason = reason
+        self.pending.finish_reason = reason
+
+    @property
+    def text(self) -> str:
+        return self._text

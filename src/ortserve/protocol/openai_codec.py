@@ -1,0 +1,248 @@
+"""OpenAI's completion and chat-completion wire bodies (and server-sent events): pure functions.
+
+Requests are checked field by field with errors naming the field; answers are built as the
+official ``openai`` client parses them (ids, ``object`` names, ``usage`` with
+``prompt_tokens_details.cached_tokens``, ``data: [DONE]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from ortserve.errors import InvalidInput
+
+__all__ = [
+    "DONE",
+    "ChatRequest",
+    "CompletionRequest",
+    "Usage",
+    "chat_chunk",
+    "chat_response",
+    "completion_chunk",
+    "completion_response",
+    "error_body",
+    "models_body",
+    "parse_chat",
+    "parse_completion",
+    "sse",
+]
+
+DONE = b"data: [DONE]\n\n"
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    def body(self) -> dict[str, object]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: list[dict[str, object]]
+    stream: bool
+    include_usage: bool
+    fields: dict[str, object]
+    """Every field, for the sampling parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    model: str
+    prompt: str | list[int]
+    stream: bool
+    include_usage: bool
+    echo: bool
+    fields: dict[str, object]
+
+
+def _object(body: bytes) -> dict[str, object]:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"the body is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidInput("the body must be a JSON object")
+    return value
+
+
+def _common(fields: dict[str, object]) -> tuple[str, bool, bool]:
+    model = fields.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("model: a model name is required")
+    stream = fields.get("stream", False)
+    if not isinstance(stream, bool | None):
+        raise InvalidInput("stream must be a boolean")
+    n = fields.get("n", 1)
+    if n not in (1, None):
+        raise InvalidInput("n: only 1 choice per request is supported")
+    options = fields.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return model, bool(stream), include_usage
+
+
+def _content(message: dict[str, object], index: int) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise InvalidInput(f"messages[{index}].content: only text parts are supported")
+            texts.append(str(part["text"]))
+        return "".join(texts)
+    raise InvalidInput(f"messages[{index}].content must be a string or a list of text parts")
+
+
+def parse_chat(body: bytes) -> ChatRequest:
+    """A chat-completion request.
+
+    Raises:
+        InvalidInput: naming the field that is wrong.
+    """
+    fields = _object(body)
+    model, stream, include_usage = _common(fields)
+    raw = fields.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("messages: a non-empty list of messages is required")
+    messages = []
+    for index, message in enumerate(raw):
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            raise InvalidInput(f"messages[{index}].role must be one of {sorted(_ROLES)}")
+        messages.append({"role": message["role"], "content": _content(message, index)})
+    return ChatRequest(model, messages, stream, include_usage, fields)
+
+
+def parse_completion(body: bytes) -> CompletionRequest:
+    """A (legacy) completion request: ``prompt`` is a string, token ids, or a list of one string.
+
+    Raises:
+        InvalidInput: naming the field that is wrong.
+    """
+    fields = _object(body)
+    model, stream, include_usage = _common(fields)
+    prompt = fields.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        tokens: str | list[int] = [int(t) for t in prompt]
+    elif isinstance(prompt, str):
+        tokens = prompt
+    else:
+        raise InvalidInput("prompt must be a string or a list of token ids (one prompt per request)")
+    return CompletionRequest(model, tokens, stream, include_usage, fields.get("echo") is True, fields)
+
+
+def sse(payload: dict[str, object]) -> bytes:
+    """One server-sent event carrying ``payload`` as JSON."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def chat_response(
+    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage
+) -> bytes:
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage.body(),
+        }
+    )
+
+
+def chat_chunk(
+    request_id: str,
+    created: int,
+    model: str,
+    delta: dict[str, object],
+    finish: str | None,
+    usage: Usage | None = None,
+) -> bytes:
+    choices = (
+        [] if usage is not None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    )
+    payload: dict[str, object] = {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": choices,
+    }
+    if usage is not None:
+        payload["usage"] = usage.body()
+    return sse(payload)
+
+
+def completion_response(
+    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage
+) -> bytes:
+    return orjson.dumps(
+        {
+            "id": request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": usage.body(),
+        }
+    )
+
+
+def completion_chunk(
+    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage | None = None
+) -> bytes:
+    choices = (
+        [] if usage is not None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+    )
+    payload: dict[str, object] = {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+    }
+    if usage is not None:
+        payload["usage"] = usage.body()
+    return sse(payload)
+
+
+def models_body(names: list[tuple[str, int]]) -> bytes:
+    """``GET /v1/models``: (name, created) of every generation model."""
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "ortserve"} for name, created in names
+    ]
+    return orjson.dumps({"object": "list", "data": data})
+
+
+def error_body(message: str, kind: str, code: str | None) -> dict[str, object]:
+    """OpenAI's error object (``{"error": {...}}``)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

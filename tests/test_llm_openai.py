@@ -1,0 +1,210 @@
+"""End to end with the official ``openai`` client (sync, async, streaming) against a real server
+serving the demo LLM; also Triton's generate extension and the generation metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from ortserve.llm.demo import DEMO_LLM_NAME, corpus_documents, write_demo_llm
+from ortserve.testing import ServerProcess, run_server
+
+pytestmark = pytest.mark.e2e
+
+_ONE_SLOT = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 1\n  max_waiting: 1\n"
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("llm_models")
+    write_demo_llm(root)
+    shutil.copytree(root / DEMO_LLM_NAME / "1", root / "one_slot" / "1")
+    (root / "one_slot" / "config.yaml").write_text(_ONE_SLOT)
+    log = tmp_path_factory.mktemp("llm_logs") / "server.log"
+    with run_server(root, log, ["--intra-op-threads", "1"]) as server:
+        yield server
+
+
+@pytest.fixture
+def client(llm_server: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+_OPENING = "The lighthouse stood at the end of the long stone pier, and every evening the keeper"
+
+
+def test_chat_completion_answers_with_usage(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": _OPENING}], max_tokens=12, temperature=0
+    )
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.message.content.strip().startswith("climbed the")  # the corpus continues
+    assert choice.finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 12
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 12
+
+
+def test_streaming_and_non_streaming_agree(client: openai.OpenAI) -> None:
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "user", "content": "When many people ask questions at the same time"}
+    ]
+    whole = client.chat.completions.create(model=DEMO_LLM_NAME, messages=messages, max_tokens=30, temperature=0)
+    chunks = list(
+        client.chat.completions.create(
+            model=DEMO_LLM_NAME,
+            messages=messages,
+            max_tokens=30,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        whole.choices[0].finish_reason
+    ]
+    assert chunks[-1].usage is not None and whole.usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+async def test_async_client_completions_streaming_and_not(llm_server: ServerProcess) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0) as aclient:
+        whole = await aclient.completions.create(model=DEMO_LLM_NAME, prompt="The garden behind", max_tokens=20, temperature=0)
+        stream = await aclient.completions.create(
+            model=DEMO_LLM_NAME, prompt="The garden behind", max_tokens=20, temperature=0, stream=True
+        )
+        pieces = [chunk.choices[0].text async for chunk in stream if chunk.choices]
+    assert whole.choices[0].text.strip().startswith("the house was full of apple trees")
+    assert "".join(pieces) == whole.choices[0].text
+
+
+def test_stop_strings_and_max_tokens(client: openai.OpenAI) -> None:
+    stopped = client.completions.create(model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=40, temperature=0, stop=[" the"])
+    assert stopped.choices[0].text.strip() == "climbed" and stopped.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(
+        model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=40, temperature=0, stop=[" the"], stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices).strip() == "climbed"
+    short = client.completions.create(model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=3, temperature=0)
+    assert short.choices[0].finish_reason == "length" and short.usage is not None
+    assert short.usage.completion_tokens == 3
+
+
+def test_a_seed_makes_sampling_reproducible(client: openai.OpenAI) -> None:
+    def sample(seed: int) -> str:
+        reply = client.completions.create(model=DEMO_LLM_NAME, prompt="The", max_tokens=24, temperature=1.2, seed=seed)
+        return reply.choices[0].text
+
+    assert sample(11) == sample(11)
+    assert len({sample(s) for s in range(5)}) > 1
+
+
+def test_errors_come_in_openai_shape(client: openai.OpenAI, llm_server: ServerProcess) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model="no_such_model", prompt="x")
+    assert missing.value.status_code == 404
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=DEMO_LLM_NAME, prompt="x", temperature=5)
+    body = bad.value.body
+    assert isinstance(body, dict) and "temperature" in body["message"] and body["type"] == "invalid_request_error"
+    request = urllib.request.Request(f"{llm_server.http_url}/v1/chat/completions", data=b"{not json", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        urllib.request.urlopen(request)
+    assert raw.value.code == 400 and "error" in json.loads(raw.value.read())
+
+
+def test_models_lists_the_generation_models(client: openai.OpenAI) -> None:
+    assert {m.id for m in client.models.list()} == {DEMO_LLM_NAME, "one_slot"}
+
+
+def _metric(server: ServerProcess, name: str, model: str) -> float:
+    with urllib.request.urlopen(f"{server.http_url}/metrics") as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(name + "{") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} for {model} not exported")
+
+
+def _wait_for(condition: object, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_a_client_that_disconnects_frees_its_slot(client: openai.OpenAI, llm_server: ServerProcess) -> None:
+    before = _metric(llm_server, "ortserve_llm_generation_tokens_total", "one_slot")
+    stream = client.completions.create(
+        model="one_slot", prompt="The", max_tokens=2000, temperature=1.0, stream=True, extra_body={"ignore_eos": True}
+    )
+    next(iter(stream))
+    stream.close()
+    _wait_for(lambda: _metric(llm_server, "ortserve_llm_running_sequences", "one_slot") == 0)
+    # It was cut short, not run to its 2,000 tokens; and the one place is free for the next.
+    assert _metric(llm_server, "ortserve_llm_generation_tokens_total", "one_slot") - before < 2000
+    reply = client.completions.create(model="one_slot", prompt="The river", max_tokens=5, temperature=0)
+    assert reply.usage is not None and reply.usage.completion_tokens == 5
+
+
+def test_beyond_the_queue_bound_requests_get_429_with_retry_after(client: openai.OpenAI, llm_server: ServerProcess) -> None:
+    def long() -> openai.Stream[openai.types.Completion]:
+        return client.completions.create(
+            model="one_slot", prompt="The", max_tokens=2000, stream=True, extra_body={"ignore_eos": True}
+        )
+
+    running = long()
+    next(iter(running))
+    waiting = long()  # holds the one waiting place (its head comes once it runs)
+    try:
+        _wait_for(lambda: _metric(llm_server, "ortserve_llm_waiting_sequences", "one_slot") == 1)
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.completions.create(model="one_slot", prompt="The", max_tokens=2)
+        assert int(refused.value.response.headers["retry-after"]) >= 1
+    finally:
+        running.close()
+        waiting.close()
+
+
+def _post(server: ServerProcess, path: str, body: dict[str, object]) -> bytes:
+    request = urllib.request.Request(f"{server.http_url}{path}", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return bytes(reply.read())
+
+
+def test_the_generate_extension_answers_and_streams(llm_server: ServerProcess) -> None:
+    body: dict[str, object] = {"text_input": "The river runs", "parameters": {"max_tokens": 16, "temperature": 0}}
+    whole = json.loads(_post(llm_server, f"/v2/models/{DEMO_LLM_NAME}/generate", body))
+    assert whole["model_name"] == DEMO_LLM_NAME and whole["text_output"].strip().startswith("through the old town")
+    events = _post(llm_server, f"/v2/models/{DEMO_LLM_NAME}/versions/1/generate_stream", body).decode()
+    pieces = [json.loads(line[6:]) for line in events.splitlines() if line.startswith("data: ")]
+    assert "".join(p["text_output"] for p in pieces) == whole["text_output"]
+    assert pieces[-1]["finish_reason"] == whole["finish_reason"]
+
+
+def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: ServerProcess) -> None:
+    history = corpus_documents()[6]
+    first = client.completions.create(model=DEMO_LLM_NAME, prompt=history, max_tokens=4, temperature=0)
+    second = client.completions.create(model=DEMO_LLM_NAME, prompt=history + first.choices[0].text, max_tokens=4)
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+    for name in (
+        "ortserve_llm_time_to_first_token_seconds_count",
+        "ortserve_llm_inter_token_latency_seconds_count",
+        "ortserve_llm_e2e_request_seconds_count",
+        "ortserve_llm_prompt_tokens_total",
+        "ortserve_llm_cached_prompt_tokens_total",
+        "ortserve_llm_prefix_cache_hit_ratio",
+    ):
+        assert _metric(llm_server, name, DEMO_LLM_NAME) > 0, name
+    assert _metric(llm_server, "ortserve_llm_kv_cache_bytes", DEMO_LLM_NAME) > 0
