@@ -109,7 +109,7 @@ def test_serve_demo_says_what_it_is_doing_while_it_builds_the_models(
     assert result.exit_code == 1
     writing, wrote, failed = result.stderr.splitlines()
     assert writing.endswith(f"writing the demo models into {repository} (this takes a few seconds)")
-    assert wrote.endswith("wrote the demo models: small_mlp, hotword")
+    assert wrote.endswith("wrote the demo models: small_mlp, hotword, tiny_llm")
     assert "Address already in use" in failed
 
 

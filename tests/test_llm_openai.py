@@ -12,7 +12,9 @@ from pathlib import Path
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from ortserve.cli.main import main
 from ortserve.llm.demo import DEMO_LLM_NAME, corpus_documents, write_demo_llm
 from ortserve.testing import ServerProcess, run_server
 
@@ -56,7 +58,9 @@ def test_streaming_and_non_streaming_agree(client: openai.OpenAI) -> None:
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [
         {"role": "user", "content": "When many people ask questions at the same time"}
     ]
-    whole = client.chat.completions.create(model=DEMO_LLM_NAME, messages=messages, max_tokens=30, temperature=0)
+    whole = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=messages, max_tokens=30, temperature=0
+    )
     chunks = list(
         client.chat.completions.create(
             model=DEMO_LLM_NAME,
@@ -77,8 +81,12 @@ def test_streaming_and_non_streaming_agree(client: openai.OpenAI) -> None:
 
 
 async def test_async_client_completions_streaming_and_not(llm_server: ServerProcess) -> None:
-    async with openai.AsyncOpenAI(base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0) as aclient:
-        whole = await aclient.completions.create(model=DEMO_LLM_NAME, prompt="The garden behind", max_tokens=20, temperature=0)
+    async with openai.AsyncOpenAI(
+        base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0
+    ) as aclient:
+        whole = await aclient.completions.create(
+            model=DEMO_LLM_NAME, prompt="The garden behind", max_tokens=20, temperature=0
+        )
         stream = await aclient.completions.create(
             model=DEMO_LLM_NAME, prompt="The garden behind", max_tokens=20, temperature=0, stream=True
         )
@@ -88,7 +96,9 @@ async def test_async_client_completions_streaming_and_not(llm_server: ServerProc
 
 
 def test_stop_strings_and_max_tokens(client: openai.OpenAI) -> None:
-    stopped = client.completions.create(model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=40, temperature=0, stop=[" the"])
+    stopped = client.completions.create(
+        model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=40, temperature=0, stop=[" the"]
+    )
     assert stopped.choices[0].text.strip() == "climbed" and stopped.choices[0].finish_reason == "stop"
     streamed = client.completions.create(
         model=DEMO_LLM_NAME, prompt=_OPENING, max_tokens=40, temperature=0, stop=[" the"], stream=True
@@ -101,7 +111,9 @@ def test_stop_strings_and_max_tokens(client: openai.OpenAI) -> None:
 
 def test_a_seed_makes_sampling_reproducible(client: openai.OpenAI) -> None:
     def sample(seed: int) -> str:
-        reply = client.completions.create(model=DEMO_LLM_NAME, prompt="The", max_tokens=24, temperature=1.2, seed=seed)
+        reply = client.completions.create(
+            model=DEMO_LLM_NAME, prompt="The", max_tokens=24, temperature=1.2, seed=seed
+        )
         return reply.choices[0].text
 
     assert sample(11) == sample(11)
@@ -115,8 +127,14 @@ def test_errors_come_in_openai_shape(client: openai.OpenAI, llm_server: ServerPr
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model=DEMO_LLM_NAME, prompt="x", temperature=5)
     body = bad.value.body
-    assert isinstance(body, dict) and "temperature" in body["message"] and body["type"] == "invalid_request_error"
-    request = urllib.request.Request(f"{llm_server.http_url}/v1/chat/completions", data=b"{not json", method="POST")
+    assert (
+        isinstance(body, dict)
+        and "temperature" in body["message"]
+        and body["type"] == "invalid_request_error"
+    )
+    request = urllib.request.Request(
+        f"{llm_server.http_url}/v1/chat/completions", data=b"{not json", method="POST"
+    )
     with pytest.raises(urllib.error.HTTPError) as raw:
         urllib.request.urlopen(request)
     assert raw.value.code == 400 and "error" in json.loads(raw.value.read())
@@ -146,7 +164,12 @@ def _wait_for(condition: object, timeout_s: float = 20.0) -> None:
 def test_a_client_that_disconnects_frees_its_slot(client: openai.OpenAI, llm_server: ServerProcess) -> None:
     before = _metric(llm_server, "ortserve_llm_generation_tokens_total", "one_slot")
     stream = client.completions.create(
-        model="one_slot", prompt="The", max_tokens=2000, temperature=1.0, stream=True, extra_body={"ignore_eos": True}
+        model="one_slot",
+        prompt="The",
+        max_tokens=2000,
+        temperature=1.0,
+        stream=True,
+        extra_body={"ignore_eos": True},
     )
     next(iter(stream))
     stream.close()
@@ -157,7 +180,9 @@ def test_a_client_that_disconnects_frees_its_slot(client: openai.OpenAI, llm_ser
     assert reply.usage is not None and reply.usage.completion_tokens == 5
 
 
-def test_beyond_the_queue_bound_requests_get_429_with_retry_after(client: openai.OpenAI, llm_server: ServerProcess) -> None:
+def test_beyond_the_queue_bound_requests_get_429_with_retry_after(
+    client: openai.OpenAI, llm_server: ServerProcess
+) -> None:
     def long() -> openai.Stream[openai.types.Completion]:
         return client.completions.create(
             model="one_slot", prompt="The", max_tokens=2000, stream=True, extra_body={"ignore_eos": True}
@@ -177,15 +202,22 @@ def test_beyond_the_queue_bound_requests_get_429_with_retry_after(client: openai
 
 
 def _post(server: ServerProcess, path: str, body: dict[str, object]) -> bytes:
-    request = urllib.request.Request(f"{server.http_url}{path}", data=json.dumps(body).encode(), method="POST")
+    request = urllib.request.Request(
+        f"{server.http_url}{path}", data=json.dumps(body).encode(), method="POST"
+    )
     with urllib.request.urlopen(request, timeout=30) as reply:
         return bytes(reply.read())
 
 
 def test_the_generate_extension_answers_and_streams(llm_server: ServerProcess) -> None:
-    body: dict[str, object] = {"text_input": "The river runs", "parameters": {"max_tokens": 16, "temperature": 0}}
+    body: dict[str, object] = {
+        "text_input": "The river runs",
+        "parameters": {"max_tokens": 16, "temperature": 0},
+    }
     whole = json.loads(_post(llm_server, f"/v2/models/{DEMO_LLM_NAME}/generate", body))
-    assert whole["model_name"] == DEMO_LLM_NAME and whole["text_output"].strip().startswith("through the old town")
+    assert whole["model_name"] == DEMO_LLM_NAME and whole["text_output"].strip().startswith(
+        "through the old town"
+    )
     events = _post(llm_server, f"/v2/models/{DEMO_LLM_NAME}/versions/1/generate_stream", body).decode()
     pieces = [json.loads(line[6:]) for line in events.splitlines() if line.startswith("data: ")]
     assert "".join(p["text_output"] for p in pieces) == whole["text_output"]
@@ -195,9 +227,11 @@ def test_the_generate_extension_answers_and_streams(llm_server: ServerProcess) -
 def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: ServerProcess) -> None:
     history = corpus_documents()[6]
     first = client.completions.create(model=DEMO_LLM_NAME, prompt=history, max_tokens=4, temperature=0)
-    second = client.completions.create(model=DEMO_LLM_NAME, prompt=history + first.choices[0].text, max_tokens=4)
+    second = client.completions.create(
+        model=DEMO_LLM_NAME, prompt=history + first.choices[0].text, max_tokens=4
+    )
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
-    assert second.usage.prompt_tokens_details.cached_tokens > 0
+    assert (second.usage.prompt_tokens_details.cached_tokens or 0) > 0
     for name in (
         "ortserve_llm_time_to_first_token_seconds_count",
         "ortserve_llm_inter_token_latency_seconds_count",
@@ -208,3 +242,21 @@ def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: Serv
     ):
         assert _metric(llm_server, name, DEMO_LLM_NAME) > 0, name
     assert _metric(llm_server, "ortserve_llm_kv_cache_bytes", DEMO_LLM_NAME) > 0
+
+
+def test_bench_openai_transport_reports_tokens_and_latencies(
+    llm_server: ServerProcess, tmp_path: Path
+) -> None:
+    output = tmp_path / "llm.json"
+    args = ["bench", llm_server.http_url, "--transport", "openai", "-m", DEMO_LLM_NAME, "-c", "1,3", "-d", "1.5",
+            "--warmup", "0.2", "--prompt-tokens", "20", "--max-tokens", "8", "-o", str(output)]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "tok/s" in result.output
+    levels = json.loads(output.read_text())["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 3]
+    for level in levels:
+        assert level["failures"] == 0 and level["requests"] > 0 and level["output_tokens_per_s"] > 0
+        assert 0 < level["ttft_s"]["p50"] <= level["e2e_s"]["p50"] and level["itl_s"]["p99"] > 0
+    missed = CliRunner().invoke(main, [*args[:-2], "--slo", "p50=1us"])
+    assert missed.exit_code == 3 and "MISSED" in missed.output

@@ -213,11 +213,14 @@ def _report_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--model-version", default=None, help="Model version (default: the server's policy).")
 @click.option(
     "--transport",
-    type=click.Choice(["http-json", "http-binary", "grpc"]),
+    type=click.Choice(["http-json", "http-binary", "grpc", "openai"]),
     default="http-json",
-    help="OIP JSON bodies, Triton's binary tensor extension (binary outputs too), or gRPC "
-    "(URL: host:port of the gRPC listener; inputs as raw_input_contents).",
+    help="OIP JSON bodies, Triton's binary tensor extension (binary outputs too), gRPC "
+    "(URL: host:port of the gRPC listener; inputs as raw_input_contents), or openai: streamed "
+    "/v1/completions of an LLM (time to first token, inter-token latency, tokens/s).",
 )
+@click.option("--prompt-tokens", type=int, default=128, help="openai: prompt length in tokens.")
+@click.option("--max-tokens", type=int, default=128, help="openai: tokens generated per request.")
 @click.option("--batch-size", type=int, default=1, help="Rows per request (dim 0 of generated inputs).")
 @click.option("--shape", multiple=True, help="NAME=D1,D2 for inputs with other dynamic dimensions.")
 @click.option(
@@ -251,6 +254,8 @@ def bench(
     model: str,
     model_version: str | None,
     transport: str,
+    prompt_tokens: int,
+    max_tokens: int,
     batch_size: int,
     shape: tuple[str, ...],
     input_file: Path | None,
@@ -273,6 +278,12 @@ def bench(
     from ortserve.loadtest.pool import LoadRunner
 
     objectives = _objectives(slo)
+    if transport == "openai":
+        from ortserve.loadtest.llm_report import bench_llm
+
+        spec_fields = {"model": model, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "seed": seed}
+        bench_llm(url, spec_fields, concurrency or [1], duration, warmup, objectives, output)
+        return
     request = _RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file)
     try:
         if transport == "grpc":

@@ -1,0 +1,164 @@
+"""Text generation on one core: ortserve's engine against a sequential loop and a bare
+in-process ONNX Runtime loop, plus the follow-up-turn time to first token with the prefix cache.
+
+Model: a ~30M-parameter Llama-style decoder (10 layers, hidden 512, 8 heads, 2 KV heads,
+SwiGLU 1536), random weights, the demo's 400-token BPE vocabulary, fp32, built here with
+numpy + onnx.helper. The server runs pinned to CPU 0 with one ONNX Runtime thread; the
+client (this process) is pinned to CPU 1; the bare loop runs in a child pinned to CPU 0.
+
+- bare loop: prefill 128 tokens, 128 greedy decode steps feeding ``present`` back as past,
+  one request after another (tokens/s over prefill + decode, as a client would see it);
+- ortserve at 1 / 4 / 16 / 64 concurrent streams: streamed /v1/completions, 128-token
+  prompts, 128 output tokens (``ignore_eos``), output tokens/s, TTFT and ITL percentiles;
+  concurrency 1 is the sequential one-request-at-a-time loop;
+- follow-up turn: a 512-token history (first turn: nothing cached) then the same history
+  plus 16 new tokens (second turn: history in the prefix cache); TTFT of each, 5 pairs.
+
+Usage: ``python benchmarks/bench_llm.py [--duration 20]``; writes benchmarks/out/llm.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from machine import stamp as machine_stamp
+
+from ortserve.llm.demo import corpus_documents, train_tokenizer, write_llm_version
+from ortserve.llm.weights import DecoderShape, random_weights
+from ortserve.loadtest.llm_load import LlmRequestSpec, run_llm_level, stream_completion
+from ortserve.testing import run_server
+
+OUT = Path(__file__).parent / "out"
+SHAPE = dict(
+    hidden_size=512,
+    num_hidden_layers=10,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    intermediate_size=1536,
+)
+CONFIG = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 64\n  max_waiting: 256\n"
+
+BARE_LOOP = r"""
+import sys, time, json
+import numpy as np, onnxruntime as ort
+path, layers, kv, hd, prompt, steps, rounds = sys.argv[1], *map(int, sys.argv[2:8])
+options = ort.SessionOptions(); options.intra_op_num_threads = 1
+session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+names = [o.name for o in session.get_outputs()]
+rng = np.random.default_rng(0)
+rates = []
+for _ in range(rounds):
+    started = time.perf_counter()
+    ids = rng.integers(3, 256, (1, prompt), dtype=np.int64)
+    past = {f"past_key_values.{i}.{p}": np.zeros((1, kv, 0, hd), np.float32) for i in range(layers) for p in ("key", "value")}
+    feeds = {"input_ids": ids, "attention_mask": np.ones((1, prompt), np.int64), "position_ids": np.arange(prompt)[None], **past}
+    for step in range(steps):
+        out = session.run(names, feeds)
+        token = int(out[0][0, -1].argmax())
+        length = prompt + step + 1
+        feeds = {"input_ids": np.array([[token]]), "attention_mask": np.ones((1, length), np.int64),
+                 "position_ids": np.array([[length - 1]])}
+        feeds.update({f"past_key_values.{i // 2}.{'key' if i % 2 == 0 else 'value'}": v for i, v in enumerate(out[1:])})
+    rates.append(steps / (time.perf_counter() - started))
+print(json.dumps(rates))
+"""
+
+
+def build_model(folder: Path) -> DecoderShape:
+    tokenizer = train_tokenizer(corpus_documents(), 400)
+    shape = DecoderShape(tokenizer.get_vocab_size(), **SHAPE)  # type: ignore[arg-type]
+    write_llm_version(folder / "1", random_weights(shape, seed=0), tokenizer)
+    (folder / "config.yaml").write_text(CONFIG)
+    return shape
+
+
+def bare_loop(model: Path, shape: DecoderShape, prompt: int, steps: int) -> list[float]:
+    args = [str(model), str(shape.num_hidden_layers), str(shape.num_key_value_heads), str(shape.head_dim)]
+    result = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-c", BARE_LOOP, *args, str(prompt), str(steps), "4"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return [float(x) for x in json.loads(result.stdout)]
+
+
+async def follow_ups(url: str, model: str, pairs: int) -> list[tuple[float, float, int]]:
+    """(first-turn TTFT, follow-up TTFT, cached tokens) for ``pairs`` conversations."""
+    rng = np.random.default_rng(1)
+    spec = LlmRequestSpec(model, max_tokens=16)
+    results = []
+    for _ in range(pairs):
+        history = [int(t) for t in rng.integers(3, 256, 512)]
+        first = await stream_completion(url, spec, history)
+        second = await stream_completion(url, spec, history + [int(t) for t in rng.integers(3, 256, 16)])
+        assert first.first is not None and second.first is not None
+        results.append((first.first - first.started, second.first - second.started, second.cached_tokens))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--levels", default="1,4,16,64")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {1})
+    OUT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "models"
+        shape = build_model(root / "llm30m")
+        print(f"model: {shape.parameters() / 1e6:.1f}M parameters", flush=True)
+        bare = bare_loop(root / "llm30m" / "1" / "model.onnx", shape, 128, 128)
+        print(
+            f"bare ORT loop (CPU 0): {statistics.median(bare):.1f} tokens/s (runs {[round(r, 1) for r in bare]})",
+            flush=True,
+        )
+        with run_server(root, Path(tmp) / "server.log", ["--intra-op-threads", "1"], pin_cpu=0) as server:
+            spec = LlmRequestSpec("llm30m", 128, 128)
+            levels = []
+            for concurrency in [int(c) for c in args.levels.split(",")]:
+                level = asyncio.run(run_llm_level(server.http_url, spec, concurrency, args.duration, 3.0))
+                levels.append(level)
+                print(
+                    f"c={concurrency}: {level.tokens_per_s:.1f} tokens/s, {level.requests} requests, "
+                    f"{level.failures} failed, TTFT p50 {level.ttft_s.get('p50', 0) * 1e3:.0f} ms "
+                    f"p99 {level.ttft_s.get('p99', 0) * 1e3:.0f} ms, ITL p50 {level.itl_s.get('p50', 0) * 1e3:.1f} ms",
+                    flush=True,
+                )
+            turns = asyncio.run(follow_ups(server.http_url, "llm30m", 5))
+    first = statistics.median(t[0] for t in turns)
+    second = statistics.median(t[1] for t in turns)
+    print(f"follow-up turn over 512 tokens: first {first * 1e3:.0f} ms, follow-up {second * 1e3:.0f} ms, "
+          f"ratio {second / first:.2f}, cached {[t[2] for t in turns]}")  # fmt: skip
+    one = levels[0].tokens_per_s
+    summary = {
+        "bare_tokens_per_s": statistics.median(bare),
+        "c1_vs_bare": one / statistics.median(bare),
+        "c16_vs_sequential": next((lv.tokens_per_s for lv in levels if lv.concurrency == 16), 0.0) / one,
+        "follow_up_ttft_ratio": second / first,
+    }
+    print(json.dumps(summary, indent=2))
+    document = {
+        "machine": machine_stamp(),
+        "model": {"parameters": shape.parameters(), **SHAPE, "vocab_size": shape.vocab_size},
+        "bare_loop_tokens_per_s": bare,
+        "levels": [lv.as_dict() for lv in levels],
+        "follow_up_turns": [
+            {"first_ttft_s": a, "follow_up_ttft_s": b, "cached_tokens": c} for a, b, c in turns
+        ],
+        "summary": summary,
+    }
+    (OUT / "llm.json").write_text(json.dumps(document, indent=2))
+
+
+if __name__ == "__main__":
+    main()
