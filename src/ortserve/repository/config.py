@@ -9,9 +9,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ortserve.errors import ConfigError
+from ortserve.llm.config import LlmConfig
 from ortserve.repository.resilience_config import FallbackConfig, FaultConfig, InputConstraint
 from ortserve.routing.config import RoutingConfig
-from ortserve.llm.config import LlmConfig
 
 __all__ = [
     "BatchingConfig",
