@@ -229,7 +229,7 @@ class HttpApp:
         handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
         if handler is not None:  # before the built-in stats, which a worker of --workers N replaces
             result = handler(request, name, version)
-            return result if isinstance(result, HttpResponse) else _guarded(result)
+            return result if isinstance(result, (HttpResponse, DeferredResponse)) else _guarded(result)
         if rest == ["stats"]:
             return self._get(
                 request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
