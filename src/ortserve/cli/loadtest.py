@@ -281,6 +281,11 @@ def bench(
     if transport == "openai":
         from ortserve.loadtest.llm_report import bench_llm
 
+        if plot_path is not None or rate is not None:
+            raise click.ClickException(
+                "--transport openai takes --concurrency levels and --output (no --rate, --plot)"
+            )
+
         spec_fields = {"model": model, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "seed": seed}
         bench_llm(url, spec_fields, concurrency or [1], duration, warmup, objectives, output)
         return
