@@ -101,7 +101,8 @@ class _Connection:
             trace.output_tokens = int(usage.get("completion_tokens", 0))
             trace.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
         for choice in payload.get("choices") or ():
-            if choice.get("text"):
+            # One chunk per step (its text may be empty: a token that completes no character).
+            if choice.get("text") or choice.get("finish_reason") is None:
                 if trace.first is None:
                     trace.first = now
                 trace.chunks.append(now)
@@ -214,7 +215,9 @@ async def run_llm_level(
     chunks = sum(len(t.chunks) for t in done)
     per_chunk = sum(t.output_tokens for t in done) / chunks if chunks else 1.0
     in_window = sum(1 for t in done for c in t.chunks if start <= c <= stop)
-    measured = [t for t in traces if start <= t.started <= stop]
+    # Every request that started during warm-up or measurement: at high concurrency one
+    # request outlasts the window, and the first wave's TTFT is the figure of interest.
+    measured = [t for t in traces if start - warmup_s <= t.started <= stop]
     ok = [t for t in measured if t.ok]
     gaps = [b - a for t in done for a, b in zip(t.chunks, t.chunks[1:]) if start <= b <= stop]
     return LlmLevel(

@@ -87,7 +87,7 @@ async def _completion_events(
     if echo:
         yield codec.completion_chunk(ident, created, model, echo, None)
     async for event in stream.events():
-        if event.text or event.finish_reason is not None:
+        if event.token_ids or event.text or event.finish_reason is not None:  # a chunk per step
             yield codec.completion_chunk(ident, created, model, event.text, event.finish_reason)
     if usage:
         yield codec.completion_chunk(ident, created, model, "", None, _usage(stream))
