@@ -12,6 +12,7 @@ TABLE = {
     errors.OrtServeError: (500, "INTERNAL"),
     errors.InvalidInput: (400, "INVALID_ARGUMENT"),
     errors.PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
+    errors.UnsupportedEncoding: (415, "UNIMPLEMENTED"),
     errors.ModelNotFound: (404, "NOT_FOUND"),
     errors.ModelNotReady: (503, "UNAVAILABLE"),
     errors.Overloaded: (429, "RESOURCE_EXHAUSTED"),

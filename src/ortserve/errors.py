@@ -23,6 +23,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RepositoryError",
+    "UnsupportedEncoding",
 ]
 
 
@@ -53,6 +54,23 @@ class PayloadTooLarge(InvalidInput):
 
     http_status = 413
     grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedEncoding(OrtServeError):
+    """The request body uses a content coding the server cannot undo (HTTP 415, RFC 9110 15.5.16).
+
+    Args:
+        message: which coding was refused.
+        supported: the codings the server accepts, sent back as ``Accept-Encoding`` so a
+            client can retry with one of them.
+    """
+
+    http_status = 415
+    grpc_code = "UNIMPLEMENTED"
+
+    def __init__(self, message: str, supported: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.supported = supported
 
 
 class ModelNotFound(OrtServeError):

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ortserve.errors import InvalidInput, PayloadTooLarge
+from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.encoding import (
     INLINE_BUDGET,
     Inflation,
@@ -62,12 +62,17 @@ def test_a_compression_bomb_stops_at_the_limit_without_allocating_what_it_declar
         (gzip.compress(RANDOM) + b"tail", b"gzip", "data follows"),  # past the first input slice
         (gzip.compress(RANDOM)[:-200_000], b"gzip", "cut short"),
         (b"", b"deflate", "cut short"),
-        (b"anything", b"br", "'br' is not supported"),
     ],
 )
 def test_broken_or_unknown_codings_are_invalid_input(body: bytes, coding: bytes, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         inflate(body, coding)
+
+
+def test_an_unknown_coding_is_unsupported_and_names_the_codings_taken() -> None:
+    with pytest.raises(UnsupportedEncoding, match="'br' is not supported") as caught:
+        inflate(b"anything", b"br")
+    assert caught.value.supported == ("gzip", "deflate", "identity")
 
 
 def _echo(request: HttpRequest) -> RouteResult:

@@ -386,6 +386,19 @@ def test_a_compression_bomb_is_413_at_the_body_limit(error_repository_server: Se
     good_request(error_repository_server)
 
 
+def test_an_unknown_content_encoding_is_415_with_the_codings_accepted(
+    error_repository_server: ServerProcess,
+) -> None:
+    body = failing_body(shape=[3, 4], data=list(range(12)))
+    status, reply_headers, raw = post(
+        error_repository_server, "/v2/models/failing/infer", body, {"Content-Encoding": "br"}
+    )
+    assert status == 415
+    assert reply_headers["accept-encoding"] == "gzip, deflate, identity"
+    assert "'br' is not supported" in json.loads(raw)["error"]
+    good_request(error_repository_server)
+
+
 def get_json(server: ServerProcess, path: str) -> tuple[int, object]:
     connection = http.client.HTTPConnection(server.host, server.http_port, timeout=30)
     try:
@@ -409,6 +422,6 @@ def get_json(server: ServerProcess, path: str) -> tuple[int, object]:
 def test_health_bodies_are_kserves_v2_objects(
     error_repository_server: ServerProcess, path: str, status: int, body: object
 ) -> None:
-    # KServe's InferenceRESTClient reads response.json().get("live") / .get("ready"); the
-    # kserve package itself (kubernetes, pandas, fastapi, ...) is too heavy for the test extra.
+    # KServe's InferenceRESTClient reads response.json().get("live") / .get("ready")
+    # (test_kserve_client_e2e.py runs that client itself).
     assert get_json(error_repository_server, path) == (status, body)

@@ -19,10 +19,10 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ortserve.errors import InvalidInput, PayloadTooLarge
+from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
 
-__all__ = ["INLINE_BUDGET", "Inflation", "accepted_coding", "compress_answer", "inflate_then_route"]
+__all__ = ["INLINE_BUDGET", "SUPPORTED_CODINGS", "Inflation", "accepted_coding", "compress_answer", "inflate_then_route"]
 
 INLINE_BUDGET = 256 * 1024
 """Inflated bytes produced on the event loop per request; the rest is a worker thread's job."""
@@ -31,6 +31,8 @@ _STEP = 64 * 1024
 # zlib window bits per coding: gzip's wrapper, and zlib's for "deflate" (RFC 9110 8.4.1.2).
 _WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 _PREFERENCE = (b"gzip", b"deflate")
+SUPPORTED_CODINGS = ("gzip", "deflate", "identity")
+"""Request codings the server undoes, in the order a 415's Accept-Encoding lists them."""
 
 
 def _background_priority() -> None:
@@ -58,14 +60,16 @@ class Inflation:
         limit: most inflated bytes accepted.
 
     Raises:
-        InvalidInput: the coding is not gzip, deflate or identity.
+        UnsupportedEncoding: the coding is not gzip, deflate or identity (415).
     """
 
     def __init__(self, body: bytes, coding: bytes, limit: int) -> None:
         wbits = _WBITS.get(coding)
         if wbits is None:
             name = coding.decode("latin-1")
-            raise InvalidInput(f"Content-Encoding {name!r} is not supported (gzip, deflate, identity)")
+            raise UnsupportedEncoding(
+                f"Content-Encoding {name!r} is not supported (gzip, deflate, identity)", SUPPORTED_CODINGS
+            )
         self._coding = coding.decode("latin-1")
         self._inflater = zlib.decompressobj(wbits)
         self._body = memoryview(body)
@@ -118,7 +122,7 @@ def inflate_then_route(
     """Route ``request`` with its body inflated: at once when small, after a worker thread if not.
 
     Raises:
-        InvalidInput, PayloadTooLarge: from :class:`Inflation` (inline part).
+        InvalidInput, PayloadTooLarge, UnsupportedEncoding: from :class:`Inflation` (inline part).
     """
     inflation = Inflation(request.body, coding, limit)
     if inflation.run(INLINE_BUDGET):

@@ -7,7 +7,7 @@ import math
 
 import orjson
 
-from ortserve.errors import OrtServeError, Overloaded
+from ortserve.errors import OrtServeError, Overloaded, UnsupportedEncoding
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.http.messages import HttpResponse, json_response
 
@@ -17,11 +17,14 @@ logger = logging.getLogger(__name__)
 
 
 def error_response(error: OrtServeError) -> HttpResponse:
-    """The status the error class owns, ``{"error": message}``, and Retry-After on 429."""
+    """The status the error class owns, ``{"error": message}``, Retry-After on 429 and
+    Accept-Encoding on 415 (RFC 9110 12.5.3: what the client may send instead)."""
     headers: list[tuple[bytes, bytes]] = []
     if isinstance(error, Overloaded):
         seconds = max(1, math.ceil(error.retry_after_s))
         headers.append((b"retry-after", str(seconds).encode()))
+    elif isinstance(error, UnsupportedEncoding):
+        headers.append((b"accept-encoding", ", ".join(error.supported).encode()))
     return json_response(error.http_status, encode_error(error.message), headers)
 
 
