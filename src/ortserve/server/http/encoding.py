@@ -22,7 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
 
-__all__ = ["INLINE_BUDGET", "SUPPORTED_CODINGS", "Inflation", "accepted_coding", "compress_answer", "inflate_then_route"]
+__all__ = [
+    "INLINE_BUDGET",
+    "SUPPORTED_CODINGS",
+    "Inflation",
+    "accepted_coding",
+    "compress_answer",
+    "inflate_then_route",
+]
 
 INLINE_BUDGET = 256 * 1024
 """Inflated bytes produced on the event loop per request; the rest is a worker thread's job."""
