@@ -3,64 +3,58 @@ both transports, as a KServe user (or KServe's graph router) would call the serv
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
-from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
 from model_builders import mlp_reference
 from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
-
-def request(data: np.ndarray, request_id: str, binary: bool = False) -> InferRequest:
-    tensor = InferInput("input", list(data.shape), "FP32")
-    tensor.set_data_from_numpy(data, binary_data=binary)
-    return InferRequest(model_name="small_mlp", infer_inputs=[tensor], request_id=request_id)
+CALLS = Path(__file__).parent.parent / "kserve_calls.py"
 
 
-@pytest.fixture
-def data() -> np.ndarray:
-    return np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
+@pytest.fixture(scope="module")
+def answers(server: ServerProcess) -> dict[str, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, str(CALLS), server.http_url, server.grpc_address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, dict[str, object]] = json.loads(done.stdout)
+    return found
 
 
-async def test_the_rest_client_sees_a_live_ready_server_and_model(server: ServerProcess) -> None:
-    client = InferenceRESTClient(RESTConfig(protocol="v2", retries=0, timeout=30))
-    try:
-        assert await client.is_server_live(server.http_url) is True
-        assert await client.is_server_ready(server.http_url) is True
-        assert await client.is_model_ready(server.http_url, "small_mlp") is True
-    finally:
-        await client.close()
-
-
-@pytest.mark.parametrize("binary", [False, True])
-async def test_the_rest_client_infers(
-    server: ServerProcess, demo_repository: Path, data: np.ndarray, binary: bool
+@pytest.mark.parametrize("transport", ["rest", "grpc"])
+def test_kserves_client_sees_a_live_ready_server_and_model(
+    answers: dict[str, dict[str, object]], transport: str
 ) -> None:
-    client = InferenceRESTClient(RESTConfig(protocol="v2", retries=0, timeout=30))
-    try:
-        answer = await client.infer(server.http_url, request(data, "kserve-rest", binary), "small_mlp")
-    finally:
-        await client.close()
-    assert answer.id == "kserve-rest"
-    expected = mlp_reference(demo_repository / "small_mlp" / "1" / "model.onnx", data)
-    np.testing.assert_allclose(answer.outputs[0].as_numpy(), expected, rtol=1e-4, atol=1e-4)
+    seen = answers[transport]
+    assert (seen["live"], seen["ready"], seen["model_ready"]) == (True, True, True)
 
 
-async def test_the_grpc_client_sees_a_ready_server_and_infers(
-    server: ServerProcess, demo_repository: Path, data: np.ndarray
+@pytest.mark.parametrize(
+    ("transport", "call", "request_id"),
+    [
+        ("rest", "infer_binary_False", "rest-False"),
+        ("rest", "infer_binary_True", "rest-True"),
+        ("grpc", "infer", "grpc"),
+    ],
+)
+def test_kserves_client_infers(
+    answers: dict[str, dict[str, object]], demo_repository: Path, transport: str, call: str, request_id: str
 ) -> None:
-    client = InferenceGRPCClient(server.grpc_address)
-    try:
-        assert await client.is_server_live() is True
-        assert await client.is_server_ready() is True
-        assert await client.is_model_ready("small_mlp") is True
-        answer = await client.infer(request(data, "kserve-grpc"))
-    finally:
-        await client.close()
-    assert answer.id == "kserve-grpc"
+    answer_id, rows = cast("list[object]", answers[transport][call])
+    data = np.random.default_rng(11).standard_normal((3, 64)).astype(np.float32)
     expected = mlp_reference(demo_repository / "small_mlp" / "1" / "model.onnx", data)
-    np.testing.assert_allclose(answer.outputs[0].as_numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert answer_id == request_id
+    np.testing.assert_allclose(np.asarray(rows, dtype=np.float32), expected, rtol=1e-4, atol=1e-4)
