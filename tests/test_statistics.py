@@ -129,3 +129,23 @@ def test_a_version_without_a_scheduler_gets_series_when_it_first_answers() -> No
     scope.inferred("1")
     scope.finish(None, 200)
     assert stats.version("pipeline", "1").success_count == 1
+
+
+def test_an_unloaded_version_leaves_no_series_behind_and_a_late_answer_does_not_revive_them() -> None:
+    metrics = ServerMetrics(lambda: [], lambda: {})
+    stats = ServerStatistics()
+    telemetry = Telemetry(stats, metrics)
+    telemetry.observer_for("m", "1")
+    telemetry.observer_for("m", "2")
+    late = telemetry.begin("http", "m", None, None, None)
+    telemetry.forget("m", "2")
+    assert set(stats.versions) == set(metrics.versions) == {("m", "1")}
+    late.inferred("2")  # answered by version 2 while it drained, finished after it was released
+    late.finish(None, 200)
+    assert ("m", "2") not in stats.versions
+    assert ("m", "2") not in metrics.versions
+    telemetry.begin("http", "m", None, None, None).finish(InvalidInput("bad"), 400)
+    assert stats.version("m", "1").fail_count == 1  # the model's newest is version 1 again
+    telemetry.forget("m", "1")
+    assert stats.versions == {}
+    assert metrics.versions == {("", ""): metrics.versions[("", "")]}  # only the unattributed series

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -21,6 +22,8 @@ __all__ = ["RequestScope", "Telemetry"]
 access_logger = logging.getLogger("ortserve.access")
 
 _MAX_ECHOED_ID = 256
+_RECENTLY_FORGOTTEN = 64
+"""Unloaded versions remembered, so a late answer from one does not bring its series back."""
 
 
 class _Cancellable(Protocol):
@@ -66,6 +69,7 @@ class Telemetry:
         self._versions: dict[tuple[str, str], _VersionRecorder] = {}
         self._latest: dict[str, str] = {}
         self._unattributed = _VersionRecorder(None, None)
+        self._forgotten: deque[tuple[str, str]] = deque(maxlen=_RECENTLY_FORGOTTEN)
 
     def observer_for(self, model: str, version: str) -> SchedulerObserver:
         """The scheduler observer of a version being loaded; also prepares its request series."""
@@ -85,6 +89,28 @@ class Telemetry:
         if latest is None or _number(version) > _number(latest):
             self._latest[model] = version
         return metrics, statistics
+
+    def forget(self, model: str, version: str) -> None:
+        """A version was unloaded: drop its metric series, statistics and timeline.
+
+        Without this every reload left one set of series behind (a dozen histograms and
+        their pending observations), and a server reloading all day grew without bound; Triton
+        likewise reports only the versions it serves.
+        """
+        key = (model, version)
+        self._versions.pop(key, None)
+        self.statistics.versions.pop(key, None)
+        if self.metrics is not None:
+            self.metrics.versions.pop(key, None)
+        if self.tracing is not None:
+            self.tracing.timelines.pop(key, None)
+        self._forgotten.append(key)
+        if self._latest.get(model) == version:
+            remaining = [v for m, v in self._versions if m == model]
+            if remaining:
+                self._latest[model] = max(remaining, key=_number)
+            else:
+                del self._latest[model]
 
     def begin(
         self, transport: str, model: str, version: str | None, request_id: str | None, traceparent: str | None
@@ -124,7 +150,7 @@ class Telemetry:
         found = self._versions.get((model, version))
         if found is not None:
             return found
-        if not answered:
+        if not answered or (model, version) in self._forgotten:
             return self._unattributed_recorder()
         self._register(model, version)
         return self._versions[(model, version)]

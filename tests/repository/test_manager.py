@@ -77,7 +77,9 @@ async def test_a_new_version_serves_and_the_old_one_drains_and_releases_its_thre
 ) -> None:
     write_scaled_version(tmp_path, "m", 1, 1.0)
     released: list[int] = []
+    forgotten: list[tuple[str, str]] = []
     manager.released.append(lambda: released.append(1))
+    manager.forgotten.append(lambda model, version: forgotten.append((model, version)))
     await manager.start()
     old = manager.registry.resolve("m", None)
     assert await infer(manager) == 1.0
@@ -91,6 +93,7 @@ async def test_a_new_version_serves_and_the_old_one_drains_and_releases_its_thre
     assert manager.registry.served_versions("m") == ("2",)
     assert ort_threads("m-1") == []
     assert released == [1]
+    assert forgotten == [("m", "1")]  # its series and statistics can go
     assert ("unloaded", "m", "1") in events(manager)
 
 
@@ -132,6 +135,8 @@ async def test_replacing_a_model_file_in_place_reloads_that_version(
     manager: LifecycleManager, tmp_path: Path
 ) -> None:
     write_scaled_version(tmp_path, "m", 1, 1.0)
+    forgotten: list[tuple[str, str]] = []
+    manager.forgotten.append(lambda model, version: forgotten.append((model, version)))
     await manager.start()
     watcher = RepositoryWatcher(manager, "poll", 1.0)
     await watcher.scan()
@@ -143,6 +148,8 @@ async def test_replacing_a_model_file_in_place_reloads_that_version(
     await watcher.scan()
     assert manager.registry.resolve("m", "1") is not old
     assert await infer(manager) == 3.0
+    await drained(manager)
+    assert forgotten == []  # version 1 still serves: its series stay
 
 
 async def test_a_version_still_being_copied_is_loaded_only_once_its_files_settle(

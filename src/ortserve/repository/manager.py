@@ -81,6 +81,10 @@ class LifecycleManager:
         """Called after any change of what is served (pipeline routes follow it)."""
         self.released: list[Callable[[], None]] = []
         """Called after a drained version's session and threads are released (heap trimming)."""
+        self.forgotten: list[Callable[[str, str], None]] = []
+        """Called with (model, version) once a drained version is served no more, so what is
+        kept per version (metric series, statistics) goes with it; an in-place reload of the
+        same number keeps them."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._loaded: dict[str, LoadedModel] = {}
         self._failed: dict[tuple[str, int], Fingerprint] = {}
@@ -371,6 +375,9 @@ class LifecycleManager:
         logger.info("model %s version %d: unloaded", name, number)
         for callback in self.released:
             callback()
+        if number not in entry.versions:
+            for forget in self.forgotten:
+                forget(name, str(number))
         if self.events is not None:
             self.events.unloaded(name, str(number))
 

@@ -100,6 +100,7 @@ class Server:
             self.manager, control_mode(settings.model_control_mode), settings.repository_poll_secs
         )
         self.telemetry = self.observability.telemetry
+        self.manager.forgotten.append(self.telemetry.forget)
         shared_memory = SharedMemoryRegistry(settings.shared_memory_regions)
         extensions = (*EXTENSIONS, SHARED_MEMORY_EXTENSION) if shared_memory.enabled else EXTENSIONS
         self.dataplane = DataPlane(
