@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from model_builders import write_scaled_version
-from ortserve.core.types import InferInput, InferRequest
+from ortserve.core.model import VersionInfo
+from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.errors import ConfigError, InvalidInput
 from ortserve.repository.config import LatestPolicy, ProviderConfig, SpecificPolicy
 from ortserve.repository.config_source import read_model_source
@@ -70,7 +71,10 @@ def test_a_triton_config_maps_to_batching_instances_versions_and_providers(tmp_p
 def test_unsupported_fields_are_named_in_one_warning_per_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    text = TRITON_CONFIG + 'model_warmup [ { name: "w" batch_size: 1 } ]\nresponse_cache { enable: true }\n'
+    text = (
+        TRITON_CONFIG
+        + 'model_operations { op_library_filename: [ "ops.so" ] }\nresponse_cache { enable: true }\n'
+    )
     text += 'parameters { key: "enable_mem_arena" value: { string_value: "0" } }\n'
     with caplog.at_level(logging.WARNING):
         read_model_source(write(tmp_path / "m", text))
@@ -78,8 +82,7 @@ def test_unsupported_fields_are_named_in_one_warning_per_file(
     assert len(warnings) == 1
     assert "config.pbtxt" in warnings[0]
     for field in (
-        "model_warmup.name",
-        "model_warmup.batch_size",
+        "model_operations.op_library_filename",
         "response_cache.enable",
         "parameters.enable_mem_arena",
     ):
@@ -102,6 +105,54 @@ def test_other_backends_and_broken_files_are_refused_with_a_reason(
 ) -> None:
     with pytest.raises(ConfigError, match=reason):
         read_model_source(write(tmp_path / "m", text))
+
+
+def test_model_warmup_maps_to_warmup_samples(tmp_path: Path) -> None:
+    text = (
+        TRITON_CONFIG
+        + """
+model_warmup [
+  { name: "zeros" batch_size: 8 count: 3 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } },
+  { name: "noise" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } },
+  { name: "real" batch_size: 2 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "x.bin" } } }
+]
+"""
+    )
+    warmup = read_model_source(write(tmp_path / "m", text)).config.warmup
+    assert [(w.name, w.batch_size, w.count) for w in warmup] == [
+        ("zeros", 8, 3),
+        ("noise", 1, 1),
+        ("real", 2, 1),
+    ]
+    assert [(w.inputs["x"].data, w.inputs["x"].file) for w in warmup] == [
+        ("zero", None),
+        ("random", None),
+        ("file", "x.bin"),
+    ]
+    assert warmup[0].inputs["x"].datatype == "FP32"
+    assert warmup[0].inputs["x"].dims == [4]
+    info = VersionInfo("m", "1", (TensorSpec("x", "FP32", (-1, 4)),), (), 8, ("CPUExecutionProvider",))
+    answered = effective_config(info, read_model_source(tmp_path / "m").config).model_warmup
+    assert [(w.name, w.batch_size, w.count) for w in answered] == [
+        ("zeros", 8, 3),
+        ("noise", 1, 1),
+        ("real", 2, 1),
+    ]
+    assert answered[2].inputs["x"].input_data_file == "x.bin"
+    assert answered[1].inputs["x"].random_data
+    assert list(answered[0].inputs["x"].dims) == [4]
+
+
+def test_a_reshape_is_refused_with_a_reason_unless_it_changes_nothing(tmp_path: Path) -> None:
+    same = TRITON_CONFIG.replace(
+        "dims: [ 4 ] } ]\noutput", "dims: [ 4 ] reshape: { shape: [ 4 ] } } ]\noutput"
+    )
+    assert read_model_source(write(tmp_path / "same", same.replace('name: "m"', 'name: "same"'))).inputs
+    other = TRITON_CONFIG.replace(
+        "dims: [ 4 ] } ]\noutput", "dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]\noutput"
+    )
+    with pytest.raises(ConfigError, match="field input 'x' reshape: not supported by ortserve"):
+        read_model_source(write(tmp_path / "m", other))
 
 
 def test_both_config_files_are_refused(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ortserve.errors import ConfigError
 from ortserve.llm.config import LlmConfig
 from ortserve.repository.resilience_config import FallbackConfig, FaultConfig, InputConstraint
+from ortserve.repository.warmup import WarmupSample
 from ortserve.routing.config import RoutingConfig
 
 __all__ = [
@@ -108,6 +109,9 @@ class ModelConfig(_Strict):
     graph_optimization_level: Literal["disabled", "basic", "extended", "all"] = "all"
     warmup_batch_sizes: list[Annotated[int, Field(ge=1)]] | None = None
     """Batch sizes run with generated inputs before ready; default: 1 and max_batch_size."""
+    warmup: list[WarmupSample] = Field(default_factory=list)
+    """Warm-up requests of the model's own (Triton's ``model_warmup``), run after the
+    generated ones and before the version serves; a sample that fails fails the load."""
     pipeline: str | None = None
     """``package.module:Class`` of a pipeline that wraps this model (see ortserve.pipeline)."""
     prepack_weights: bool = True

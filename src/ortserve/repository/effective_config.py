@@ -12,6 +12,7 @@ from ortserve.core.types import TensorSpec
 from ortserve.protocol.grpc import model_config_pb2 as mc
 from ortserve.repository.config import LatestPolicy, ModelConfig, SpecificPolicy
 from ortserve.repository.triton_config import ACCELERATOR_PROVIDERS
+from ortserve.repository.warmup import WarmupSample
 
 __all__ = ["effective_config"]
 
@@ -55,6 +56,8 @@ def effective_config(info: VersionInfo, config: ModelConfig | None) -> mc.ModelC
                 else (accelerators.cpu_execution_accelerator)
             )
             target.add(name=name)
+    for sample in config.warmup:
+        _warmup(message.model_warmup.add(), sample)
     if config.intra_op_threads is not None:
         message.parameters["intra_op_thread_count"].string_value = str(config.intra_op_threads)
     if config.inter_op_threads is not None:
@@ -89,3 +92,19 @@ def _dynamic_batching(target: mc.ModelDynamicBatching, config: ModelConfig) -> N
     target.default_queue_policy.max_queue_size = b.max_queue_size
     if b.default_timeout_ms is not None:
         target.default_queue_policy.default_timeout_microseconds = round(b.default_timeout_ms * 1e3)
+
+
+def _warmup(target: mc.ModelWarmup, sample: WarmupSample) -> None:
+    target.name, target.batch_size, target.count = sample.name, sample.batch_size, sample.count
+    for name, given in sample.inputs.items():
+        tensor = target.inputs[name]
+        tensor.data_type = mc.DataType.Value(
+            "TYPE_STRING" if given.datatype == "BYTES" else f"TYPE_{given.datatype}"
+        )
+        tensor.dims.extend(given.dims)
+        if given.data == "file":
+            tensor.input_data_file = str(given.file)
+        elif given.data == "random":
+            tensor.random_data = True
+        else:
+            tensor.zero_data = True

@@ -23,6 +23,7 @@ from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig
+from ortserve.repository.warmup import sample_feeds
 from ortserve.resilience.building import VersionParts, build_guard, plan_on_device
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.settings import ServerSettings
@@ -135,6 +136,7 @@ def _prepare(
         for _ in range(_WARMUP_ROUNDS):
             _, seconds = runner.run_blocking(feeds)
             cost.observe(rows if max_batch else 1, seconds)
+    _run_samples(config, inputs, max_batch, path.parent.parent, runner)
     info = VersionInfo(name, str(version), inputs, outputs, max_batch, tuple(runner.providers))
     logger.info(
         "loaded %s version %d: providers %s, intra-op threads %d, inter-op threads %d, "
@@ -150,6 +152,30 @@ def _prepare(
         cost.coefficients[1] * 1e3,
     )
     return _Prepared(info, runner, cost, _policy(config, max_batch), guard)
+
+
+def _run_samples(
+    config: ModelConfig, inputs: tuple[TensorSpec, ...], max_batch: int, model_dir: Path, runner: OrtRunner
+) -> None:
+    """Run the config's own warm-up samples (``model_warmup``).
+
+    Raises:
+        ConfigError: a sample does not fit the graph, or the graph fails on it.
+    """
+    for sample in config.warmup:
+        feeds = sample_feeds(sample, inputs, max_batch, model_dir)
+        total = 0.0
+        for _ in range(sample.count):
+            try:
+                _, seconds = runner.run_blocking(feeds)
+            except Exception as exc:  # ONNX Runtime's own error: the sample (and the load) fails
+                raise ConfigError(
+                    f"model_warmup {sample.name!r} failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            total += seconds
+        logger.info(
+            "warm-up sample %r: %d runs, %.3f ms each", sample.name, sample.count, total / sample.count * 1e3
+        )
 
 
 async def load_version(

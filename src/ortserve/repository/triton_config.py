@@ -70,9 +70,11 @@ _SUPPORTED = {
     "input.name",
     "input.data_type",
     "input.dims",
+    "input.reshape.shape",
     "output.name",
     "output.data_type",
     "output.dims",
+    "output.reshape.shape",
     "dynamic_batching.preferred_batch_size",
     "dynamic_batching.max_queue_delay_microseconds",
     "dynamic_batching.priority_levels",
@@ -92,7 +94,12 @@ _SUPPORTED = {
     "optimization.execution_accelerators.cpu_execution_accelerator.name",
     "optimization.execution_accelerators.cpu_execution_accelerator.parameters",
     "parameters",
+    "model_warmup.name",
+    "model_warmup.batch_size",
+    "model_warmup.count",
+    "model_warmup.inputs",
 }
+_WARMUP_DATA = {"zero_data": "zero", "random_data": "random", "input_data_file": "file"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +155,7 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
         ConfigError: another backend, a name that is not the folder's, or an invalid value.
     """
     _check_backend(message, where, model_name)
+    _refuse_reshape(message, where)
     unsupported = sorted(set(_set_fields(message)) - _SUPPORTED)
     unsupported += _unsupported_values(message)
     if unsupported:
@@ -159,6 +167,8 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
     }
     if message.default_model_filename:
         raw["default_model_filename"] = message.default_model_filename
+    if message.model_warmup:
+        raw["warmup"] = [_warmup(sample) for sample in message.model_warmup]
     providers = _providers(message)
     if providers is not None:
         raw["providers"] = providers
@@ -197,6 +207,17 @@ def _check_backend(message: mc.ModelConfig, where: str, model_name: str) -> None
         )
 
 
+def _refuse_reshape(message: mc.ModelConfig, where: str) -> None:
+    """``reshape`` changes what the graph is fed: ignoring it would fail every request later."""
+    for kind, tensors in (("input", message.input), ("output", message.output)):
+        for tensor in tensors:
+            if tensor.HasField("reshape") and list(tensor.reshape.shape) != list(tensor.dims):
+                raise ConfigError(
+                    f"{where}: field {kind} {tensor.name!r} reshape: not supported by ortserve; "
+                    "export the graph with the dims clients send (or remove reshape)"
+                )
+
+
 def _batching(message: mc.ModelConfig) -> dict[str, Any]:
     batching: dict[str, Any] = {"max_batch_size": max(message.max_batch_size, 0)}
     if not message.HasField("dynamic_batching"):
@@ -214,6 +235,26 @@ def _batching(message: mc.ModelConfig) -> dict[str, Any]:
     if policy.max_queue_size:
         batching["max_queue_size"] = policy.max_queue_size
     return batching
+
+
+def _warmup(sample: mc.ModelWarmup) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for name, given in sample.inputs.items():
+        choice = given.WhichOneof("input_data_type")
+        entry: dict[str, Any] = {
+            "datatype": _declared(name, given.data_type, given.dims).datatype,
+            "dims": list(given.dims),
+            "data": _WARMUP_DATA.get(choice or "zero_data", "zero"),
+        }
+        if choice == "input_data_file":
+            entry["file"] = given.input_data_file
+        inputs[name] = entry
+    return {
+        "name": sample.name,
+        "batch_size": sample.batch_size,
+        "count": sample.count or 1,
+        "inputs": inputs,
+    }
 
 
 def _version_policy(message: mc.ModelConfig) -> Any:
