@@ -202,6 +202,9 @@ def _summary(
     return {
         "requests": len(records),
         "failed": int((status != 200).sum()),
+        "failed_by_status": {
+            str(code): int((status == code).sum()) for code in sorted(set(status.tolist()) - {200})
+        },
         "requests_in_reload_windows": int(inside.sum()),
         "p50_ms_steady": float(np.percentile(latency[~inside], 50)),
         "p99_ms_steady": p99_out,
