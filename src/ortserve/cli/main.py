@@ -120,9 +120,10 @@ def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) 
     "--intake-lag-ms",
     envvar="ORTSERVE_INTAKE_LAG_MS",
     type=click.FloatRange(min=0.0),
-    default=20.0,
+    default=0.0,
     help="Event-loop lag (ms) above which the server stops reading sockets until it catches "
-    "up: transport back-pressure under overload (0: never).",
+    "up: transport back-pressure for a large crowd of closed-loop clients (0: never; 20 is "
+    "a reasonable value, see docs/architecture.md).",
 )
 @click.option(
     "--header-timeout",
