@@ -7,14 +7,17 @@ numpy + onnx.helper. The server runs pinned to CPU 0 with one ONNX Runtime threa
 client (this process) is pinned to CPU 1; the bare loop runs in a child pinned to CPU 0.
 
 - bare loop: prefill 128 tokens, 128 greedy decode steps feeding ``present`` back as past,
-  one request after another (tokens/s over prefill + decode, as a client would see it);
-- ortserve at 1 / 4 / 16 / 64 concurrent streams: streamed /v1/completions, 128-token
+  one request after another (tokens/s over prefill + decode, as a client would see it),
+  alternated ``--rounds`` times with ortserve at one stream (the sequential loop), medians;
+- ortserve at 4 / 16 / 64 concurrent streams: streamed /v1/completions, 128-token
   prompts, 128 output tokens (``ignore_eos``), output tokens/s, TTFT and ITL percentiles;
-  concurrency 1 is the sequential one-request-at-a-time loop;
+  levels of 64 streams and more get ``--long-duration`` (one 128-token request at 64 streams
+  outlasts a 20 s window);
 - follow-up turn: a 512-token history (first turn: nothing cached) then the same history
   plus 16 new tokens (second turn: history in the prefix cache); TTFT of each, 5 pairs.
 
-Usage: ``python benchmarks/bench_llm.py [--duration 20]``; writes benchmarks/out/llm.json.
+Usage: ``python benchmarks/bench_llm.py [--duration 20] [--rounds 3] [--long-duration 90]``;
+writes benchmarks/out/llm.json.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from machine import stamp as machine_stamp
 
 from ortserve.llm.demo import corpus_documents, train_tokenizer, write_llm_version
 from ortserve.llm.weights import DecoderShape, random_weights
-from ortserve.loadtest.llm_load import LlmRequestSpec, run_llm_level, stream_completion
+from ortserve.loadtest.llm_load import LlmLevel, LlmRequestSpec, run_llm_level, stream_completion
 from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
@@ -83,10 +86,10 @@ def build_model(folder: Path) -> DecoderShape:
     return shape
 
 
-def bare_loop(model: Path, shape: DecoderShape, prompt: int, steps: int) -> list[float]:
+def bare_loop(model: Path, shape: DecoderShape, prompt: int, steps: int, rounds: int) -> list[float]:
     args = [str(model), str(shape.num_hidden_layers), str(shape.num_key_value_heads), str(shape.head_dim)]
     result = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-c", BARE_LOOP, *args, str(prompt), str(steps), "4"],
+        ["taskset", "-c", "0", sys.executable, "-c", BARE_LOOP, *args, str(prompt), str(steps), str(rounds)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return [float(x) for x in json.loads(result.stdout)]
@@ -106,58 +109,86 @@ async def follow_ups(url: str, model: str, pairs: int) -> list[tuple[float, floa
     return results
 
 
+def single_stream_rounds(
+    url: str, model: Path, shape: DecoderShape, rounds: int, duration: float
+) -> tuple[list[float], list[LlmLevel]]:
+    """Alternate the bare loop (2 requests) and ortserve at one stream, ``rounds`` times: the
+    same minutes of the shared machine for both sides of the ratio."""
+    bare: list[float] = []
+    singles = []
+    for _ in range(rounds):
+        bare += bare_loop(model, shape, 128, 128, 2)
+        singles.append(asyncio.run(run_llm_level(url, LlmRequestSpec("llm30m", 128, 128), 1, duration, 2.0)))
+        print(
+            f"round: bare {[round(r, 1) for r in bare[-2:]]}, ortserve c=1 {singles[-1].tokens_per_s:.1f} tokens/s",
+            flush=True,
+        )
+    return bare, singles
+
+
+def print_level(level: LlmLevel) -> None:
+    print(
+        f"c={level.concurrency}: {level.tokens_per_s:.1f} tokens/s over {level.seconds:.0f} s, {level.requests} requests, "
+        f"{level.failures} failed, TTFT p50 {level.ttft_s.get('p50', 0) * 1e3:.0f} ms "
+        f"p99 {level.ttft_s.get('p99', 0) * 1e3:.0f} ms, ITL p50 {level.itl_s.get('p50', 0) * 1e3:.1f} ms",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=20.0)
-    parser.add_argument("--levels", default="1,4,16,64")
+    parser.add_argument("--levels", default="4,16,64")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of bare loop / one stream")
+    parser.add_argument("--long-duration", type=float, default=90.0, help="window of levels >= 64 streams")
+    parser.add_argument("--no-follow-ups", action="store_true")
     args = parser.parse_args()
     os.sched_setaffinity(0, {1})
     OUT.mkdir(exist_ok=True)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"
         shape = build_model(root / "llm30m")
+        onnx_path = root / "llm30m" / "1" / "model.onnx"
         print(f"model: {shape.parameters() / 1e6:.1f}M parameters", flush=True)
-        bare = bare_loop(root / "llm30m" / "1" / "model.onnx", shape, 128, 128)
-        print(
-            f"bare ORT loop (CPU 0): {statistics.median(bare):.1f} tokens/s (runs {[round(r, 1) for r in bare]})",
-            flush=True,
-        )
         with run_server(root, Path(tmp) / "server.log", ["--intra-op-threads", "1"], pin_cpu=0) as server:
+            bare, singles = single_stream_rounds(
+                server.http_url, onnx_path, shape, args.rounds, args.duration
+            )
             spec = LlmRequestSpec("llm30m", 128, 128)
             levels = []
-            for concurrency in [int(c) for c in args.levels.split(",")]:
-                level = asyncio.run(run_llm_level(server.http_url, spec, concurrency, args.duration, 3.0))
-                levels.append(level)
-                print(
-                    f"c={concurrency}: {level.tokens_per_s:.1f} tokens/s, {level.requests} requests, "
-                    f"{level.failures} failed, TTFT p50 {level.ttft_s.get('p50', 0) * 1e3:.0f} ms "
-                    f"p99 {level.ttft_s.get('p99', 0) * 1e3:.0f} ms, ITL p50 {level.itl_s.get('p50', 0) * 1e3:.1f} ms",
-                    flush=True,
-                )
-            turns = asyncio.run(follow_ups(server.http_url, "llm30m", 5))
-        bare += bare_loop(root / "llm30m" / "1" / "model.onnx", shape, 128, 128)
-        print(f"bare ORT loop again: {[round(r, 1) for r in bare]}", flush=True)
-    first = statistics.median(t[0] for t in turns)
-    second = statistics.median(t[1] for t in turns)
-    print(f"follow-up turn over 512 tokens: first {first * 1e3:.0f} ms, follow-up {second * 1e3:.0f} ms, "
-          f"ratio {second / first:.2f}, cached {[t[2] for t in turns]}")  # fmt: skip
-    one = levels[0].tokens_per_s
-    summary = {
+            for concurrency in [int(c) for c in args.levels.split(",") if c]:
+                window = args.long_duration if concurrency >= 64 else args.duration
+                levels.append(asyncio.run(run_llm_level(server.http_url, spec, concurrency, window, 3.0)))
+                print_level(levels[-1])
+            turns = [] if args.no_follow_ups else asyncio.run(follow_ups(server.http_url, "llm30m", 5))
+    one = statistics.median(level.tokens_per_s for level in singles)
+    summary: dict[str, float] = {
         "bare_tokens_per_s": statistics.median(bare),
+        "c1_tokens_per_s": one,
         "c1_vs_bare": one / statistics.median(bare),
-        "c16_vs_sequential": next((lv.tokens_per_s for lv in levels if lv.concurrency == 16), 0.0) / one,
-        "follow_up_ttft_ratio": second / first,
     }
-    print(json.dumps(summary, indent=2))
+    if any(lv.concurrency == 16 for lv in levels):
+        summary["c16_vs_sequential"] = next(lv.tokens_per_s for lv in levels if lv.concurrency == 16) / one
+    if turns:
+        first = statistics.median(t[0] for t in turns)
+        second = statistics.median(t[1] for t in turns)
+        print(f"follow-up turn over 512 tokens: first {first * 1e3:.0f} ms, follow-up {second * 1e3:.0f} ms, "
+              f"ratio {second / first:.2f}, cached {[t[2] for t in turns]}")  # fmt: skip
+        summary["follow_up_ttft_ratio"] = second / first
+    summary_load = {"load_before": load_before, "load_after": os.getloadavg()}
+    print(json.dumps({**summary, **summary_load}, indent=2))
     document = {
         "machine": machine_stamp(),
         "model": {"parameters": shape.parameters(), **SHAPE, "vocab_size": shape.vocab_size},
         "bare_loop_tokens_per_s": bare,
+        "single_stream_levels": [lv.as_dict() for lv in singles],
         "levels": [lv.as_dict() for lv in levels],
         "follow_up_turns": [
             {"first_ttft_s": a, "follow_up_ttft_s": b, "cached_tokens": c} for a, b, c in turns
         ],
         "summary": summary,
+        **summary_load,
     }
     (OUT / "llm.json").write_text(json.dumps(document, indent=2))
 
