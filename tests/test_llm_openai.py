@@ -239,9 +239,13 @@ def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: Serv
         "ortserve_llm_prompt_tokens_total",
         "ortserve_llm_cached_prompt_tokens_total",
         "ortserve_llm_prefix_cache_hit_ratio",
+        "ortserve_llm_engine_steps_total",
     ):
         assert _metric(llm_server, name, DEMO_LLM_NAME) > 0, name
     assert _metric(llm_server, "ortserve_llm_kv_cache_bytes", DEMO_LLM_NAME) > 0
+    # Time inside ONNX Runtime is part of the steps' time, the rest is the engine's own cost.
+    in_model = _metric(llm_server, "ortserve_llm_model_run_seconds_total", DEMO_LLM_NAME)
+    assert 0 < in_model <= _metric(llm_server, "ortserve_llm_engine_step_seconds_total", DEMO_LLM_NAME)
 
 
 def test_bench_openai_transport_reports_tokens_and_latencies(

@@ -47,6 +47,8 @@ class DecoderSession:
         self._past_names = [
             f"past_key_values.{layer}.{part}" for layer in range(layout.layers) for part in ("key", "value")
         ]
+        self.run_seconds = 0.0
+        """Time spent inside ONNX Runtime's ``run`` (against the engine's step time: its overhead)."""
 
     @property
     def parts(self) -> int:
@@ -70,7 +72,9 @@ class DecoderSession:
         if self.layout.has_cache_branch:
             feeds["use_cache_branch"] = np.array([past[0].shape[2] > 0])
         feeds.update(zip(self._past_names, past))
+        started = time.perf_counter()
         outputs = self._session.run(list(self.layout.output_names), feeds)  # type: ignore[attr-defined]
+        self.run_seconds += time.perf_counter() - started
         return outputs[0][:, -1, :], list(outputs[1:])
 
 

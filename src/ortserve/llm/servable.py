@@ -148,6 +148,12 @@ class LlmVersion:
     def prefix_hit_ratio(self) -> float:
         return self.engine.cache.hit_ratio
 
+    @property
+    def engine_seconds(self) -> tuple[int, float, float]:
+        """Steps, their wall time and the time inside ONNX Runtime (the engine's own overhead)."""
+        engine = self.engine
+        return engine.steps, engine.step_seconds, engine.decoder.run_seconds
+
     def sink(self, events: list[tuple[Sequence, GenerationEvent]]) -> None:
         """The engine's sink (its thread): one hop to the event loop per step."""
         self._loop.call_soon_threadsafe(self._dispatch, events)

@@ -77,6 +77,9 @@ class _Source(Protocol):
     @property
     def prefix_hit_ratio(self) -> float: ...
 
+    @property
+    def engine_seconds(self) -> tuple[int, float, float]: ...
+
 
 def _histogram(name: str, doc: str, rows: Iterable[tuple[list[str], Histogram]]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=["model", "version"])
@@ -104,7 +107,7 @@ class LlmCollector(Collector):
                          [(labels, s.stats.itl) for labels, s in rows])  # fmt: skip
         yield _histogram("ortserve_llm_e2e_request_seconds", "Arrival to the last token",
                          [(labels, s.stats.e2e) for labels, s in rows])  # fmt: skip
-        counters = (
+        counters: tuple[tuple[str, str, Sequence[float]], ...] = (
             ("requests", "Generation requests admitted", [s.stats.requests for _, s in rows]),
             ("prompt_tokens", "Prompt tokens of finished requests", [s.stats.prompt_tokens for _, s in rows]),
             (
@@ -116,6 +119,20 @@ class LlmCollector(Collector):
                 "cached_prompt_tokens",
                 "Prompt tokens read from the prefix cache",
                 [s.stats.cached_tokens for _, s in rows],
+            ),
+        )
+        timing = [s.engine_seconds for _, s in rows]
+        counters += (
+            ("engine_steps", "Steps of the generation engine", [t[0] for t in timing]),
+            (
+                "engine_step_seconds",
+                "Wall time of engine steps (prefill, decode, sampling)",
+                [t[1] for t in timing],
+            ),
+            (
+                "model_run_seconds",
+                "Time inside ONNX Runtime's run during engine steps",
+                [t[2] for t in timing],
             ),
         )
         for name, doc, counts in counters:
