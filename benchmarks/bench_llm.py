@@ -30,6 +30,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +128,37 @@ def single_stream_rounds(
     return bare, singles
 
 
+def engine_seconds(url: str) -> tuple[float, float, float]:
+    """(engine steps, seconds in steps, seconds inside ONNX Runtime) from the server's metrics."""
+    found = {}
+    with urllib.request.urlopen(f"{url}/metrics") as reply:
+        for line in reply.read().decode().splitlines():
+            for name in ("engine_steps", "engine_step_seconds", "model_run_seconds"):
+                if line.startswith(f"ortserve_llm_{name}_total{{"):
+                    found[name] = float(line.rsplit(" ", 1)[1])
+    return found["engine_steps"], found["engine_step_seconds"], found["model_run_seconds"]
+
+
+def measured_level(
+    url: str, spec: LlmRequestSpec, concurrency: int, window: float
+) -> tuple[LlmLevel, dict[str, float]]:
+    """One level, and where the server's core went during it: inside ONNX Runtime, in the
+    engine's own step code (sampling, detokenizing, batch bookkeeping), elsewhere (HTTP, SSE)."""
+    before, started = engine_seconds(url), time.perf_counter()
+    level = asyncio.run(run_llm_level(url, spec, concurrency, window, 3.0))
+    after, wall = engine_seconds(url), time.perf_counter() - started
+    steps, step_s, run_s = (b - a for a, b in zip(before, after))
+    split = {
+        "wall_s": wall,
+        "steps": steps,
+        "ms_per_step": 1e3 * step_s / steps if steps else 0.0,
+        "model_run_fraction": run_s / wall,
+        "engine_outside_run_fraction": (step_s - run_s) / wall,
+        "outside_steps_fraction": 1 - step_s / wall,
+    }
+    return level, split
+
+
 def print_level(level: LlmLevel) -> None:
     print(
         f"c={level.concurrency}: {level.tokens_per_s:.1f} tokens/s over {level.seconds:.0f} s, {level.requests} requests, "
@@ -157,10 +190,14 @@ def main() -> None:
             )
             spec = LlmRequestSpec("llm30m", 128, 128)
             levels = []
+            splits: dict[int, dict[str, float]] = {}
             for concurrency in [int(c) for c in args.levels.split(",") if c]:
                 window = args.long_duration if concurrency >= 64 else args.duration
-                levels.append(asyncio.run(run_llm_level(server.http_url, spec, concurrency, window, 3.0)))
-                print_level(levels[-1])
+                level, split = measured_level(server.http_url, spec, concurrency, window)
+                levels.append(level)
+                splits[concurrency] = split
+                print_level(level)
+                print(f"  server core: {json.dumps({k: round(v, 3) for k, v in split.items()})}", flush=True)
             turns = [] if args.no_follow_ups else asyncio.run(follow_ups(server.http_url, "llm30m", 5))
     one = statistics.median(level.tokens_per_s for level in singles)
     summary: dict[str, float] = {
@@ -184,6 +221,7 @@ def main() -> None:
         "bare_loop_tokens_per_s": bare,
         "single_stream_levels": [lv.as_dict() for lv in singles],
         "levels": [lv.as_dict() for lv in levels],
+        "server_core_split": splits,
         "follow_up_turns": [
             {"first_ttft_s": a, "follow_up_ttft_s": b, "cached_tokens": c} for a, b, c in turns
         ],
