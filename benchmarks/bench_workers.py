@@ -62,11 +62,28 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / _TICK
 
 
-def _pss_mb(pid: int) -> float:
+_ROLLUP = ("Pss", "Pss_Anon", "Pss_File", "Private_Dirty", "Private_Clean", "Shared_Clean", "Shared_Dirty")
+
+
+def _rollup_mb(pid: int) -> dict[str, float]:
+    """``/proc/<pid>/smaps_rollup`` in MB: PSS (anonymous and file-backed) and what is private."""
+    found: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no Pss in /proc/{pid}/smaps_rollup")
+        name, _, rest = line.partition(":")
+        if name in _ROLLUP:
+            found[name] = round(int(rest.split()[0]) / 1024, 1)
+    if "Pss" not in found:
+        raise RuntimeError(f"no Pss in /proc/{pid}/smaps_rollup")
+    return found
+
+
+def _role(pid: int, root: int) -> str:
+    """The supervisor is the root; its child with children the zygote; the others workers."""
+    if pid == root:
+        return "supervisor"
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    forks = any((task / "children").read_text().split() for task in Path(f"/proc/{pid}/task").iterdir())
+    return "zygote" if parent == root and forks else "worker"
 
 
 def _workers_ready(server_metrics_url: str, n: int, timeout_s: float = 300) -> None:
@@ -90,14 +107,11 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
     for _ in range(args.rounds):
         for n in args.workers:
             extra = ["--workers", str(n), "--shutdown-delay", "0"]
-            with run_server(root / "models", root / f"server-{n}.log", extra) as server:
+            # Pinned from the start, so the supervisor sizes the thread budget to these CPUs.
+            log = root / f"server-{n}.log"
+            with run_server(root / "models", log, extra, pin_cpu=args.server_cpus) as server:
                 _workers_ready(f"http://127.0.0.1:{server.metrics_port}/metrics", n)
-                # run_server started `python -m ortserve`; re-pin that process tree now.
                 pids = _family(server.process.pid)
-                for pid in pids:
-                    subprocess.run(
-                        ["taskset", "-a", "-p", "-c", args.server_cpus, str(pid)], capture_output=True
-                    )
                 out = root / f"bench-{n}.json"
                 command = [
                     "taskset", "-c", args.client_cpus,
@@ -105,19 +119,22 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
                     "-c", str(args.concurrency), "-d", str(args.duration), "--warmup", "2",
                     "-p", str(args.processes), "-o", str(out), "--no-progress",
                 ]  # fmt: skip
+                counts = _counts(server.http_url)
                 before = _cpu_seconds(pids)
                 subprocess.run(command, check=True, capture_output=True)
                 cpu = _cpu_seconds(pids) - before
+                inferences, executions = (b - a for a, b in zip(counts, _counts(server.http_url)))
                 level = json.loads(out.read_text())["levels"][0]["summary"]
-                served = level["requests"]
                 results.setdefault(str(n), []).append(
                     {
                         "req_per_s": level["achieved_rate"],
                         "p50_ms": level["latency_ms"]["p50"],
                         "p99_ms": level["latency_ms"]["p99"],
-                        # CPU over warm-up + measurement, divided by the measured requests:
-                        # a ratio between worker counts, not an absolute cost.
-                        "server_cpu_ms_per_request": 1000 * cpu / max(served, 1) / (1 + 2 / args.duration),
+                        # Every server process, over warm-up and measurement, per request the
+                        # server answered in that time (its statistics, all workers merged).
+                        "server_cpu_ms_per_request": 1000 * cpu / max(inferences, 1),
+                        "requests_per_execution": inferences / max(executions, 1),
+                        "server_cpu_ms_per_execution": 1000 * cpu / max(executions, 1),
                         "errors": level["errors"],
                         "statuses": level["statuses"],
                     }
@@ -127,6 +144,13 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
         for n, runs in results.items()
     }
     return {"runs": results, "medians": medians}
+
+
+def _counts(url: str) -> tuple[int, int]:
+    """small_mlp's inference and execution (batch) counts, summed over the workers."""
+    with urllib.request.urlopen(f"{url}/v2/models/small_mlp/stats", timeout=30) as reply:
+        stats = json.loads(reply.read())["model_stats"]
+    return sum(int(s["inference_count"]) for s in stats), sum(int(s["execution_count"]) for s in stats)
 
 
 def _big_model(folder: Path, megabytes: int) -> None:
@@ -159,27 +183,46 @@ def _big_model(folder: Path, megabytes: int) -> None:
 
 
 def memory(args: argparse.Namespace) -> dict[str, object]:
+    """Total PSS of every server process (supervisor, zygote, workers) for 1, 2 and 4 workers."""
     root = Path(tempfile.mkdtemp(prefix="bench-workers-pss-"))
     _big_model(root / "models", args.model_mb)
     weights = (root / "models" / "big" / "1" / "weights.bin").stat().st_size / 1024 / 1024
-    found: dict[str, dict[str, float]] = {}
-    for n in (1, 2, 4):
+    found: dict[str, dict[str, object]] = {}
+    for n in args.workers:
         extra = ["--workers", str(n), "--shutdown-delay", "0", "--grpc-port", "-1"]
         with run_server(root / "models", root / f"server-{n}.log", extra, ready_timeout_s=300) as server:
             _workers_ready(f"http://127.0.0.1:{server.metrics_port}/metrics", n)
+            _infer_big(server.http_url, n)  # every worker has run the model once
             time.sleep(1)
             pids = _family(server.process.pid)
-            workers = pids[1:] if n > 1 else pids
+            processes = [
+                {"pid": pid, "role": _role(pid, pids[0]) if n > 1 else "worker", **_rollup_mb(pid)}
+                for pid in pids
+            ]
+            by_role: dict[str, float] = {}
+            for process in processes:
+                role = str(process["role"])
+                by_role[role] = round(by_role.get(role, 0.0) + float(process["Pss"]), 1)  # type: ignore[arg-type]
             found[str(n)] = {
-                "workers_pss_mb": round(sum(_pss_mb(p) for p in workers), 1),
-                "supervisor_pss_mb": round(_pss_mb(pids[0]), 1) if n > 1 else 0.0,
+                "total_pss_mb": round(sum(float(p["Pss"]) for p in processes), 1),  # type: ignore[arg-type]
+                "pss_by_role_mb": by_role,
+                "processes": processes,
             }
-    one = found["1"]["workers_pss_mb"]
+    one = float(found[str(args.workers[0])]["total_pss_mb"])  # type: ignore[arg-type]
     for figures in found.values():
-        figures["ratio_to_one_worker"] = round(
-            (figures["workers_pss_mb"] + figures["supervisor_pss_mb"]) / one, 3
-        )
+        figures["ratio_to_first"] = round(float(figures["total_pss_mb"]) / one, 3)  # type: ignore[arg-type]
     return {"weights_mb": round(weights, 1), "pss": found}
+
+
+def _infer_big(url: str, workers: int) -> None:
+    """A few requests on fresh connections, so each worker has most likely run the model."""
+    body = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 4096], "datatype": "FP32", "data": [0.5] * 4096}]}
+    ).encode()
+    for _ in range(4 * workers):
+        call = urllib.request.Request(f"{url}/v2/models/big/infer", body, {"Connection": "close"})
+        with urllib.request.urlopen(call, timeout=60) as reply:
+            reply.read()
 
 
 def main() -> None:
@@ -197,6 +240,7 @@ def main() -> None:
     scale.add_argument("--rounds", type=int, default=3)
     mem = sub.add_parser("memory")
     mem.add_argument("--model-mb", type=int, default=256)
+    mem.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
     result: dict[str, object] = {"stamp": stamp(), "args": sys.argv[1:]}

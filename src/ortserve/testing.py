@@ -127,11 +127,12 @@ def run_server(
     env: dict[str, str] | None = None,
     ready_timeout_s: float = 90.0,
     wait: bool = True,
-    pin_cpu: int | None = None,
+    pin_cpu: int | str | None = None,
 ) -> Iterator[ServerProcess]:
     """Start ``ortserve serve`` on free ports, wait until ready, stop it on exit.
 
-    ``pin_cpu`` runs the server under ``taskset`` on that CPU (benchmarks).
+    ``pin_cpu`` runs the server under ``taskset`` on that CPU, or CPU list such as ``"0-3"``
+    (benchmarks).
     """
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     args = [

@@ -437,11 +437,9 @@ def serve(
     )
     try:
         if workers > 1:
-            from ortserve.supervisor import run_supervisor
+            from ortserve.supervisor import exec_supervisor
 
-            code = run_supervisor(settings, workers)
-            if code:
-                raise SystemExit(code)
+            exec_supervisor(settings, workers)  # does not return: this process becomes it
         else:
             from ortserve.server.lifecycle import serve as run_server
 

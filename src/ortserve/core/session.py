@@ -23,11 +23,13 @@ DEFAULT_PROVIDER_ORDER = (
 )
 
 _OPT_LEVELS = {
-    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
 }
+"""Names, not members: nothing here touches onnxruntime at import (``--workers`` forks from a
+process that has imported this module but not ONNX Runtime, see ``supervisor/zygote.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,9 @@ def session_options(plan: SessionPlan) -> ort.SessionOptions:
     options.execution_mode = (
         ort.ExecutionMode.ORT_PARALLEL if plan.inter_op_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
     )
-    options.graph_optimization_level = _OPT_LEVELS[plan.optimization_level]
+    options.graph_optimization_level = getattr(
+        ort.GraphOptimizationLevel, _OPT_LEVELS[plan.optimization_level]
+    )
     # Spinning threads burn the core that the event loop needs between batches.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")

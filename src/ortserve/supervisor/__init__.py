@@ -5,6 +5,6 @@ control. The server itself never imports this package."""
 from __future__ import annotations
 
 from ortserve.supervisor.plan import parse_workers
-from ortserve.supervisor.supervisor import run_supervisor
+from ortserve.supervisor.supervisor import exec_supervisor
 
-__all__ = ["parse_workers", "run_supervisor"]
+__all__ = ["exec_supervisor", "parse_workers"]

@@ -150,7 +150,8 @@ class Gateway:
         for slot in self._slots:
             restarts.add_metric([str(slot.index)], slot.restarts)
         for slot, count in per_worker:
-            requests.add_metric([str(slot.index), str(slot.pid)], count)
+            if slot.pid is not None:  # not one that has exited but answered while draining
+                requests.add_metric([str(slot.index), str(slot.pid)], count)
         return [workers, up, ready_workers, restarts, requests]
 
     async def _statistics(self, request: HttpRequest) -> HttpResponse:

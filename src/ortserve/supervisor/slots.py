@@ -6,11 +6,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 import time
-from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any
+
+from ortserve.supervisor.spawner import Spawner, WorkerProcess, ZygoteError
 
 __all__ = ["STARTUP_FAILED", "WorkerSlot"]
 
@@ -33,23 +31,18 @@ class WorkerSlot:
 
     Args:
         index: the worker's number (its private socket is named after it).
-        run_dir: the supervisor's private folder, passed to the worker.
-        started: called after each (re)start with the slot, e.g. to replay model control.
+        spawner: forks the worker (from the zygote).
     """
 
-    def __init__(
-        self,
-        index: int,
-        run_dir: Path,
-        started: Callable[[WorkerSlot], Coroutine[Any, Any, None]] | None = None,
-    ) -> None:
+    def __init__(self, index: int, spawner: Spawner) -> None:
         self.index = index
         self.restarts = 0
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: WorkerProcess | None = None
         self.failed_start: int | None = None
         """Set when the first start failed with STARTUP_FAILED: the supervisor gives up."""
-        self._run_dir = run_dir
+        self._spawner = spawner
         self._stopping = asyncio.Event()
+        self._stop_signal: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -60,20 +53,22 @@ class WorkerSlot:
         backoff = _FIRST_BACKOFF_S
         while True:
             born = time.monotonic()
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "ortserve.supervisor.worker",
-                str(self._run_dir),
-                str(self.index),
-                "restart" if self.restarts else "start",
-                # Its own session: a signal to the supervisor's group (Ctrl-C, timeout(1)) reaches
-                # the workers once, passed on by the supervisor, not twice (a second one hurries).
-                start_new_session=True,
-            )
-            code = await self.process.wait()
+            try:
+                self.process = await self._spawner.start(self.index, restarted=self.restarts > 0)
+            except ZygoteError as exc:
+                self.process = None
+                if self.restarts == 0:
+                    self.failed_start = STARTUP_FAILED
+                    logger.error("worker %d could not start: %s", self.index, exc)
+                    return
+                code, what = STARTUP_FAILED, str(exc)
+            else:
+                if self._stop_signal is not None:  # asked to stop while it was being forked
+                    self.process.send_signal(self._stop_signal)
+                code = await self.process.wait()
+                what = f"pid {self.process.pid}"
             if self._stopping.is_set():
-                logger.info("worker %d (pid %d) exited with %d", self.index, self.process.pid, code)
+                logger.info("worker %d (%s) exited with %d", self.index, what, code)
                 return
             if code == STARTUP_FAILED and self.restarts == 0:
                 self.failed_start = code
@@ -83,9 +78,9 @@ class WorkerSlot:
                 backoff = _FIRST_BACKOFF_S
             self.restarts += 1
             logger.warning(
-                "worker %d (pid %d) died (%s); restart %d in %.1f s",
+                "worker %d (%s) died (%s); restart %d in %.1f s",
                 self.index,
-                self.process.pid,
+                what,
                 _describe(code),
                 self.restarts,
                 backoff,
@@ -105,6 +100,7 @@ class WorkerSlot:
     def stop(self, number: int) -> None:
         """No more restarts; pass ``number`` (SIGTERM: delay and drain; SIGINT: drain) on."""
         self._stopping.set()
+        self._stop_signal = number
         self.signal(number)
 
     def kill(self) -> None:

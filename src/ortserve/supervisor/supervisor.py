@@ -1,5 +1,11 @@
 """The supervisor of ``--workers N``: reserve the ports, start the workers, keep them running,
-pass signals on, and serve what must see all of them (metrics, statistics, model control)."""
+pass signals on, and serve what must see all of them (metrics, statistics, model control).
+
+``ortserve serve --workers N`` execs a fresh interpreter for it (``python -m
+ortserve.supervisor RUN_DIR``): the command line's process has imported far more than the
+supervisor needs, and has threads (NumPy's BLAS), while the supervisor must fork the zygote
+before it starts any thread or event loop, so that every process shares one interpreter heap.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,12 @@ import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
+from ortserve.logs import configure_logging
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
@@ -22,8 +31,10 @@ from ortserve.settings import ServerSettings
 from ortserve.supervisor.gateway import Gateway
 from ortserve.supervisor.plan import WorkerLaunch, reserve_port, worker_settings
 from ortserve.supervisor.slots import STARTUP_FAILED, WorkerSlot
+from ortserve.supervisor.spawner import Spawner
+from ortserve.supervisor.zygote import BLAS_THREADS
 
-__all__ = ["Supervisor", "run_supervisor"]
+__all__ = ["Supervisor", "exec_supervisor", "supervisor_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +49,15 @@ class Supervisor:
     Args:
         settings: the server settings as given; each worker gets ``worker_settings`` of them.
         workers: how many worker processes (>= 1).
+        run_dir: a private folder (mode 0700), removed when the supervisor stops.
+        spawner: forks the workers (its zygote may already be forked).
     """
 
-    def __init__(self, settings: ServerSettings, workers: int) -> None:
+    def __init__(self, settings: ServerSettings, workers: int, run_dir: Path, spawner: Spawner) -> None:
         self.settings = settings
         self.workers = workers
+        self._run_dir = run_dir
+        self._spawner = spawner
         self._signal: int | None = None
         self._stopping = asyncio.Event()
 
@@ -58,22 +73,26 @@ class Supervisor:
         Raises:
             StartupError: the repository is not a folder or a port cannot be bound.
         """
-        s = self.settings
-        if not s.model_repository.is_dir():
-            raise StartupError(f"model repository {s.model_repository} is not a folder")
-        reserved = [_reserve("HTTP", s.host, s.http_port)]
-        if s.grpc_port >= 0:
-            reserved.append(_reserve("gRPC", s.host, s.grpc_port))
+        s, run_dir, spawner = self.settings, self._run_dir, self._spawner
+        try:
+            if not s.model_repository.is_dir():
+                raise StartupError(f"model repository {s.model_repository} is not a folder")
+            reserved = [_reserve("HTTP", s.host, s.http_port)]
+            if s.grpc_port >= 0:
+                reserved.append(_reserve("gRPC", s.host, s.grpc_port))
+        except StartupError:
+            await spawner.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         http_port = reserved[0].getsockname()[1]
         grpc_port = reserved[1].getsockname()[1] if s.grpc_port >= 0 else -1
-        run_dir = Path(tempfile.mkdtemp(prefix="ortserve-workers-"))
         launch = WorkerLaunch(
             worker_settings(s, self.workers, http_port, grpc_port), run_dir, secrets.token_hex(16)
         )
         _write_private(run_dir / "launch.pickle", pickle.dumps(launch))
         slots: list[WorkerSlot] = []
         gateway = Gateway(launch, slots)
-        slots.extend(WorkerSlot(i, run_dir) for i in range(self.workers))
+        slots.extend(WorkerSlot(i, spawner) for i in range(self.workers))
         private = HttpListener(gateway.private, _LIMITS, ConnectionLimit(1024))
         public = HttpListener(gateway.public, _LIMITS, ConnectionLimit(64))
         try:
@@ -91,6 +110,7 @@ class Supervisor:
             )
             return await self._supervise(slots)
         finally:
+            await spawner.close()
             for listener in (private, public):
                 listener.stop_accepting()
                 await listener.wait_closed(1.0)
@@ -155,11 +175,37 @@ def _write_private(path: Path, data: bytes) -> None:
         file.write(data)
 
 
-def run_supervisor(settings: ServerSettings, workers: int) -> int:
-    """Run the supervisor on an event loop (uvloop when installed); returns the exit code."""
-    supervisor = Supervisor(settings, workers)
+def exec_supervisor(settings: ServerSettings, workers: int) -> NoReturn:
+    """Replace this process (same PID, so signals still reach it) with the supervisor.
+
+    The settings go through a private folder; NumPy's BLAS gets one thread, so that the fresh
+    interpreter has none besides its own when it forks the zygote.
+    """
+    run_dir = Path(tempfile.mkdtemp(prefix="ortserve-workers-"))
+    _write_private(run_dir / "settings.pickle", pickle.dumps((settings, workers)))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = [sys.executable, "-m", "ortserve.supervisor", str(run_dir)]
+    os.execve(sys.executable, argv, {**os.environ, **BLAS_THREADS})
+
+
+def supervisor_main() -> None:
+    """``python -m ortserve.supervisor RUN_DIR``: fork the zygote, then supervise on an event loop
+    (uvloop when installed); exits with the supervisor's code."""
+    run_dir = Path(sys.argv[1])
+    settings, workers = pickle.loads((run_dir / "settings.pickle").read_bytes())
+    configure_logging(settings.log_level, settings.log_format)
+    spawner = Spawner(run_dir)
+    spawner.fork_zygote()  # before the event loop and its threads exist
+    supervisor = Supervisor(settings, workers, run_dir, spawner)
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(supervisor.run())
-    return uvloop.run(supervisor.run())
+        try:
+            import uvloop
+        except ImportError:
+            code = asyncio.run(supervisor.run())
+        else:
+            code = uvloop.run(supervisor.run())
+    except StartupError as exc:  # an operator's to fix: one line, no traceback, as the CLI does
+        logger.error("%s", exc)
+        code = STARTUP_FAILED
+    sys.exit(code)

@@ -1,15 +1,13 @@
 """One worker process of ``--workers N``: today's server on the shared ports, plus a private
 Unix socket on which the supervisor asks for this worker's own metrics, statistics and model
-control. Started by the supervisor as ``python -m ortserve.supervisor.worker RUN_DIR INDEX``."""
+control. Forked by the zygote (``zygote.py``), which calls :func:`run_worker`."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import pickle
 import signal
-import sys
 from pathlib import Path
 
 from ortserve.errors import RepositoryError
@@ -24,11 +22,10 @@ from ortserve.supervisor.link import SupervisedControl, hand_over, statistics_vi
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
 from ortserve.supervisor.slots import STARTUP_FAILED
 
-__all__ = ["main", "serve_worker"]
+__all__ = ["run_worker", "serve_worker"]
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _PRIVATE_CONNECTIONS = 64
 
 
@@ -77,18 +74,8 @@ async def _replay(app: HttpApp, launch: WorkerLaunch) -> None:
             logger.warning("replaying %s answered %d", path, answer.status)
 
 
-def _die_with_parent() -> None:
-    """If the supervisor is killed (SIGKILL, OOM), this worker gets SIGTERM instead of living on."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def main() -> None:
-    run_dir, index, restarted = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "restart"
-    _die_with_parent()
+def run_worker(run_dir: Path, index: int, restarted: bool) -> int:
+    """Serve as worker ``index`` (forked by the zygote); returns the exit code."""
     launch: WorkerLaunch = pickle.loads((run_dir / "launch.pickle").read_bytes())
     configure_logging(launch.settings.log_level, launch.settings.log_format)
     try:
@@ -102,8 +89,5 @@ def main() -> None:
             uvloop.run(serve_worker(launch, index, restarted))
     except (StartupError, RepositoryError) as exc:
         logger.error("worker %d: %s", index, exc)
-        sys.exit(STARTUP_FAILED)
-
-
-if __name__ == "__main__":
-    main()
+        return STARTUP_FAILED
+    return 0
