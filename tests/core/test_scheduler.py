@@ -449,6 +449,38 @@ async def test_budget_admission_refuses_at_once_what_would_finish_past_the_budge
     assert scheduler.queue_depth == 1
 
 
+async def test_a_request_that_can_no_longer_finish_within_its_budget_leaves_unrun() -> None:
+    scheduler, executor, clock, recorder = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040
+    )
+    first = scheduler.submit(rows(8), 8)  # runs at once: about 16 ms
+    await settle()
+    late = scheduler.submit(rows(8), 8)  # predicted done at about 32 ms: admitted
+    clock.advance(0.030)  # the first batch ran long: the second could only end at about 46 ms
+    executor.finish(seconds=0.030)
+    await first
+    await settle()
+    assert late.done(), "the late request was run instead of being refused"
+    with pytest.raises(Overloaded, match="latency budget"):
+        late.result()
+    assert len(executor.batches) == 1 and scheduler.queue_depth == 0
+    assert any("latency budget" in str(error) for error in recorder.rejected)
+
+
+async def test_a_request_still_within_its_budget_runs_after_a_slow_batch() -> None:
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040)
+    first = scheduler.submit(rows(8), 8)
+    await settle()
+    on_time = scheduler.submit(rows(8), 8)
+    clock.advance(0.020)  # 4 ms late: the second still ends by about 36 ms
+    executor.finish(seconds=0.020)
+    await first
+    await settle()
+    assert len(executor.batches) == 2
+    executor.finish()
+    await on_time
+
+
 async def test_check_admission_answers_like_submit_without_queueing() -> None:
     scheduler, _, _, recorder = make(asyncio.get_running_loop(), max_queue_size=1)
     scheduler.check_admission()

@@ -384,6 +384,7 @@ class Scheduler:
         target = queue_wait_target(self._policy, self._full_batch_s())
         shedding = self.cost_model.fitted and self._standing.shedding(now - head.arrival, target, now)
         shed_before = now - target if shedding else -math.inf
+        late_before = self._late_before(now)
         batch: list[_Pending] = []
         rows = 0
         for lane in self._lanes:
@@ -402,6 +403,9 @@ class Scheduler:
                 if pending.arrival < shed_before:
                     self._drop(pending, Overloaded("shed: waited too long in an overloaded queue", 0.0))
                     continue
+                if pending.arrival < late_before:
+                    self._drop(pending, Overloaded("shed: it could no longer finish within the latency budget", 0.0))
+                    continue
                 fits = not batch or (pending.signature == head.signature and rows + pending.rows <= max_rows)
                 if not fits:
                     skipped.append(pending)
@@ -415,6 +419,22 @@ class Scheduler:
             if batch and (not max_rows or rows >= max_rows):
                 break
         return batch
+
+    def _late_before(self, now: float) -> float:
+        """Requests that arrived before this would finish past the latency budget if the
+        batch being formed ran now (under the lock; -inf without a budget).
+
+        Admission predicts the finish from the queue it sees; when batches then run longer
+        than predicted (the machine slowed, the loop took the core) a request admitted within
+        the budget could still be answered after it. Such a request leaves unrun with a 429
+        instead: an answer past the budget is worth less to its client than a prompt refusal,
+        and running it would make the requests behind it late too.
+        """
+        budget = self._policy.latency_budget_s
+        if budget is None or not self.cost_model.fitted:
+            return -math.inf
+        rows = min(self._policy.max_batch_size or 1, max(1, self._queued_rows))
+        return now + self.cost_model.predict(rows) - budget
 
     def _drop(self, pending: _Pending, error: OrtServeError) -> None:
         self._remove(pending)
