@@ -48,6 +48,11 @@ def repository(root: Path, waits_ms: list[float]) -> list[str]:
     return names
 
 
+def median(rows: list[dict], field: str) -> float:
+    values = [r[field] for r in rows if r.get(field) is not None]
+    return round(statistics.median(values), 1) if values else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -60,7 +65,9 @@ def main() -> None:
     names = repository(OUT / "ab-wait-models", [float(w) for w in args.waits.split(",")])
     multiples = tuple(int(m) for m in args.multiples.split(","))
     cells: dict[str, list[dict]] = {}
-    with run_server(OUT / "ab-wait-models", OUT / "ab-wait.log", ["--intra-op-threads", "1"], pin_cpu=0) as server:
+    with run_server(
+        OUT / "ab-wait-models", OUT / "ab-wait.log", ["--intra-op-threads", "1"], pin_cpu=0
+    ) as server:
         for transport in args.transports.split(","):
             capacity = closed_native(server, MODEL, transport, 64, args.seconds)
             cells.setdefault(f"{transport} capacity", []).append(capacity)
@@ -73,21 +80,19 @@ def main() -> None:
                         cells.setdefault(f"{transport} {name} {row['multiple']}x", []).append(row)
     report = {"machine": stamp(), "args": vars(args), "cells": cells}
     (OUT / "ab_queue_wait.json").write_text(json.dumps(report, indent=2))
-    print("| transport | arm | load | goodput / capacity | admitted p50 ms | admitted p99 ms | refused p99 ms | capacity p99 ms |")
+    print(
+        "| transport | arm | load | goodput / capacity | admitted p50 ms | admitted p99 ms | refused p99 ms | capacity p99 ms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for key, rows in cells.items():
         if key.endswith("capacity"):
             continue
         transport, name, load = key.split(" ")
-
-        def med(field: str) -> float:
-            values = [r[field] for r in rows if r.get(field) is not None]
-            return round(statistics.median(values), 1) if values else float("nan")
-
         share = statistics.median(r["goodput"] / r["capacity"] for r in rows)
         print(
-            f"| {transport} | {name} | {load} | {100 * share:.0f}% | {med('admitted_p50_ms')} | "
-            f"{med('admitted_p99_ms')} | {med('refused_p99_ms')} | {med('capacity_p99_ms')} |"
+            f"| {transport} | {name} | {load} | {100 * share:.0f}% | {median(rows, 'admitted_p50_ms')} | "
+            f"{median(rows, 'admitted_p99_ms')} | {median(rows, 'refused_p99_ms')} | "
+            f"{median(rows, 'capacity_p99_ms')} |"
         )
 
 

@@ -468,7 +468,9 @@ async def test_a_request_that_can_no_longer_finish_within_its_budget_leaves_unru
 
 
 async def test_a_request_still_within_its_budget_runs_after_a_slow_batch() -> None:
-    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040)
+    scheduler, executor, clock, _ = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040
+    )
     first = scheduler.submit(rows(8), 8)
     await settle()
     on_time = scheduler.submit(rows(8), 8)

@@ -404,7 +404,9 @@ class Scheduler:
                     self._drop(pending, Overloaded("shed: waited too long in an overloaded queue", 0.0))
                     continue
                 if pending.arrival < late_before:
-                    self._drop(pending, Overloaded("shed: it could no longer finish within the latency budget", 0.0))
+                    self._drop(
+                        pending, Overloaded("shed: it could no longer finish within the latency budget", 0.0)
+                    )
                     continue
                 fits = not batch or (pending.signature == head.signature and rows + pending.rows <= max_rows)
                 if not fits:
