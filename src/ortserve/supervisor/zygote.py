@@ -42,8 +42,15 @@ __all__ = ["DeferredModule", "main", "preload", "run_zygote", "thread_count"]
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
 """Set in the zygote's environment: OpenBLAS starts its threads when NumPy is imported."""
 _PR_SET_PDEATHSIG = 1
-_PRELOADED = ("ortserve.supervisor.worker", "ortserve.repository.loader", "uvloop")
-"""What every worker imports; the modules they import later (a model's kind, say) are their own."""
+_PRELOADED = (
+    "ortserve.supervisor.worker",
+    "ortserve.repository.loader",
+    "uvloop",
+    "numpy.random",  # warm-up samples
+    "encodings.idna",  # host names
+)
+"""What every worker imports (found by listing a worker's modules after it served); those
+imported later (a model's kind, say) are each worker's own."""
 
 
 class DeferredModule(types.ModuleType):
