@@ -3,12 +3,16 @@
 Two measurements, each with every server started here, side by side in one run:
 
 * ``scaling``: small_mlp (JSON over HTTP, closed loop) against ``--workers N`` for each N in
-  ``--workers``, the server on CPUs ``--server-cpus`` and the load generator (``ortserve
-  bench``, its own processes) on ``--client-cpus``. Reports req/s and the server's CPU time
-  per request, summed over the supervisor and every worker from /proc/<pid>/stat.
+  ``--workers``, alternating each round, the server started under ``taskset`` on
+  ``--server-cpus`` (so it sizes its thread budget to them) and the load generator (``ortserve
+  bench``, its own processes) on ``--client-cpus``. Reports req/s, the server's CPU time (utime
+  + stime from /proc/<pid>/stat, summed over the supervisor, the zygote and every worker) per
+  request it answered (its statistics, merged over the workers), and requests per execution
+  (the mean batch).
 * ``memory``: a model of ``--model-mb`` MB whose weights are external data with
-  ``prepack_weights: false`` (memory-mapped, shared), served by 1, 2 and 4 workers; total PSS
-  (``/proc/<pid>/smaps_rollup``) of the workers, and of the supervisor.
+  ``prepack_weights: false`` (memory-mapped, shared), served by 1, 2 and 4 workers; the PSS
+  (``/proc/<pid>/smaps_rollup``) of every server process, by role (supervisor, zygote,
+  worker), once each worker has run the model.
 
 On this 2-core machine:   python benchmarks/bench_workers.py scaling --workers 1,2 --server-cpus 0 --client-cpus 1
                           python benchmarks/bench_workers.py memory --model-mb 256
