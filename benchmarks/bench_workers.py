@@ -58,6 +58,17 @@ def _family(pid: int) -> list[int]:
     return found
 
 
+def _switches(pids: list[int]) -> int:
+    """Context switches (voluntary and not) of every thread of ``pids``."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
 def _cpu_seconds(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -124,9 +135,9 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
                     "-p", str(args.processes), "-o", str(out), "--no-progress",
                 ]  # fmt: skip
                 counts = _counts(server.http_url)
-                before = _cpu_seconds(pids)
+                before, switched = _cpu_seconds(pids), _switches(pids)
                 subprocess.run(command, check=True, capture_output=True)
-                cpu = _cpu_seconds(pids) - before
+                cpu, switched = _cpu_seconds(pids) - before, _switches(pids) - switched
                 inferences, executions = (b - a for a, b in zip(counts, _counts(server.http_url)))
                 level = json.loads(out.read_text())["levels"][0]["summary"]
                 results.setdefault(str(n), []).append(
@@ -139,6 +150,7 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
                         "server_cpu_ms_per_request": 1000 * cpu / max(inferences, 1),
                         "requests_per_execution": inferences / max(executions, 1),
                         "server_cpu_ms_per_execution": 1000 * cpu / max(executions, 1),
+                        "context_switches_per_request": switched / max(inferences, 1),
                         "errors": level["errors"],
                         "statuses": level["statuses"],
                     }
