@@ -95,3 +95,16 @@ def test_a_killed_zygote_is_replaced_and_its_workers_started_again(workers: Serv
     new_zygotes = {_parent(int(pid)) for pid in worker_pids(scrape(workers)).values()}
     assert len(new_zygotes) == 1 and zygote not in new_zygotes
     assert "the zygote exited" in workers.log()
+
+
+def test_a_supervisor_that_cannot_start_says_why_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    missing = tmp_path / "typo"
+    result = subprocess.run(
+        [sys.executable, "-m", "ortserve", "serve", "--model-repository", str(missing), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"model repository {missing} is not a folder"), lines

@@ -243,7 +243,10 @@ def run_zygote(channel: socket.socket, run_dir: Path, parent: int) -> None:
         print(f"ortserve zygote: {exc}", file=sys.stderr, flush=True)
         raise
     gc.freeze()
-    channel.sendall(json.dumps({"ready": os.getpid()}).encode() + b"\n")
+    try:
+        channel.sendall(json.dumps({"ready": os.getpid()}).encode() + b"\n")
+    except OSError:  # the supervisor stopped first (it could not start, say): nothing to do
+        return
     Zygote(channel, run_dir, onnxruntime).serve()
 
 
