@@ -54,6 +54,13 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _command(pid: int) -> list[str]:
+    """The ``-m module`` of a process's command line."""
+    arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    at = arguments.index("-m")
+    return arguments[at : at + 2]
+
+
 @pytest.fixture
 def workers(tmp_path: Path) -> Iterator[ServerProcess]:
     write_scaled_version(tmp_path / "models", "scaled", 1, 2.0)
@@ -69,6 +76,8 @@ def test_workers_are_forked_from_one_zygote_child_of_the_supervisor(workers: Ser
     assert len(zygotes) == 1
     (zygote,) = zygotes
     assert _parent(zygote) == workers.process.pid  # the supervisor, exec'd in the same process
+    # Forked from the supervisor (same command line), not a fresh interpreter.
+    assert _command(zygote) == _command(workers.process.pid) == ["-m", "ortserve.supervisor"]
     assert len(os.listdir(f"/proc/{zygote}/task")) == 1
     assert "zygote pid" in workers.log()
 
@@ -94,6 +103,7 @@ def test_a_killed_zygote_is_replaced_and_its_workers_started_again(workers: Serv
     assert ready_status(workers) == 200
     new_zygotes = {_parent(int(pid)) for pid in worker_pids(scrape(workers)).values()}
     assert len(new_zygotes) == 1 and zygote not in new_zygotes
+    assert _command(new_zygotes.pop()) == ["-m", "ortserve.supervisor.zygote"]  # a fresh one
     assert "the zygote exited" in workers.log()
 
 
