@@ -42,7 +42,7 @@ from machine import stamp as machine_stamp
 from ortserve.llm.demo import corpus_documents, train_tokenizer, write_llm_version
 from ortserve.llm.weights import DecoderShape, random_weights
 from ortserve.loadtest.llm_load import LlmLevel, LlmRequestSpec, run_llm_level, stream_completion
-from ortserve.testing import run_server
+from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"
 SHAPE = dict(
@@ -63,7 +63,7 @@ session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]
 names = [o.name for o in session.get_outputs()]
 rng = np.random.default_rng(0)
 rates = []
-for _ in range(rounds):
+for measured in [False] + [True] * rounds:  # one unmeasured request first, as the server warms up
     started = time.perf_counter()
     ids = rng.integers(3, 256, (1, prompt), dtype=np.int64)
     past = {f"past_key_values.{i}.{p}": np.zeros((1, kv, 0, hd), np.float32) for i in range(layers) for p in ("key", "value")}
@@ -75,16 +75,17 @@ for _ in range(rounds):
         feeds = {"input_ids": np.array([[token]]), "attention_mask": np.ones((1, length), np.int64),
                  "position_ids": np.array([[length - 1]])}
         feeds.update({f"past_key_values.{i // 2}.{'key' if i % 2 == 0 else 'value'}": v for i, v in enumerate(out[1:])})
-    rates.append(steps / (time.perf_counter() - started))
+    if measured:
+        rates.append(steps / (time.perf_counter() - started))
 print(json.dumps(rates))
 """
 
 
-def build_model(folder: Path) -> DecoderShape:
+def build_model(folder: Path, max_num_seqs: int = 64) -> DecoderShape:
     tokenizer = train_tokenizer(corpus_documents(), 400)
     shape = DecoderShape(tokenizer.get_vocab_size(), **SHAPE)  # type: ignore[arg-type]
     write_llm_version(folder / "1", random_weights(shape, seed=0), tokenizer)
-    (folder / "config.yaml").write_text(CONFIG)
+    (folder / "config.yaml").write_text(CONFIG.replace("max_num_seqs: 64", f"max_num_seqs: {max_num_seqs}"))
     return shape
 
 
@@ -139,15 +140,32 @@ def engine_seconds(url: str) -> tuple[float, float, float]:
     return found["engine_steps"], found["engine_step_seconds"], found["model_run_seconds"]
 
 
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of the server's main thread (the event loop: HTTP, SSE) and of all others."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main, rest = 0.0, 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        if task.name == str(pid):
+            main += seconds
+        else:
+            rest += seconds
+    return main, rest
+
+
 def measured_level(
-    url: str, spec: LlmRequestSpec, concurrency: int, window: float
+    server: ServerProcess, spec: LlmRequestSpec, concurrency: int, window: float
 ) -> tuple[LlmLevel, dict[str, float]]:
     """One level, and where the server's core went during it: inside ONNX Runtime, in the
-    engine's own step code (sampling, detokenizing, batch bookkeeping), elsewhere (HTTP, SSE)."""
-    before, started = engine_seconds(url), time.perf_counter()
+    engine's own step code (sampling, detokenizing, batch bookkeeping), and on the event loop
+    (HTTP, SSE: the main thread's CPU time; it shares the core, so it also stretches runs)."""
+    url, pid = server.http_url, server.process.pid
+    before, cpu_before, started = engine_seconds(url), thread_cpu(pid), time.perf_counter()
     level = asyncio.run(run_llm_level(url, spec, concurrency, window, 3.0))
-    after, wall = engine_seconds(url), time.perf_counter() - started
+    after, cpu_after, wall = engine_seconds(url), thread_cpu(pid), time.perf_counter() - started
     steps, step_s, run_s = (b - a for a, b in zip(before, after))
+    loop_cpu, other_cpu = (b - a for a, b in zip(cpu_before, cpu_after))
     split = {
         "wall_s": wall,
         "steps": steps,
@@ -155,6 +173,8 @@ def measured_level(
         "model_run_fraction": run_s / wall,
         "engine_outside_run_fraction": (step_s - run_s) / wall,
         "outside_steps_fraction": 1 - step_s / wall,
+        "event_loop_cpu_fraction": loop_cpu / wall,
+        "other_threads_cpu_fraction": other_cpu / wall,
     }
     return level, split
 
@@ -175,13 +195,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternations of bare loop / one stream")
     parser.add_argument("--long-duration", type=float, default=90.0, help="window of levels >= 64 streams")
     parser.add_argument("--no-follow-ups", action="store_true")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's decode batch bound")
     args = parser.parse_args()
     os.sched_setaffinity(0, {1})
     OUT.mkdir(exist_ok=True)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"
-        shape = build_model(root / "llm30m")
+        shape = build_model(root / "llm30m", args.max_num_seqs)
         onnx_path = root / "llm30m" / "1" / "model.onnx"
         print(f"model: {shape.parameters() / 1e6:.1f}M parameters", flush=True)
         with run_server(root, Path(tmp) / "server.log", ["--intra-op-threads", "1"], pin_cpu=0) as server:
@@ -193,7 +214,7 @@ def main() -> None:
             splits: dict[int, dict[str, float]] = {}
             for concurrency in [int(c) for c in args.levels.split(",") if c]:
                 window = args.long_duration if concurrency >= 64 else args.duration
-                level, split = measured_level(server.http_url, spec, concurrency, window)
+                level, split = measured_level(server, spec, concurrency, window)
                 levels.append(level)
                 splits[concurrency] = split
                 print_level(level)
