@@ -119,9 +119,10 @@ def single_stream_rounds(
     same minutes of the shared machine for both sides of the ratio."""
     bare: list[float] = []
     singles = []
-    for _ in range(rounds):
+    for index in range(rounds):
         bare += bare_loop(model, shape, 128, 128, 2)
-        singles.append(asyncio.run(run_llm_level(url, LlmRequestSpec("llm30m", 128, 128), 1, duration, 2.0)))
+        spec = LlmRequestSpec("llm30m", 128, 128, seed=1 + index)  # new prompts: no prefix-cache hits
+        singles.append(asyncio.run(run_llm_level(url, spec, 1, duration, 2.0)))
         print(
             f"round: bare {[round(r, 1) for r in bare[-2:]]}, ortserve c=1 {singles[-1].tokens_per_s:.1f} tokens/s",
             flush=True,

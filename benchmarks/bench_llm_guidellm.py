@@ -7,7 +7,9 @@ tokens by its tokenizer, 128 output tokens, which it asks with ``ignore_eos``) a
 ``ortserve bench`` with token-id prompts as long as the server counted guidellm's prompts (the
 median of the prompt tokens the server's usage reported), both at the same concurrency on
 CPU 1 for the same window. Compared: output tokens/s, requests/s, time to first token
-(mean, median), inter-token latency (median). guidellm never enters the test suite.
+(mean, median), inter-token latency (median). Every round of either client draws new prompts
+(its own seed), so neither replays the other's into the prefix cache. guidellm never enters the
+test suite.
 
 Usage: ``python benchmarks/bench_llm_guidellm.py [--concurrency 16] [--seconds 45] [--rounds 2]``;
 writes benchmarks/out/llm_guidellm.json.
@@ -33,7 +35,7 @@ OUT = Path(__file__).parent / "out"
 
 
 def guidellm_round(
-    python: Path, url: str, tokenizer: Path, concurrency: int, seconds: float, out: Path
+    python: Path, url: str, tokenizer: Path, concurrency: int, seconds: float, out: Path, seed: int
 ) -> dict[str, float]:
     backend = f"kind=openai_http,target={url},model={MODEL},request_format=/v1/completions,http2=false,validate_backend=false"
     args = [
@@ -43,6 +45,7 @@ def guidellm_round(
         "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
         "--data", "kind=synthetic_text,prompt_tokens=128,output_tokens=128",
         "--output", f"kind=json,path={out}", "--disable-console-interactive",
+        "--seed", f"kind=static,value={seed}",
     ]  # fmt: skip
     subprocess.run(args, check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     metrics = json.loads(out.read_text())["benchmarks"][0]["metrics"]
@@ -64,11 +67,13 @@ def guidellm_round(
     }
 
 
-def ortserve_round(url: str, prompt: int, concurrency: int, seconds: float, out: Path) -> dict[str, float]:
+def ortserve_round(
+    url: str, prompt: int, concurrency: int, seconds: float, out: Path, seed: int
+) -> dict[str, float]:
     args = [
         "taskset", "-c", "1", sys.executable, "-m", "ortserve", "bench", url, "--transport", "openai",
         "-m", MODEL, "-c", str(concurrency), "-d", f"{seconds:g}", "--warmup", "3",
-        "--prompt-tokens", str(prompt), "--max-tokens", "128", "-o", str(out),
+        "--prompt-tokens", str(prompt), "--max-tokens", "128", "--seed", str(seed), "-o", str(out),
     ]  # fmt: skip
     subprocess.run(args, check=True, capture_output=True)
     level = json.loads(out.read_text())["levels"][0]
@@ -99,10 +104,15 @@ def main() -> None:
     with run_server(models, work / "guidellm_server.log", ["--intra-op-threads", "1"], pin_cpu=0) as server:
         for index in range(args.rounds):
             theirs = guidellm_round(args.guidellm_python, server.http_url, tokenizer, args.concurrency,
-                                    args.seconds, work / f"guidellm_{index}.json")  # fmt: skip
+                                    args.seconds, work / f"guidellm_{index}.json", index + 1)  # fmt: skip
             prompt = round(theirs["prompt_tokens_p50"]) or 128  # 0: no request of guidellm's finished
             ours = ortserve_round(
-                server.http_url, prompt, args.concurrency, args.seconds, work / f"ours_{index}.json"
+                server.http_url,
+                prompt,
+                args.concurrency,
+                args.seconds,
+                work / f"ours_{index}.json",
+                index + 1,
             )
             rounds.append({"guidellm": theirs, "ortserve_bench": ours})
             print(
@@ -111,7 +121,7 @@ def main() -> None:
             )
     ratios = {
         key: statistics.median(r["ortserve_bench"][key] for r in rounds)
-        / statistics.median(r["guidellm"][key] for r in rounds)
+        / (statistics.median(r["guidellm"][key] for r in rounds) or float("nan"))
         for key in (
             "output_tokens_per_s",
             "requests_per_s",

@@ -29,6 +29,9 @@ class LlmRequestSpec:
     vocab_low: int = 3
     vocab_high: int = 256
     seed: int = 0
+    """Seeds the prompts, mixed with the concurrency: every level sends prompts of its own, so a
+    level never replays an earlier one's into the server's prefix cache (runs that repeat a level
+    on one server must vary the seed)."""
 
 
 @dataclass(slots=True)
@@ -187,7 +190,7 @@ async def run_llm_level(
     """``concurrency`` clients send one streamed request after another; counts what finishes
     within ``duration_s`` after ``warmup_s``."""
     parts = urlsplit(url)
-    rng = random.Random(spec.seed)
+    rng = random.Random(spec.seed * 1_000_003 + concurrency)
     traces: list[StreamTrace] = []
     start = time.perf_counter() + warmup_s
     stop = start + duration_s
