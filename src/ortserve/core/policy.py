@@ -6,8 +6,12 @@ from dataclasses import dataclass
 
 __all__ = ["SchedulingPolicy", "StandingQueue", "queue_wait_target"]
 
-AUTO_WAIT_BATCHES = 4
-"""Automatic queue-wait target: this many full batches of work ahead of a request ..."""
+AUTO_WAIT_BATCHES = 2
+"""Automatic queue-wait target: this many full batches of work ahead of a request (one to
+start when the running batch ends, one as margin for the prediction), so an admitted request
+waits at most about three batches where a saturated closed loop waits two. Measured side by
+side (benchmarks/ab_queue_wait.py): 4 batches doubled heavy_mlp's admitted p99 at 4x
+overload for no gain in goodput there ..."""
 AUTO_WAIT_FLOOR_S = 0.05
 """... but never less than this (a burst on a fast model is not overload)."""
 
@@ -38,7 +42,7 @@ class SchedulingPolicy:
 def queue_wait_target(policy: SchedulingPolicy, full_batch_s: float) -> float:
     """The queue-wait target in seconds (inf: none), given a full batch's predicted time.
 
-    Automatic by default so that nobody has to size a queue: a few full batches ahead keep
+    Automatic by default so that nobody has to size a queue: two full batches ahead keep
     the runner busy across the hand-over from one batch to the next, and anything beyond
     only adds latency (the standing queue CoDel sheds).
     """

@@ -74,7 +74,7 @@ class BatchingConfig(_Strict):
     """Target end-to-end time: batching stops waiting, and admission refuses, to keep it."""
     max_queue_wait_ms: Annotated[float, Field(ge=0)] | None = None
     """Longest predicted queueing wait admitted (beyond it 429); while waits stay above it for
-    twice as long, requests that waited longer are shed unrun (429). Default: automatic, 4 full
+    twice as long, requests that waited longer are shed unrun (429). Default: automatic, 2 full
     batches of work and at least 50 ms; 0 turns both off (only ``max_queue_size`` bounds the
     queue)."""
     concurrency: Literal["adaptive"] | Annotated[int, Field(ge=1)] | None = None
