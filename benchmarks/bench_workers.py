@@ -7,8 +7,9 @@ Two measurements, each with every server started here, side by side in one run:
   ``--server-cpus`` (so it sizes its thread budget to them) and the load generator (``ortserve
   bench``, its own processes) on ``--client-cpus``. Reports req/s, the server's CPU time (utime
   + stime from /proc/<pid>/stat, summed over the supervisor, the zygote and every worker) per
-  request it answered (its statistics, merged over the workers), and requests per execution
-  (the mean batch).
+  request it answered (its statistics, merged over the workers), requests per execution (the
+  mean batch) and context switches per request. ``--per-worker-baseline`` adds, in the same
+  rounds, one worker at the connections each of N workers gets: what a smaller batch alone costs.
 * ``memory``: a model of ``--model-mb`` MB whose weights are external data with
   ``prepack_weights: false`` (memory-mapped, shared), served by 1, 2 and 4 workers; the PSS
   (``/proc/<pid>/smaps_rollup``) of every server process, by role (supervisor, zygote,
@@ -120,18 +121,18 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
     write_demo_repository(root / "models")
     results: dict[str, list[dict[str, object]]] = {}
     for _ in range(args.rounds):
-        for n in args.workers:
+        for label, n, concurrency in _configurations(args):
             extra = ["--workers", str(n), "--shutdown-delay", "0"]
             # Pinned from the start, so the supervisor sizes the thread budget to these CPUs.
             log = root / f"server-{n}.log"
             with run_server(root / "models", log, extra, pin_cpu=args.server_cpus) as server:
                 _workers_ready(f"http://127.0.0.1:{server.metrics_port}/metrics", n)
                 pids = _family(server.process.pid)
-                out = root / f"bench-{n}.json"
+                out = root / f"bench-{label}.json"
                 command = [
                     "taskset", "-c", args.client_cpus,
                     sys.executable, "-m", "ortserve", "bench", server.http_url, "-m", "small_mlp",
-                    "-c", str(args.concurrency), "-d", str(args.duration), "--warmup", "2",
+                    "-c", str(concurrency), "-d", str(args.duration), "--warmup", "2",
                     "-p", str(args.processes), "-o", str(out), "--no-progress",
                 ]  # fmt: skip
                 counts = _counts(server.http_url)
@@ -140,7 +141,7 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
                 cpu, switched = _cpu_seconds(pids) - before, _switches(pids) - switched
                 inferences, executions = (b - a for a, b in zip(counts, _counts(server.http_url)))
                 level = json.loads(out.read_text())["levels"][0]["summary"]
-                results.setdefault(str(n), []).append(
+                results.setdefault(label, []).append(
                     {
                         "req_per_s": level["achieved_rate"],
                         "p50_ms": level["latency_ms"]["p50"],
@@ -160,6 +161,15 @@ def scaling(args: argparse.Namespace) -> dict[str, object]:
         for n, runs in results.items()
     }
     return {"runs": results, "medians": medians}
+
+
+def _configurations(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    """(label, workers, connections) per server of a round; with ``--per-worker-baseline``, also
+    one worker at the connections each of N workers gets (what a smaller batch alone costs)."""
+    found = [(str(n), n, args.concurrency) for n in args.workers]
+    if args.per_worker_baseline:
+        found += [(f"1@c{args.concurrency // n}", 1, args.concurrency // n) for n in args.workers if n > 1]
+    return found
 
 
 def _counts(url: str) -> tuple[int, int]:
@@ -254,6 +264,7 @@ def main() -> None:
     scale.add_argument("--concurrency", type=int, default=32)
     scale.add_argument("--duration", type=float, default=10.0)
     scale.add_argument("--rounds", type=int, default=3)
+    scale.add_argument("--per-worker-baseline", action="store_true")
     mem = sub.add_parser("memory")
     mem.add_argument("--model-mb", type=int, default=256)
     mem.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
