@@ -24,6 +24,7 @@ class FakeExecutor:
         self.batches: list[Feeds] = []
         self.expected: list[float] = []
         self.running: list[BatchJob] = []
+        self.inline: list[bool] = []
 
     @property
     def instances(self) -> int:
@@ -31,6 +32,7 @@ class FakeExecutor:
 
     def execute(self, job: BatchJob) -> None:
         self.expected.append(job.expected_s)
+        self.inline.append(job.inline)
         self.batches.append(job.feeds)
         self.running.append(job)
 

@@ -36,9 +36,10 @@ class OrtRunner:
     the next one from the scheduler itself (:meth:`BatchJob.complete`): it never waits for
     the event loop while work is queued.
 
-    A job the scheduler marks ``inline`` (predicted under :attr:`inline_below_s`, no other
-    batch running) runs on the calling (event loop) thread: handing it to a worker and back
-    costs two thread switches, a futex and a wake-up of the loop, more than such a run.
+    A job the scheduler marks ``inline`` (its size class runs under :attr:`inline_below_s`,
+    see :class:`~ortserve.core.inlining.InlineGate`; no other batch running) runs on the
+    calling (event loop) thread: handing it to a worker and back costs two thread switches, a
+    futex and a wake-up of the loop, more than such a run.
 
     A graph with bfloat16 inputs or outputs runs through OrtValues instead (see
     :class:`~ortserve.core.ortvalues.OrtValueRun`); every other graph keeps ``session.run``.

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.inlining import InlineGate
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import BatchRecord, NullObserver, SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy, StandingQueue, queue_wait_target
@@ -99,6 +100,7 @@ class Scheduler:
         self._loop = loop
         self.cost_model = cost_model or BatchCostModel()
         self.observer: SchedulerObserver = observer or NullObserver()
+        self._inline = InlineGate()  # guarded by _lock, like the queue
         # Guarded by _lock (the loop and the workers both take batches):
         self._lock = threading.Lock()
         self._lanes = [_Lane() for _ in range(policy.priority_levels)]
@@ -471,6 +473,7 @@ class Scheduler:
                 alone = self._busy == 0
                 batch, when = self._take_ready(now, timer_fired)
                 booked = self._begin(batch, now) if batch else None
+                inline = booked is not None and alone and self._runs_inline(*booked)
             timer_fired = False
             if booked is None:
                 if when < math.inf:
@@ -478,8 +481,11 @@ class Scheduler:
                 self._after_loop_work()
                 return
             run, expected_s = booked
-            inline = alone and expected_s < self._executor.inline_below_s
             self._start(run, expected_s, inline)
+
+    def _runs_inline(self, run: _Run, expected_s: float) -> bool:
+        """Whether the loop runs this batch itself (under the lock; see :class:`InlineGate`)."""
+        return self._inline.allows(run.rows, expected_s, self._executor.inline_below_s)
 
     def _start(self, run: _Run, expected_s: float, inline: bool) -> None:
         try:
@@ -551,6 +557,7 @@ class Scheduler:
         self._running_requests -= len(run.batch)
         if result is not None:
             self.cost_model.observe(run.rows, result[1])
+            self._inline.observe(run.rows, result[1])
             if self._policy.adaptive_concurrency and self.concurrency is not None:
                 now = self._clock.now()
                 for pending in run.batch:
