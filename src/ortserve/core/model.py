@@ -113,7 +113,7 @@ class ServedVersion:
         if self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
         if self.guard is not None:
-            self.guard.check_usable(f"model {self.info.name!r} version {self.info.version}")
+            self.guard.check_usable()
         self.scheduler.check_admission(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
@@ -131,8 +131,7 @@ class ServedVersion:
         selected = select_outputs(request, self._output_index)
         feeds, rows = self._validator.validate(request.inputs)
         if self.guard is not None:
-            self.guard.check_usable(f"model {self.info.name!r} version {self.info.version}")
-            self.guard.check(feeds)
+            self.guard.admit(feeds)
         queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
         answer: asyncio.Future[InferResponse] = queued.get_loop().create_future()
         queued.add_done_callback(functools.partial(self._answer, answer, selected, request.id))

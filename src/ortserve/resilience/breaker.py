@@ -12,6 +12,9 @@ from ortserve.resilience.classify import FailureKind
 
 __all__ = ["Breaker", "BreakerPolicy", "BreakerState"]
 
+_SLICES = 20
+"""The failure-rate window is counted in this many slices."""
+
 
 class BreakerState(enum.Enum):
     CLOSED = "closed"
@@ -61,7 +64,12 @@ class Breaker:
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
         self._consecutive = 0
-        self._runs: deque[tuple[float, bool]] = deque()
+        # The window as slices of window_s / _SLICES, [start, runs, failures] each: a success
+        # costs two increments, not a tuple kept per run (20,000 of them at 2,000 runs/s).
+        self._slices: deque[list[float]] = deque()
+        self._current: list[float] | None = None
+        self._slice_s = policy.window_s / _SLICES
+        self._runs_in_window = 0
         self._failures_in_window = 0
         self._opened_at = 0.0
         self._wait_s = policy.open_s
@@ -92,14 +100,16 @@ class Breaker:
         """One live run's outcome (None: success); True when this run opened the breaker."""
         now = self._now()
         with self._lock:
-            if self._runs and self._runs[0][0] < now - self._policy.window_s:
-                self._trim(now)
-            failed = failure is not None
-            self._runs.append((now, failed))
-            self._failures_in_window += failed
-            if not failed:
+            current = self._current
+            if current is None or now - current[0] >= self._slice_s:
+                current = self._next_slice(now)
+            current[1] += 1
+            self._runs_in_window += 1
+            if failure is None:
                 self._consecutive = 0
                 return False
+            current[2] += 1
+            self._failures_in_window += 1
             if failure is FailureKind.PERSISTENT:
                 self._consecutive += 1
             if self._state is not BreakerState.CLOSED:
@@ -121,7 +131,9 @@ class Breaker:
             if succeeded:
                 self._state = BreakerState.CLOSED
                 self._consecutive = 0
-                self._runs.clear()
+                self._slices.clear()
+                self._current = None
+                self._runs_in_window = 0
                 self._failures_in_window = 0
                 self._wait_s = self._policy.open_s
                 return
@@ -139,7 +151,7 @@ class Breaker:
         if self._consecutive >= p.consecutive_failures:
             self._open(now, f"{self._consecutive} consecutive persistent failures")
             return True
-        runs = len(self._runs)
+        runs = self._runs_in_window
         if runs >= p.min_runs and self._failures_in_window >= p.failure_rate * runs:
             self._open(now, f"{self._failures_in_window} of {runs} runs failed in {p.window_s:g} s")
             return True
@@ -150,8 +162,16 @@ class Breaker:
         self._opened_at = now
         self.reason = reason
 
-    def _trim(self, now: float) -> None:
+    def _next_slice(self, now: float) -> list[float]:
+        """Start a slice at ``now`` and forget those that began a window or more ago (a run is
+        forgotten at most one slice, 1/20 of the window, early or late)."""
         horizon = now - self._policy.window_s
-        runs = self._runs
-        while runs and runs[0][0] < horizon:
-            self._failures_in_window -= runs.popleft()[1]
+        slices = self._slices
+        while slices and slices[0][0] < horizon:
+            _, runs, failures = slices.popleft()
+            self._runs_in_window -= int(runs)
+            self._failures_in_window -= int(failures)
+        current = [now, 0, 0]
+        slices.append(current)
+        self._current = current
+        return current

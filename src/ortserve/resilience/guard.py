@@ -59,16 +59,23 @@ class ResilienceGuard:
             self._schedule()
 
     # -- admission and readiness -----------------------------------------------------
-    def check(self, feeds: Mapping[str, Array]) -> None:
-        """Raises InvalidInput (sandbox) before the request is queued."""
+    def admit(self, feeds: Mapping[str, Array]) -> None:
+        """Before the request is queued: a level can answer it, and its inputs are sane.
+
+        Raises:
+            ModelNotReady: no level can answer now (503, with the reason).
+            InvalidInput: the sandbox refuses an input.
+        """
+        self.check_usable()
         if self.sandbox is not None:
             self.sandbox.check(feeds)
 
-    def check_usable(self, label: str) -> None:
+    def check_usable(self) -> None:
         """Raises ModelNotReady (503, with the reason) when no level can answer now."""
-        if self.chain is not None and self.chain.current_level() is None:
-            _, reason = self.chain.status()
-            raise ModelNotReady(f"{label} has no usable execution level: {reason}")
+        chain = self.chain
+        if chain is not None and not chain.breakers[0].allows and chain.current_level() is None:
+            _, reason = chain.status()
+            raise ModelNotReady(f"{chain.label} has no usable execution level: {reason}")
 
     @property
     def ready(self) -> bool:
