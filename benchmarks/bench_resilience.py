@@ -9,9 +9,11 @@ incident: the time from onset until every request sent after it is answered by t
 the time from the fault's end until every request is answered by level 0 again, and the
 requests that failed in between.
 
-``overhead``: small_mlp twice in one server, plain and guarded (a fallback chain with its
-breaker, and an input sandbox on the input), measured alternately with h2load over gRPC:
-c=1 p50 latency and c=64 requests/s, medians of the rounds and their ratio.
+``overhead``: small_mlp three times in one server: plain, plain2 (the A/A control, identical
+to plain) and guarded (a fallback chain with its breaker, and an input sandbox on the input),
+measured in rotating order with h2load over gRPC: c=1 p50 latency, c=64 requests/s, server CPU
+per call and rows per batch (from the statistics extension); the median over rounds of each
+round's ratio to plain. The A/A ratio says how far two identical models differ in this run.
 
 ``micro``: microseconds per call of each piece the guard adds (chain, sandbox, checks).
 
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,37 +180,62 @@ def grpc_body(model: str) -> bytes:
     return grpc_frame(message.SerializeToString())
 
 
+ARMS = ("plain", "plain2", "guarded")
+"""``plain2`` is the A/A control: a second plain model in the same server, measured alike."""
+
+
+def stats_counts(server: ServerProcess, model: str) -> tuple[int, int]:
+    """The model's (inference_count, execution_count) so far, from the statistics extension."""
+    with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}/stats", timeout=10) as reply:
+        found = json.loads(reply.read())["model_stats"][0]
+    return int(found["inference_count"]), int(found["execution_count"])
+
+
 def overhead(args: argparse.Namespace) -> dict[str, object]:
-    keys = ("c1_p50_ms", "c64_rps", "c64_cpu_ms_per_call")
-    figures: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ("plain", "guarded")}
+    keys = ("c1_p50_ms", "c64_rps", "c64_cpu_ms_per_call", "c64_rows_per_batch")
+    figures: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ARMS}
     with tempfile.TemporaryDirectory(prefix="ortserve-overhead-") as tmp:
         root = Path(tmp)
         write_model(root / "models", "plain", PLAIN_CONFIG)
+        write_model(root / "models", "plain2", PLAIN_CONFIG)
         write_model(root / "models", "guarded", GUARDED_CONFIG)
         extra = ["--intra-op-threads", "1"]
         with run_server(root / "models", root / "server.log", extra, pin_cpu=0) as server:
             url = f"http://{server.grpc_address}{INFER}"
-            for model in ("plain", "guarded"):
+            for model in ARMS:
                 run_h2load(url, grpc_body(model), 16, 1.0)  # warm
             for index in range(args.rounds):
-                for model in ("plain", "guarded") if index % 2 == 0 else ("guarded", "plain"):
+                # Rotate the order each round, so no arm always follows the same one.
+                shift = index % len(ARMS)
+                for model in ARMS[shift:] + ARMS[:shift]:
                     one = run_h2load(url, grpc_body(model), 1, args.seconds)
                     before = server_cpu_s(server.process.pid)
+                    counts = stats_counts(server, model)
                     many = run_h2load(url, grpc_body(model), 64, args.seconds)
                     cpu_s = server_cpu_s(server.process.pid) - before
+                    after = stats_counts(server, model)
                     figures[model]["c1_p50_ms"].append(one.p50_ms)
                     figures[model]["c64_rps"].append(many.requests_per_s)
                     figures[model]["c64_cpu_ms_per_call"].append(1e3 * cpu_s / max(1, many.completed))
+                    figures[model]["c64_rows_per_batch"].append(
+                        (after[0] - counts[0]) / max(1, after[1] - counts[1])
+                    )
     medians = {m: {k: statistics.median(v) for k, v in f.items()} for m, f in figures.items()}
-    paired = {
-        k: statistics.median(g / p for g, p in zip(figures["guarded"][k], figures["plain"][k], strict=True))
-        for k in keys
-    }
+
+    def paired(arm: str) -> dict[str, float]:
+        """The median over rounds of each round's arm / plain ratio."""
+        return {
+            k: round(
+                statistics.median(a / b for a, b in zip(figures[arm][k], figures["plain"][k], strict=True)), 3
+            )
+            for k in keys
+        }
+
     return {
         "rounds": figures,
         "medians": medians,
-        "guarded_over_plain": {k: round(medians["guarded"][k] / medians["plain"][k], 3) for k in keys},
-        "guarded_over_plain_paired_median": {k: round(v, 3) for k, v in paired.items()},
+        "guarded_over_plain_paired_median": paired("guarded"),
+        "aa_plain2_over_plain_paired_median": paired("plain2"),
         "h2load": h2load_version(),
     }
 
@@ -259,7 +287,7 @@ def main() -> None:
         result["overhead"] = overhead(args)
         found = result["overhead"]
         assert isinstance(found, dict)
-        for key in ("medians", "guarded_over_plain", "guarded_over_plain_paired_median"):
+        for key in ("medians", "guarded_over_plain_paired_median", "aa_plain2_over_plain_paired_median"):
             print(key, json.dumps(found[key]))
     if args.what in ("micro", "both"):
         result["micro"] = micro(args)

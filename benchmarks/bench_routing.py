@@ -5,7 +5,10 @@ them in alternating rounds, so both arms of each comparison see the same machine
 
 - ``small_mlp`` (no policy) vs ``small_routed`` (the same graph as versions 1 and 2 with a
   70/30 split, sticky on ``parameters.user_id``, a different key per request body): c=1 p50
-  and c=64 req/s.
+  and c=64 req/s. Beside them ``small_mlp_b`` (identical to ``small_mlp``: the A/A control,
+  how far two identical models differ in this run) and ``small_one`` (one version, a sticky
+  ``{"1": 100}`` split: the decision without the split into two queues). At c=64 the
+  statistics extension gives each version's executions and rows per batch.
 - ``heavy_mlp`` (versions 1 and 2, the same graph) at c=16 with ``{"split": {"1": 100}}`` vs
   the same plus ``shadow: {version: "2", fraction: 0.1}``, switched through ``PUT
   /v2/routing``: primary p99 and req/s, and the shadow's sent / dropped counts.
@@ -43,6 +46,7 @@ from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"
 SHADOW_OFF = {"split": {"1": 100}}
+SMALL_ARMS = ("small_mlp", "small_mlp_b", "small_one", "small_routed")
 SHADOW_ON = {"split": {"1": 100}, "shadow": {"version": "2", "fraction": 0.1}}
 
 
@@ -50,10 +54,16 @@ def repository(root: Path) -> None:
     write_demo_repository(root)
     for name in ("hotword", "dispatch"):
         shutil.rmtree(root / name, ignore_errors=True)
+    config = (root / "small_mlp" / "config.yaml").read_text()
+    shutil.copytree(root / "small_mlp", root / "small_mlp_b")  # the A/A control
+    one = root / "small_one"
+    shutil.copytree(root / "small_mlp" / "1", one / "1")
+    (one / "config.yaml").write_text(
+        config + '\nrouting:\n  split: {"1": 100}\n  sticky: {parameter: user_id}\n'
+    )
     routed = root / "small_routed"
     for version in ("1", "2"):
         shutil.copytree(root / "small_mlp" / "1", routed / version)
-    config = (root / "small_mlp" / "config.yaml").read_text()
     (routed / "config.yaml").write_text(
         config
         + '\nversion_policy: all\nrouting:\n  split: {"1": 70, "2": 30}\n  sticky: {parameter: user_id}\n'
@@ -109,6 +119,28 @@ def bench(
         "p99_ms": summary["latency_ms"]["p99"],
         "errors": summary["errors"],
     }
+
+
+def executions(server: ServerProcess, model: str) -> dict[str, tuple[int, int]]:
+    """Each version's (inference_count, execution_count) so far (statistics extension)."""
+    with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}/stats", timeout=10) as reply:
+        found = json.loads(reply.read())["model_stats"]
+    return {s["version"]: (int(s["inference_count"]), int(s["execution_count"])) for s in found}
+
+
+def batching(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Rows per batch and executions over a phase, all versions together and per version."""
+    found: dict[str, float] = {}
+    rows = runs = 0
+    for version, (rows_after, runs_after) in sorted(after.items()):
+        rows_v = rows_after - before.get(version, (0, 0))[0]
+        runs_v = runs_after - before.get(version, (0, 0))[1]
+        rows, runs = rows + rows_v, runs + runs_v
+        found[f"v{version}_executions"] = runs_v
+        found[f"v{version}_rows_per_batch"] = rows_v / max(1, runs_v)
+    found["executions"] = runs
+    found["rows_per_batch"] = rows / max(1, runs)
+    return found
 
 
 def put(server: ServerProcess, model: str, policy: object) -> dict[str, object]:
@@ -210,9 +242,13 @@ def main() -> None:
             shadow_state: dict[str, object] = {}
             for round_ in range(args.rounds):
                 flip = round_ % 2 == 1  # alternate which arm goes first, against drift
+                shift = round_ % len(SMALL_ARMS)  # rotate the order, against drift
                 for c in (1, 64) if args.cells != "shadow" else ():
-                    for model in ("small_routed", "small_mlp") if flip else ("small_mlp", "small_routed"):
+                    for model in SMALL_ARMS[shift:] + SMALL_ARMS[:shift]:
+                        before = executions(server, model)
                         result = bench(server, model, small, c, args.seconds, Path(scratch) / "r.json")
+                        if c == 64:
+                            result.update(batching(before, executions(server, model)))
                         cells.setdefault(f"{model} c={c}", []).append(result)
                 arms = (("shadow off", SHADOW_OFF), ("shadow on", SHADOW_ON))
                 for label, policy in (reversed(arms) if flip else arms) if args.cells != "routing" else ():
@@ -221,13 +257,15 @@ def main() -> None:
                     cells.setdefault(f"heavy_mlp c=16 {label}", []).append(result)
                     if label == "shadow on":
                         shadow_state = get(server, "heavy_mlp")["shadow"]  # type: ignore[assignment]
-    table = {
-        cell: {k: median(rounds, k) for k in ("rate", "p50_ms", "p99_ms", "errors")}
-        for cell, rounds in cells.items()
-    }
+    table = {cell: {k: median(rounds, k) for k in rounds[0]} for cell, rounds in cells.items()}
     pairs = {
+        "A/A small_mlp_b/small_mlp c=1 p50": ("small_mlp_b c=1", "small_mlp c=1", "p50_ms"),
+        "A/A small_mlp_b/small_mlp c=64 req/s": ("small_mlp_b c=64", "small_mlp c=64", "rate"),
+        "decision only: one/plain c=1 p50": ("small_one c=1", "small_mlp c=1", "p50_ms"),
+        "decision only: one/plain c=64 req/s": ("small_one c=64", "small_mlp c=64", "rate"),
         "routed/plain c=1 p50": ("small_routed c=1", "small_mlp c=1", "p50_ms"),
         "routed/plain c=64 req/s": ("small_routed c=64", "small_mlp c=64", "rate"),
+        "routed/one c=64 req/s (the split)": ("small_routed c=64", "small_one c=64", "rate"),
         "shadow on/off c=16 p99": ("heavy_mlp c=16 shadow on", "heavy_mlp c=16 shadow off", "p99_ms"),
         "shadow on/off c=16 req/s": ("heavy_mlp c=16 shadow on", "heavy_mlp c=16 shadow off", "rate"),
     }
@@ -248,11 +286,13 @@ def main() -> None:
     }
     (OUT / "routing.json").write_text(json.dumps(document, indent=2))
     for cell, figures in table.items():
-        print(
-            f"{cell:<28} {figures['rate']:>9.1f} req/s  p50 {figures['p50_ms']:.3f} ms  p99 {figures['p99_ms']:.3f} ms  errors {figures['errors']:g}"
-        )
+        line = f"{cell:<28} {figures['rate']:>9.1f} req/s  p50 {figures['p50_ms']:.3f} ms  p99 {figures['p99_ms']:.3f} ms  errors {figures['errors']:g}"
+        if "rows_per_batch" in figures:
+            per_version = " ".join(f"{k} {v:.1f}" for k, v in figures.items() if k.startswith("v"))
+            line += f"  rows/batch {figures['rows_per_batch']:.2f} ({per_version})"
+        print(line)
     for name, value in ratios.items():
-        print(f"{name:<28} {value:.3f}")
+        print(f"{name:<40} {value:.3f}")
 
 
 if __name__ == "__main__":
