@@ -132,10 +132,15 @@ class Http2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._in_read = True
+        calls = self._calls
         try:
             for event in self._engine.receive_data(data):
                 if type(event) is DataReceived:
-                    self._on_data(event)
+                    call = calls.get(event.stream_id)
+                    if call is None:  # the call already ended: the bytes are dropped, the window kept open
+                        self._engine.consumed(event.stream_id)
+                    else:
+                        self._receive(call, event.data, event.end_stream)
                 elif type(event) is RequestReceived:
                     self._on_request(event)
                 elif type(event) is StreamReset:
@@ -173,24 +178,19 @@ class Http2Connection(asyncio.Protocol):
         if event.end_stream:
             self._receive(call, _EMPTY, True)
 
-    def _on_data(self, event: DataReceived) -> None:
-        stream_id = event.stream_id
-        call = self._calls.get(stream_id)
-        if call is None:  # the call already ended: the bytes are dropped, the window kept open
-            self._engine.consumed(stream_id)
-            return
-        self._receive(call, event.data, event.end_stream)
-        if not event.end_stream and not call.backlogged:
-            self._engine.consumed(stream_id)
-
     def _receive(self, call: GrpcCall, payload: memoryview, end_stream: bool) -> None:
-        """Hand request bytes to the call, holding the connection to its memory bound."""
+        """Hand request bytes to the call, holding the connection to its memory bound; the
+        client may send more once the call has taken them."""
         call.receive(payload, end_stream)
         stream_id = call.stream_id
         if self._calls.get(stream_id) is not call:
             return  # the call ended while it took them
+        if not end_stream and not call.backlogged:
+            self._engine.consumed(stream_id)
         held = call.held
         grown = held - self._held_by.get(stream_id, 0)
+        if not grown:
+            return
         if grown > 0 and not self._budget.take(grown):
             call.fail(GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "the server holds too many request bytes"))
             return
@@ -227,9 +227,14 @@ class Http2Connection(asyncio.Protocol):
 
     # -- CallOwner --------------------------------------------------------------------
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
-        self._forget(call.stream_id)
+        stream_id = call.stream_id
+        self._calls.pop(stream_id, None)
+        held = self._held_by.pop(stream_id, 0)
+        if held:
+            self._held -= held
+            self._budget.give(held)
         ending = trailers(StatusCode.OK, "", call.trailing) if call.trailing else OK_TRAILERS
-        self._engine.send_response(call.stream_id, RESPONSE_HEADERS, payload, ending)
+        self._engine.send_response(stream_id, RESPONSE_HEADERS, payload, ending)
         if not self._in_read:
             self._flush()
 

@@ -52,6 +52,14 @@ _U32 = struct.Struct(">L")
 _SETTING = struct.Struct(">HL")
 _EMPTY = memoryview(b"")
 _SELF_DEPENDENT = 0x100  # not a wire flag: marks a HEADERS frame whose priority names its own stream
+# Plain ints for the per-frame tests: an enum member is a global and an attribute lookup each time.
+_DATA = int(FrameType.DATA)
+_HEADERS = int(FrameType.HEADERS)
+_END_STREAM = Flag.END_STREAM
+_END_HEADERS = Flag.END_HEADERS
+_PADDED = Flag.PADDED
+# HEADERS flags of the common request head: END_HEADERS, without PADDED or PRIORITY.
+_PLAIN_HEAD_MASK = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY
 
 
 @dataclass(slots=True)
@@ -79,6 +87,10 @@ class Http2Engine(Generic[_H]):
     ) -> None:
         self._config = config
         self._clock = clock
+        # The config's figures read on every frame, kept as plain attributes.
+        self._max_streams = config.max_concurrent_streams
+        self._stream_window = config.stream_window
+        self._window_refresh = config.connection_window // 2
         self._decoder = HeaderBlockDecoder(config.max_header_list_bytes, interpret)
         # Bytes of an incomplete frame, kept as a list and joined once the frame is whole, so a
         # large frame arriving in many reads is copied once rather than once per read.
@@ -211,7 +223,17 @@ class Http2Engine(Generic[_H]):
             stop = pos + 9 + length
             if stop > end:
                 break
-            self._frame(kind, flags, stream_id & 0x7FFF_FFFF, view[pos + 9 : stop])
+            stream_id &= 0x7FFF_FFFF
+            # A unary call's frames, dispatched here rather than through _frame: one call fewer
+            # per frame on the path every request takes.
+            if self._open_block is not None:
+                self._continuation(kind, flags, stream_id, view[pos + 9 : stop])
+            elif kind == _DATA:
+                self._data(flags, stream_id, view[pos + 9 : stop])
+            elif kind == _HEADERS and flags & _PLAIN_HEAD_MASK == _END_HEADERS and stream_id & 1:
+                self._header_block(flags, stream_id, buffer[pos + 9 : stop])
+            else:
+                self._frame(kind, flags, stream_id, view[pos + 9 : stop])
             pos = stop
             if self.closed:  # a graceful end completed inside this read
                 return end
@@ -258,11 +280,11 @@ class Http2Engine(Generic[_H]):
         if self._recv_window < 0:
             raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_unacked += size
-        if self._recv_unacked >= self._config.connection_window // 2:
+        if self._recv_unacked >= self._window_refresh:
             self._out.write(window_update_frame(0, self._recv_unacked))
             self._recv_window += self._recv_unacked
             self._recv_unacked = 0
-        if flags & Flag.PADDED:
+        if flags & _PADDED:
             payload = unpad(payload)
         stream = self._streams.get(stream_id)
         if stream is None:
@@ -276,16 +298,14 @@ class Http2Engine(Generic[_H]):
         if stream.recv_window < 0:
             self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
             return
-        end_stream = bool(flags & Flag.END_STREAM)
-        if end_stream:
+        if flags & _END_STREAM:
             stream.remote_closed = True
-        elif not payload:
-            return
-        else:
+            self._events.append(DataReceived(stream_id, payload, True))
+            if stream.local_closed and not stream.outbound:
+                self._forget(stream)
+        elif payload:
             stream.unconsumed = True
-        self._events.append(DataReceived(stream_id, payload, end_stream))
-        if end_stream:
-            self._remote_done(stream)
+            self._events.append(DataReceived(stream_id, payload, False))
 
     def _headers(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
@@ -320,13 +340,13 @@ class Http2Engine(Generic[_H]):
             self._header_block(block.flags, stream_id, b"".join(block.parts))
 
     def _header_block(self, flags: int, stream_id: int, block: bytes) -> None:
-        end_stream = bool(flags & Flag.END_STREAM)
-        stream = self._streams.get(stream_id)
-        if stream is not None or stream_id <= self._last_stream_id:
-            self._trailers(stream, stream_id, end_stream, block)
+        end_stream = bool(flags & _END_STREAM)
+        streams = self._streams
+        if stream_id <= self._last_stream_id:
+            self._trailers(streams.get(stream_id), stream_id, end_stream, block)
             return
         self._last_stream_id = stream_id
-        if self._going_away or len(self._streams) >= self._config.max_concurrent_streams:
+        if self._going_away or len(streams) >= self._max_streams:
             self._discard_block(block)
             self._reset(stream_id, ErrorCode.REFUSED_STREAM)
             return
@@ -341,9 +361,10 @@ class Http2Engine(Generic[_H]):
         except MalformedHeaders:
             self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
-        self._pings.forgive()
-        stream = Stream(stream_id, self._out.initial_window, self._config.stream_window)
-        self._streams[stream_id] = stream
+        if not self._pings.forgiven:
+            self._pings.forgive()
+        stream = Stream(stream_id, self._out.initial_window, self._stream_window)
+        streams[stream_id] = stream
         stream.remote_closed = end_stream
         self._events.append(RequestReceived(stream_id, head, end_stream))
 
@@ -472,8 +493,18 @@ class Http2Engine(Generic[_H]):
         Ignored for a stream that is gone (reset, or the connection ended) or already ended.
         """
         stream = self._streams.get(stream_id)
-        if stream is not None and not stream.local_closed:
-            self._out.answer(stream, headers, payload, trailers)
+        if (
+            stream is not None
+            and not stream.local_closed
+            and self._out.answer(stream, headers, payload, trailers)
+        ):
+            # All of it went out at once (the common case): our side is done, as local_done does.
+            if not stream.remote_closed:
+                self._out.write(rst_stream_frame(stream_id, ErrorCode.NO_ERROR))
+                stream.remote_closed = True
+            del self._streams[stream_id]
+            if self._going_away:
+                self._close_if_done()
 
     def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
         """A header block; ``end_stream`` makes it the last (trailers, or a headers-only answer)."""

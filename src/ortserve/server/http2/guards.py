@@ -20,14 +20,19 @@ class PingStrikes:
         self._max_strikes = max_strikes
         self._last = -interval_s
         self._strikes = 0
+        self.forgiven = True
+        """No ping since the last :meth:`forgive`: forgiving again would change nothing (a call
+        opening need not call it)."""
 
     def forgive(self) -> None:
         """A call opened."""
         self._strikes = 0
         self._last = -self._interval_s
+        self.forgiven = True
 
     def ping(self, now: float, calls_open: bool) -> bool:
         """Record a ping at ``now``; True when the peer has struck out."""
+        self.forgiven = False
         if not calls_open and now - self._last < self._interval_s:
             self._strikes += 1
         self._last = now

@@ -3,24 +3,35 @@ frame size, and payloads waiting for window."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
 from ortserve.server.http2.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_WINDOW,
+    FRAME_HEADER,
     MAX_WINDOW,
     ErrorCode,
     Flag,
     FrameType,
     Http2Error,
     data_frame,
-    frame,
     header_frames,
 )
 from ortserve.server.http2.stream import Stream
 
 __all__ = ["Outbound", "SendOwner"]
+
+_PACK_HEADER = FRAME_HEADER.pack
+_HEADERS = int(FrameType.HEADERS)
+_DATA = int(FrameType.DATA)
+_END_HEADERS = Flag.END_HEADERS
+_CLOSING = Flag.END_HEADERS | Flag.END_STREAM
+# Answers up to this size leave as one bytes object (frame headers, header blocks and payload
+# joined): one allocation and one buffer for the write instead of five. Larger payloads are
+# passed on as they are, never copied.
+_JOIN_BELOW = 2048
 
 
 class SendOwner(Protocol):
@@ -58,34 +69,44 @@ class Outbound:
         self.out.append(data)
 
     # -- a stream's frames ----------------------------------------------------------------
-    def answer(self, stream: Stream, headers: bytes, payload: bytes, trailers: bytes) -> None:
-        """A header block, one DATA payload and a closing header block; in one piece when the
-        windows and frame size allow, which is the common case for small answers."""
+    def answer(self, stream: Stream, headers: bytes, payload: bytes, trailers: bytes) -> bool:
+        """A header block, one DATA payload and a closing header block.
+
+        Returns True when all of it was written at once, which the windows and frame size allow
+        for most answers: the stream is then done on our side and the caller (the engine)
+        finishes it without a call back. False when the payload waits for window; then the
+        owner hears of the end through :meth:`SendOwner.local_done`.
+        """
         stream.local_closed = True
         size = len(payload)
         stream_id = stream.stream_id
+        max_frame = self.max_frame
         if (
             size <= stream.send_window
             and size <= self.window
-            and size <= self.max_frame
-            and len(headers) <= self.max_frame
-            and len(trailers) <= self.max_frame
+            and size <= max_frame
+            and len(headers) <= max_frame
+            and len(trailers) <= max_frame
         ):
             stream.send_window -= size
             self.window -= size
-            header, data = data_frame(stream_id, payload, False)
-            out = self.out
-            out.append(frame(FrameType.HEADERS, Flag.END_HEADERS, stream_id, headers))
-            out.append(header)
-            out.append(data)
-            out.append(frame(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, stream_id, trailers))
-            self._owner.local_done(stream)
-            return
-        self.out.append(header_frames(stream_id, headers, False, self.max_frame))
-        stream.outbound.append((payload, False))
+            length = len(headers)
+            head = _PACK_HEADER(length >> 8, length & 0xFF, _HEADERS, _END_HEADERS, stream_id) + headers
+            length = len(trailers)
+            tail = _PACK_HEADER(length >> 8, length & 0xFF, _HEADERS, _CLOSING, stream_id) + trailers
+            data = _PACK_HEADER(size >> 8, size & 0xFF, _DATA, 0, stream_id)
+            if size < _JOIN_BELOW:
+                self.out.append(b"".join((head, data, payload, tail)))
+            else:
+                self.out += (head, data, payload, tail)
+            return True
+        self.out.append(header_frames(stream_id, headers, False, max_frame))
+        queue = _queue(stream)
+        queue.append((payload, False))
         stream.outbound_bytes += size
-        stream.outbound.append((trailers, True))
+        queue.append((trailers, True))
         self.flush(stream)
+        return False
 
     def headers(self, stream: Stream, block: bytes, end_stream: bool) -> None:
         """A header block now (headers never wait for window); ``end_stream`` ends our side."""
@@ -100,7 +121,7 @@ class Outbound:
             self._owner.local_done(stream)
 
     def data(self, stream: Stream, payload: bytes | memoryview) -> None:
-        stream.outbound.append((payload, False))
+        _queue(stream).append((payload, False))
         stream.outbound_bytes += len(payload)
         self.flush(stream)
 
@@ -171,9 +192,18 @@ class Outbound:
 
     def forget(self, stream: Stream) -> None:
         """The stream was reset: drop what it still had to send."""
-        stream.outbound.clear()
+        stream.outbound = None
         stream.outbound_bytes = 0
         self._blocked.pop(stream.stream_id, None)
 
     def clear(self) -> None:
         self._blocked.clear()
+
+
+def _queue(stream: Stream) -> deque[tuple[bytes | memoryview, bool]]:
+    """The stream's queue of payloads waiting for window, made on first use (most streams
+    never wait)."""
+    queue = stream.outbound
+    if queue is None:
+        queue = stream.outbound = deque()
+    return queue

@@ -39,7 +39,8 @@ class Stream:
         """Our end of the stream is queued: nothing more may be sent after it."""
         self.unconsumed = False
         """Data was handed to the application and it has not said it took it: no window back."""
-        self.outbound: deque[tuple[bytes | memoryview, bool]] = deque()
-        """Payloads waiting for flow-control window: (bytes, is a closing header block)."""
+        self.outbound: deque[tuple[bytes | memoryview, bool]] | None = None
+        """Payloads waiting for flow-control window: (bytes, is a closing header block); made
+        when the first one has to wait (an answer that fits the windows never does)."""
         self.outbound_bytes = 0
         """DATA bytes in :attr:`outbound`."""
