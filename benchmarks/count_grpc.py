@@ -148,10 +148,33 @@ def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -
                 process.wait()
 
 
+def count_in_process(label: str, src: Path, calls: int, batch: int, out_dir: Path) -> float:
+    """Instructions per ServerLive call of the transport alone (``grpc_inprocess.py``, no
+    sockets and no event loop), from whole-process counts of ``calls`` and ``2 * calls``."""
+    totals = []
+    for n in (calls, 2 * calls):
+        out = out_dir / f"{label}-inprocess-b{batch}-{n}.callgrind"
+        command = [
+            *("taskset", "-c", "0", "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"),
+            *(sys.executable, str(Path(__file__).parent / "grpc_inprocess.py")),
+            *(f"--calls={n}", f"--batch={batch}", "--repeat=1"),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        subprocess.run(command, capture_output=True, check=True, env=env, timeout=1800)
+        totals.append(_total_ir(out))
+    per_call = (totals[1] - totals[0]) / calls
+    print(label, f"in process, {batch} per read: {per_call:,.0f} instructions per call", flush=True)
+    return per_call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a src/ folder")
     parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument(
+        "--in-process", type=int, default=0, help="also count grpc_inprocess.py with this many calls"
+    )
+    parser.add_argument("--no-server", action="store_true", help="only the in-process counts")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     demo = OUT / "count-grpc-demo"
@@ -163,10 +186,16 @@ def main() -> None:
     out_dir = OUT / f"count_grpc-{stamp}"
     out_dir.mkdir()
     trees = dict(item.split("=", 1) for item in args.tree)
-    results = {
-        label: measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir)
-        for label, src in trees.items()
-    }
+    results: dict[str, dict[str, float]] = {label: {} for label in trees}
+    for label, src in trees.items():
+        if args.in_process:
+            for batch in (1, 64):
+                key = f"inprocess_b{batch}_ir_per_call"
+                results[label][key] = count_in_process(
+                    label, Path(src).resolve(), args.in_process, batch, out_dir
+                )
+        if not args.no_server:
+            results[label] |= measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir)
     report = {"machine": machine_stamp(), "args": vars(args), "trees": trees, "results": results}
     path = out_dir / "count_grpc.json"
     path.write_text(json.dumps(report, indent=2))

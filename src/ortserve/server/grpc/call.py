@@ -38,6 +38,7 @@ _DECOMPRESSORS = {b"gzip": 31, b"deflate": 15}  # zlib wbits of each grpc-encodi
 # The call's own deadline timer is a backstop for handlers that do not watch the deadline;
 # it fires a little late so a handler that does (the scheduler) answers and accounts first.
 _DEADLINE_SLACK_S = 0.005
+_NO_INBOX: deque[Message] = deque()  # unary calls' inbox: nothing is ever put in it
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +148,13 @@ class GrpcCall:
         self._compressed = False
         self._inflater = inflater
         self._inflating: InflateJob | None = None
-        self._after: deque[tuple[bytes, bool]] = deque()
-        """Messages that arrived while an earlier one inflates: (bytes, compressed)."""
+        self._after: deque[tuple[bytes, bool]] | None = None
+        """Messages that arrived while an earlier one inflates: (bytes, compressed); made when
+        the first one has to wait."""
         self._after_bytes = 0
         self._request: bytes | bytearray | memoryview | None = None
-        self._inbox: deque[Message] = deque()
+        # Only a streaming call queues messages; a unary one shares an inbox that stays empty.
+        self._inbox: deque[Message] = _NO_INBOX if rpc.streaming is None else deque()
         self._reader: asyncio.Future[None] | None = None
         self._stop_reading = False
         self._task: asyncio.Future[Any] | None = None
@@ -308,6 +311,8 @@ class GrpcCall:
         """One whole message arrived: in order behind one still inflating, else accepted now."""
         self._length = -1
         if self._inflating is not None:
+            if self._after is None:
+                self._after = deque()
             self._after.append((bytes(data), self._compressed))
             self._after_bytes += len(data)
         elif self._compressed:
@@ -357,7 +362,7 @@ class GrpcCall:
         if self._inflating is not None:
             self._inflating.cancelled = True
             self._inflating = None
-        self._after.clear()
+        self._after = None
         self._after_bytes = 0
 
     def _wbits(self) -> int:
@@ -477,7 +482,8 @@ class GrpcCall:
         self._failed = True
         self._stop_timer()
         self._stop_inflating()
-        self._inbox.clear()
+        if self._inbox:
+            self._inbox.clear()
         self._request = None
         self.stop_reading()  # a streaming handler reads no more; its writes are dropped
         self._ended = True
