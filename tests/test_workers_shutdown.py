@@ -73,7 +73,8 @@ def test_sigterm_lets_every_worker_finish_its_requests(tmp_path: Path) -> None:
     model = slow_model(matmuls=48, size=_SIZE)
     model.ir_version = 9
     onnx.save(model, str(root / "slow" / "1" / "model.onnx"))
-    (root / "slow" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n")
+    # Queueing three slow requests per worker is the point here: no queue-wait admission.
+    (root / "slow" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n  max_queue_wait_ms: 0\n")
     # The delay lets the requests still connecting in; the grace lets them all finish.
     args = ["--workers", "2", "--intra-op-threads", "1", "--shutdown-delay", "1"]
     with run_server(root, tmp_path / "server.log", args) as server:
