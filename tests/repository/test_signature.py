@@ -6,10 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 
-from model_builders import write_scaled_version
+from model_builders import scaled_model, write_scaled_version
+from ortserve.core.types import InferInput, InferRequest
+from ortserve.repository.config import ModelConfig
 from ortserve.repository.index import repository_index
+from ortserve.repository.loader import LoadInputs, load_version
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.signature import (
@@ -18,6 +23,7 @@ from ortserve.repository.signature import (
     generate_key,
     load_trusted_keys,
     sign_version,
+    verify_and_read,
     verify_version,
 )
 from ortserve.settings import ServerSettings
@@ -105,6 +111,25 @@ async def test_the_manager_refuses_a_tampered_version_and_keeps_the_signed_one(
         assert rows["2"].state == "UNAVAILABLE" and "model.onnx" in rows["2"].reason
     finally:
         await manager.close(5.0)
+
+
+async def test_the_session_is_built_from_the_bytes_that_were_hashed(version: Path, key: Path) -> None:
+    verified = verify_and_read(version, load_trusted_keys(key.parent, True), "model.onnx")
+    assert verified.signed and verified.model_bytes == (version / "model.onnx").read_bytes()
+    onnx.save(scaled_model(5.0), str(version / "model.onnx"))  # replaced after the check
+    given = LoadInputs(model_bytes=verified.model_bytes)
+    settings = ServerSettings(version.parent.parent, intra_op_threads=1)
+    served = await load_version("m", 1, version / "model.onnx", ModelConfig(), settings, None, given)
+    try:
+        x = np.ones((1, 4), np.float32)
+        answer = await served.infer(InferRequest("m", [InferInput("x", "FP32", x.shape, x)]))
+        assert float(answer.outputs[0].data[0, 0]) == 1.0  # the signed graph's scale, not 5
+    finally:
+        await served.unload(0.0)
+    assert (
+        verify_and_read(version.parent / "absent", load_trusted_keys(key.parent, False), None).model_bytes
+        is None
+    )
 
 
 def test_keygen_and_sign_commands(tmp_path: Path) -> None:

@@ -143,16 +143,18 @@ model_warmup [
     assert list(answered[0].inputs["x"].dims) == [4]
 
 
-def test_a_reshape_is_refused_with_a_reason_unless_it_changes_nothing(tmp_path: Path) -> None:
+def test_a_reshape_is_declared_unless_it_changes_nothing(tmp_path: Path) -> None:
     same = TRITON_CONFIG.replace(
         "dims: [ 4 ] } ]\noutput", "dims: [ 4 ] reshape: { shape: [ 4 ] } } ]\noutput"
     )
-    assert read_model_source(write(tmp_path / "same", same.replace('name: "m"', 'name: "same"'))).inputs
+    assert (
+        read_model_source(write(tmp_path / "same", same.replace('name: "m"', 'name: "same"'))).reshapes()
+        == ()
+    )
     other = TRITON_CONFIG.replace(
         "dims: [ 4 ] } ]\noutput", "dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]\noutput"
     )
-    with pytest.raises(ConfigError, match="field input 'x' reshape: not supported by ortserve"):
-        read_model_source(write(tmp_path / "m", other))
+    assert read_model_source(write(tmp_path / "m", other)).inputs[0].reshape == (2, 2)
 
 
 def test_both_config_files_are_refused(tmp_path: Path) -> None:

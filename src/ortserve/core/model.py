@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -48,6 +49,9 @@ class VersionInfo:
     max_batch_size: int
     providers: tuple[str, ...]
     platform: str = "onnxruntime_onnx"
+    input_defaults: Mapping[str, Array] = field(default_factory=dict, compare=False)
+    """Optional inputs (config.pbtxt ``optional``) and the value a request that omits one gets:
+    the graph's own default, one row when the model batches (repeated for each row)."""
 
 
 class Servable(Protocol):
@@ -94,7 +98,7 @@ class ServedVersion:
         self.guard = guard
         self.state = ModelState.READY
         self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
-        self._validator = InputValidator(info.inputs, info.max_batch_size > 0)
+        self._validator = InputValidator(info.inputs, info.max_batch_size > 0, info.input_defaults)
 
     @property
     def ready(self) -> bool:

@@ -99,8 +99,15 @@ def plan_session(
     )
 
 
-def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
-    """Create the session; warns about every requested provider that is not available."""
+def build_session(
+    model_path: Path, plan: SessionPlan, model_bytes: bytes | None = None
+) -> ort.InferenceSession:
+    """Create the session; warns about every requested provider that is not available.
+
+    ``model_bytes``: the model file's contents, already read (a graph rewritten at load, or
+    bytes whose digest was just checked); external data files are still found next to
+    ``model_path``.
+    """
     for name in plan.missing:
         logger.warning(
             "%s: execution provider %s is not available in this ONNX Runtime build (%s)",
@@ -111,8 +118,15 @@ def build_session(model_path: Path, plan: SessionPlan) -> ort.InferenceSession:
     options = session_options(plan)
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
+    if model_bytes is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(model_path.parent)
+        )
     session = ort.InferenceSession(
-        str(model_path), sess_options=options, providers=names, provider_options=provider_options
+        str(model_path) if model_bytes is None else model_bytes,
+        sess_options=options,
+        providers=names,
+        provider_options=provider_options,
     )
     active = session.get_providers()
     dropped = [n for n in names if n not in active]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
@@ -75,14 +77,19 @@ class InputValidator:
     Args:
         specs: the model's inputs in graph order.
         batched: whether dim 0 is the batch dimension.
+        defaults: optional inputs and the value given when a request omits one (one row,
+            repeated for each of the request's rows, when batched).
     """
 
-    __slots__ = ("_batched", "_expected", "_order")
+    __slots__ = ("_batched", "_defaults", "_expected", "_order")
 
-    def __init__(self, specs: tuple[TensorSpec, ...], batched: bool) -> None:
+    def __init__(
+        self, specs: tuple[TensorSpec, ...], batched: bool, defaults: Mapping[str, Array] | None = None
+    ) -> None:
         self._expected = {spec.name: _Expected(spec) for spec in specs}
         self._order = tuple(spec.name for spec in specs)
         self._batched = batched
+        self._defaults = dict(defaults or {})
 
     def validate(self, inputs: list[InferInput]) -> tuple[dict[str, Array], int]:
         """Check every input against its declaration.
@@ -107,7 +114,7 @@ class InputValidator:
                 raise InvalidInput(f"input {tensor.name!r} is given more than once")
             checked[tensor.name] = declared.check(tensor)
         if len(checked) != len(expected):
-            raise InvalidInput(f"missing inputs {sorted(set(expected) - set(checked))}")
+            self._fill_defaults(checked)
         feeds = checked if len(checked) == 1 else {name: checked[name] for name in self._order}
         if not self._batched:
             return feeds, 1
@@ -120,6 +127,21 @@ class InputValidator:
         if rows < 1:
             raise InvalidInput("the batch dimension (dim 0) must be at least 1")
         return feeds, rows
+
+    def _fill_defaults(self, checked: dict[str, Array]) -> None:
+        """Give omitted optional inputs their defaults (the slow path: only when one is missing).
+
+        Raises:
+            InvalidInput: a required input is missing.
+        """
+        missing = set(self._expected) - set(checked)
+        required = sorted(missing - set(self._defaults))
+        if required:
+            raise InvalidInput(f"missing inputs {required}")
+        rows = next(iter(checked.values())).shape[0] if checked and self._batched else 1
+        for name in missing:
+            default = self._defaults[name]
+            checked[name] = np.repeat(default, rows, axis=0) if self._batched else default
 
 
 def validate_inputs(

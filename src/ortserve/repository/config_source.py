@@ -13,6 +13,7 @@ from pathlib import Path
 from ortserve.core.model import VersionInfo
 from ortserve.errors import ConfigError
 from ortserve.repository.config import CONFIG_FILE, ModelConfig, load_model_config
+from ortserve.repository.reshape import Reshape
 from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, parse_pbtxt
 
 __all__ = ["PBTXT_FILE", "ModelSource", "check_declared", "read_model_config", "read_model_source"]
@@ -32,6 +33,19 @@ class ModelSource:
     @classmethod
     def from_triton(cls, triton: TritonConfig, where: str) -> ModelSource:
         return cls(triton.config, where, triton.inputs, triton.outputs)
+
+    def optional_inputs(self) -> tuple[str, ...]:
+        """The inputs config.pbtxt marks ``optional``."""
+        return tuple(tensor.name for tensor in self.inputs if tensor.optional)
+
+    def reshapes(self) -> tuple[Reshape, ...]:
+        """The declared tensors whose graph shape is not the clients' (``reshape``)."""
+        return tuple(
+            Reshape(kind, tensor.name, tensor.dims, tensor.reshape)
+            for kind, tensors in (("input", self.inputs), ("output", self.outputs))
+            for tensor in tensors
+            if tensor.reshape is not None
+        )
 
 
 def read_model_source(folder: Path) -> ModelSource:

@@ -31,7 +31,13 @@ def effective_config(info: VersionInfo, config: ModelConfig | None) -> mc.ModelC
         max_batch_size=info.max_batch_size,
         default_model_filename=config.default_model_filename,
         input=[
-            mc.ModelInput(name=s.name, data_type=_data_type(s), dims=_dims(s, batched)) for s in info.inputs
+            mc.ModelInput(
+                name=s.name,
+                data_type=_data_type(s),
+                dims=_dims(s, batched),
+                optional=s.name in info.input_defaults,
+            )
+            for s in info.inputs
         ],
         output=[
             mc.ModelOutput(name=s.name, data_type=_data_type(s), dims=_dims(s, batched)) for s in info.outputs

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import onnx
 import onnxruntime as ort
 
 from ortserve.core.clock import LoopClock
@@ -23,12 +24,14 @@ from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig
+from ortserve.repository.optional_inputs import optional_inputs
+from ortserve.repository.reshape import Reshape, reshaped_model
 from ortserve.repository.warmup import sample_feeds
 from ortserve.resilience.building import VersionParts, build_guard, plan_on_device
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.settings import ServerSettings
 
-__all__ = ["DEFAULT_MAX_BATCH_SIZE", "load_version"]
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "LoadInputs", "load_version"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +39,19 @@ DEFAULT_MAX_BATCH_SIZE = 32
 _WARMUP_ROUNDS = 5
 
 Array = npt.NDArray[np.generic]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadInputs:
+    """What the model folder adds to the version's file: config.pbtxt ``reshape``s and
+    ``optional`` inputs (declared in ``where``), and the model file's bytes when its signature
+    was checked on exactly them."""
+
+    reshapes: tuple[Reshape, ...] = ()
+    where: str = ""
+    model_bytes: bytes | None = None
+    optional: tuple[str, ...] = ()
+    """Inputs config.pbtxt marks ``optional`` (see ``optional_inputs.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,20 +117,47 @@ def _policy(config: ModelConfig, max_batch_size: int) -> SchedulingPolicy:
     )
 
 
+def _graph_bytes(path: Path, config: ModelConfig, given: LoadInputs) -> bytes | None:
+    """The graph to build the session from: the verified bytes, with the ``reshape``s applied
+    (None: let ONNX Runtime read the file)."""
+    if not given.reshapes:
+        return given.model_bytes
+    if config.fallback is not None:
+        raise ConfigError(
+            f"{given.where}: reshape and fallback levels together are not supported (a fallback "
+            "session would be built from the graph as exported)"
+        )
+    batched = bool(config.batching.max_batch_size)
+    return reshaped_model(path, given.reshapes, batched, given.where, given.model_bytes)
+
+
 def _prepare(
     name: str,
     version: int,
     path: Path,
     config: ModelConfig,
     settings: ServerSettings,
+    given: LoadInputs,
 ) -> _Prepared:
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
     if config.fallback is not None and config.fallback.device_ids:
         plan = plan_on_device(plan, config.fallback.device_ids[0])
-    session = build_session(path, plan)
-    inputs = _specs(session.get_inputs())
+    graph_bytes = _graph_bytes(path, config, given)
+    session = build_session(path, plan, graph_bytes)
+    overridable = {spec.name: spec for spec in _specs(session.get_overridable_initializers())}
+    inputs = _specs(session.get_inputs()) + tuple(overridable[n] for n in given.optional if n in overridable)
     outputs = _specs(session.get_outputs())
     max_batch = _max_batch_size(config, inputs + outputs, path.parent.parent / "config.yaml")
+    defaults = {}
+    if given.optional:
+        graph = (
+            onnx.load(str(path), load_external_data=False)
+            if graph_bytes is None
+            else onnx.load_from_string(graph_bytes)
+        )
+        defaults = optional_inputs(
+            session, graph, path.parent, overridable, given.optional, max_batch > 0, given.where
+        )
     label = f"model {name!r} version {version}"
     warmup = _warmup_feeds(inputs, 1, np.random.default_rng(1))
     parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup)
@@ -137,7 +180,9 @@ def _prepare(
             _, seconds = runner.run_blocking(feeds)
             cost.observe(rows if max_batch else 1, seconds)
     _run_samples(config, inputs, max_batch, path.parent.parent, runner)
-    info = VersionInfo(name, str(version), inputs, outputs, max_batch, tuple(runner.providers))
+    info = VersionInfo(
+        name, str(version), inputs, outputs, max_batch, tuple(runner.providers), input_defaults=defaults
+    )
     logger.info(
         "loaded %s version %d: providers %s, intra-op threads %d, inter-op threads %d, "
         "max_batch_size %d, instances %d, batch cost %.3f ms + %.4f ms/row",
@@ -185,17 +230,20 @@ async def load_version(
     config: ModelConfig,
     settings: ServerSettings,
     observer: SchedulerObserver | None = None,
+    given: LoadInputs | None = None,
 ) -> ServedVersion:
     """Build the session and warm it up in a worker thread, then start its scheduler.
 
     ``observer`` receives the scheduler's batch records (metrics, statistics, tracing).
+    ``given``: config.pbtxt's ``reshape``s, applied to the graph before the session is built
+    (so the version takes and gives the clients' shapes), and the verified model bytes.
 
     Raises:
         ConfigError: the config contradicts the graph.
         Exception: whatever ONNX Runtime raises for an unloadable model (logged by the caller).
     """
     loop = asyncio.get_running_loop()
-    prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings)
+    prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings, given or LoadInputs())
     scheduler = Scheduler(
         prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer
     )

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from ortserve.core.model import ModelState, Servable
@@ -26,9 +27,9 @@ from ortserve.pipeline.contract import PipelineContext
 from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
 from ortserve.repository.layout import is_model_name, select_versions
-from ortserve.repository.loader import load_version
+from ortserve.repository.loader import LoadInputs, load_version
 from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
-from ortserve.repository.signature import TrustedKeys, verify_version
+from ortserve.repository.signature import TrustedKeys, VerifiedVersion, verify_and_read
 from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
 from ortserve.settings import ServerSettings
 
@@ -275,19 +276,23 @@ class LifecycleManager:
         started = time.perf_counter()
         observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
         try:
-            if self.trusted is not None:
-                signed = await asyncio.to_thread(
-                    verify_version, snapshot.versions[number].folder, self.trusted
-                )
-                logger.info(
-                    "model %s version %d: %s", name, number, "signature verified" if signed else "unsigned"
-                )
             model_file = snapshot.model_file(number, config.default_model_filename)
+            verified = await self._verify(name, number, snapshot.versions[number].folder, model_file)
             served: Servable
             if config.kind == "llm":  # generation is another servable, with its own engine
                 served = await load_llm_version(name, number, model_file, config, self.settings)
             else:
-                served = await load_version(name, number, model_file, config, self.settings, observer)
+                served = await load_version(
+                    name,
+                    number,
+                    model_file,
+                    config,
+                    self.settings,
+                    observer,
+                    LoadInputs(
+                        source.reshapes(), source.where, verified.model_bytes, source.optional_inputs()
+                    ),
+                )
         except OrtServeError as exc:
             return self._version_failed(name, number, files, exc.message)
         except Exception as exc:  # ONNX Runtime's own load errors: logged, this version fails alone
@@ -308,6 +313,21 @@ class LifecycleManager:
         if replaced is not None:
             self._drain(name, number, replaced, "replaced by a reload of the same version")
         return None
+
+    async def _verify(self, name: str, number: int, folder: Path, model_file: Path) -> VerifiedVersion:
+        """Check the signature (with ``--trusted-keys``), keeping the model file's bytes as hashed.
+
+        Raises:
+            SignatureError: see :func:`verify_and_read`.
+        """
+        if self.trusted is None:
+            return VerifiedVersion(False)
+        relative = model_file.relative_to(folder).as_posix()
+        verified = await asyncio.to_thread(verify_and_read, folder, self.trusted, relative)
+        logger.info(
+            "model %s version %d: %s", name, number, "signature verified" if verified.signed else "unsigned"
+        )
+        return verified
 
     def _version_failed(self, name: str, number: int, files: Fingerprint, reason: str) -> str:
         self._failed[(name, number)] = files

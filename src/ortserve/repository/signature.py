@@ -6,7 +6,10 @@ marker) and an Ed25519 signature over the manifest's canonical bytes. At every l
 manifest is read once, its signature checked against the trusted public keys, and every file
 of the folder hashed and compared in constant time: a changed byte, a missing file or an extra
 file refuses the version, naming the file. With ``--require-signed`` an unsigned version is
-refused too.
+refused too. The model file is read once: the bytes hashed are the bytes ONNX Runtime is given
+(:func:`verify_and_read`), so the graph that serves is the graph that was checked, even if the
+file changes in between; external data files are hashed here and then memory-mapped by ONNX
+Runtime (a second read, from the page cache).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ __all__ = [
     "SIGNATURE_FILE",
     "SignatureError",
     "TrustedKeys",
+    "VerifiedVersion",
     "generate_key",
     "load_trusted_keys",
     "sign_version",
+    "verify_and_read",
     "verify_version",
 ]
 
@@ -55,6 +60,15 @@ class TrustedKeys:
 
     keys: tuple[Ed25519PublicKey, ...]
     required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedVersion:
+    """What :func:`verify_and_read` found: whether the folder was signed, and the model file's
+    bytes as hashed (None when unsigned: the loader reads the file itself)."""
+
+    signed: bool
+    model_bytes: bytes | None = None
 
 
 def generate_key(path: Path) -> Path:
@@ -121,6 +135,16 @@ def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
     """Check ``folder`` against its signature; returns whether it was signed.
 
     Raises:
+        SignatureError: as :func:`verify_and_read`.
+    """
+    return verify_and_read(folder, trusted, None).signed
+
+
+def verify_and_read(folder: Path, trusted: TrustedKeys, model_file: str | None) -> VerifiedVersion:
+    """Check ``folder`` against its signature, keeping the bytes of ``model_file`` (a name in
+    the folder) as they were hashed, for the session to be built from.
+
+    Raises:
         SignatureError: unsigned while required, a signature no trusted key made, or a file
             missing, extra or different from the manifest (named in the message).
     """
@@ -128,7 +152,7 @@ def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
     if not signature_path.is_file():
         if trusted.required:
             raise SignatureError(f"{folder}: unsigned ({SIGNATURE_FILE} missing) and --require-signed is set")
-        return False
+        return VerifiedVersion(False)
     manifest, signature = _read_signature(signature_path)
     canonical = _canonical(manifest)
     if not any(_verifies(key, signature, canonical) for key in trusted.keys):
@@ -139,10 +163,16 @@ def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
         raise SignatureError(f"{folder / missing[0]}: listed in the signed manifest but missing")
     if extra:
         raise SignatureError(f"{folder / extra[0]}: not in the signed manifest")
+    kept: bytes | None = None
     for name in sorted(manifest):
-        if not hmac.compare_digest(_sha256(folder / name), manifest[name]):
+        if name == model_file:
+            kept = _read(folder / name)
+            digest = hashlib.sha256(kept).hexdigest()
+        else:
+            digest = _sha256(folder / name)
+        if not hmac.compare_digest(digest, manifest[name]):
             raise SignatureError(f"{folder / name}: its SHA-256 does not match the signed manifest")
-    return True
+    return VerifiedVersion(True, kept)
 
 
 def _verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
@@ -185,6 +215,13 @@ def _files(folder: Path) -> list[str]:
             if len(names) > MAX_FILES:
                 raise SignatureError(f"{folder}: more than {MAX_FILES} files")
     return sorted(names)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise SignatureError(f"{path}: cannot read: {exc}") from exc
 
 
 def _sha256(path: Path) -> str:

@@ -10,7 +10,7 @@ ensemble...) is refused with a reason that says so. Triton's convention is kept:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +70,13 @@ _SUPPORTED = {
     "input.name",
     "input.data_type",
     "input.dims",
+    "input.optional",
+    "input.reshape",
     "input.reshape.shape",
     "output.name",
     "output.data_type",
     "output.dims",
+    "output.reshape",
     "output.reshape.shape",
     "dynamic_batching.preferred_batch_size",
     "dynamic_batching.max_queue_delay_microseconds",
@@ -109,6 +112,10 @@ class DeclaredTensor:
     name: str
     datatype: str
     dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    """The shape the graph takes (input) or gives (output) instead of ``dims``, if another."""
+    optional: bool = False
+    """An input requests may omit (the graph's default is used)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,6 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
         ConfigError: another backend, a name that is not the folder's, or an invalid value.
     """
     _check_backend(message, where, model_name)
-    _refuse_reshape(message, where)
     unsupported = sorted(set(_set_fields(message)) - _SUPPORTED)
     unsupported += _unsupported_values(message)
     if unsupported:
@@ -183,9 +189,18 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{where}: {problems}") from exc
-    inputs = tuple(_declared(t.name, t.data_type, t.dims) for t in message.input)
-    outputs = tuple(_declared(t.name, t.data_type, t.dims) for t in message.output)
+    inputs = tuple(_with_shape(t) for t in message.input)
+    outputs = tuple(_with_shape(t) for t in message.output)
     return TritonConfig(config, inputs, outputs)
+
+
+def _with_shape(tensor: mc.ModelInput | mc.ModelOutput) -> DeclaredTensor:
+    declared = _declared(tensor.name, tensor.data_type, tensor.dims)
+    if isinstance(tensor, mc.ModelInput) and tensor.optional:
+        declared = replace(declared, optional=True)
+    if not tensor.HasField("reshape") or list(tensor.reshape.shape) == list(tensor.dims):
+        return declared
+    return replace(declared, reshape=tuple(int(d) for d in tensor.reshape.shape))
 
 
 def _check_backend(message: mc.ModelConfig, where: str, model_name: str) -> None:
@@ -205,17 +220,6 @@ def _check_backend(message: mc.ModelConfig, where: str, model_name: str) -> None
             f"{where}: this model is for {other}; ortserve serves ONNX models only "
             "(platform onnxruntime_onnx / backend onnxruntime)"
         )
-
-
-def _refuse_reshape(message: mc.ModelConfig, where: str) -> None:
-    """``reshape`` changes what the graph is fed: ignoring it would fail every request later."""
-    for kind, tensors in (("input", message.input), ("output", message.output)):
-        for tensor in tensors:
-            if tensor.HasField("reshape") and list(tensor.reshape.shape) != list(tensor.dims):
-                raise ConfigError(
-                    f"{where}: field {kind} {tensor.name!r} reshape: not supported by ortserve; "
-                    "export the graph with the dims clients send (or remove reshape)"
-                )
 
 
 def _batching(message: mc.ModelConfig) -> dict[str, Any]:
