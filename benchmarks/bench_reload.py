@@ -58,10 +58,14 @@ def proc_counts(pid: int) -> tuple[float, int, int]:
     return rss, threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+Records = list[tuple[float, float, int]]
+
+
 def load_worker(
-    host: str, port: int, model: str, width: int, stop: Event, out: mp.Queue[list[tuple[float, float, int]]]
+    host: str, port: int, model: str, width: int, stop: Event, out: mp.Queue[tuple[Records, dict[int, str]]]
 ) -> None:
-    """16 keep-alive connections in threads, closed loop; sends back (sent, latency, status)."""
+    """16 keep-alive connections in threads, closed loop; sends back (sent, latency, status)
+    per request and the first answer's text for every status other than 200."""
     os.sched_setaffinity(0, {1})
     rng = np.random.default_rng(0)
     body = json.dumps(
@@ -71,11 +75,12 @@ def load_worker(
             ]
         }
     ).encode()
-    records: list[tuple[float, float, int]] = []
+    records: Records = []
+    examples: dict[int, str] = {}
     lock = threading.Lock()
 
     def run() -> None:
-        mine: list[tuple[float, float, int]] = []
+        mine: Records = []
         connection = http.client.HTTPConnection(host, port, timeout=30)
         while not stop.is_set():
             sent = time.monotonic()
@@ -84,10 +89,13 @@ def load_worker(
                     "POST", f"/v2/models/{model}/infer", body, {"Content-Type": "application/json"}
                 )
                 reply = connection.getresponse()
-                reply.read()
+                text = reply.read()
                 status = reply.status
-            except (OSError, http.client.HTTPException):
+                if status != 200:
+                    examples.setdefault(status, text[:300].decode(errors="replace"))
+            except (OSError, http.client.HTTPException) as exc:
                 status = 0
+                examples.setdefault(0, repr(exc))
                 connection.close()
                 connection = http.client.HTTPConnection(host, port, timeout=30)
             mine.append((sent, time.monotonic() - sent, status))
@@ -99,7 +107,7 @@ def load_worker(
         thread.start()
     for thread in threads:
         thread.join()
-    out.put(records)
+    out.put((records, examples))
 
 
 def index(server: ServerProcess, model: str) -> dict[str, str]:
@@ -132,7 +140,7 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
         with run_server(root, root / "server.log", args, pin_cpu=0) as server:
             pid = _server_pid(server)
             stop = mp.Event()
-            queue: mp.Queue[list[tuple[float, float, int]]] = mp.Queue()
+            queue: mp.Queue[tuple[Records, dict[int, str]]] = mp.Queue()
             worker = mp.Process(
                 target=load_worker, args=(server.host, server.http_port, model, sizes[0], stop, queue)
             )
@@ -168,9 +176,10 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
                 raise
             finally:
                 stop.set()
-            records = queue.get(timeout=120)
+            records, examples = queue.get(timeout=120)
             worker.join(30)
             result.update(_summary(records, windows, to_serving, after, baseline))
+            result["failure_examples"] = {str(code): text for code, text in sorted(examples.items())}
             result["failed_load_lines"] = server.log().count("failed to load")
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -183,7 +192,7 @@ def _server_pid(server: ServerProcess) -> int:
 
 
 def _summary(
-    records: list[tuple[float, float, int]],
+    records: Records,
     windows: list[tuple[float, float]],
     to_serving: list[float],
     after: list[tuple[float, int, int]],
@@ -202,6 +211,7 @@ def _summary(
     return {
         "requests": len(records),
         "failed": int((status != 200).sum()),
+        "failed_in_reload_windows": int(((status != 200) & inside).sum()),
         "failed_by_status": {
             str(code): int((status == code).sum()) for code in sorted(set(status.tolist()) - {200})
         },
@@ -217,6 +227,7 @@ def _summary(
         "fds_baseline": baseline[2],
         "cycles_back_to_baseline": sum(1 for a in after if a[1:] == baseline[1:]),
         "cycles": len(after),
+        "threads_fds_after_each_cycle": [list(a[1:]) for a in after],
         "time_to_serving_ms_p50": statistics.median(to_serving) * 1e3,
         "time_to_serving_ms_max": max(to_serving) * 1e3,
         "reload_window_ms_p50": statistics.median(ends - starts) * 1e3,
