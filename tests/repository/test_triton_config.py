@@ -18,6 +18,7 @@ from ortserve.repository.effective_config import effective_config
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.triton_config import parse_json_config
+from ortserve.repository.watcher import RepositoryWatcher
 from ortserve.settings import ServerSettings
 
 TRITON_CONFIG = """
@@ -87,6 +88,28 @@ def test_unsupported_fields_are_named_in_one_warning_per_file(
         "parameters.enable_mem_arena",
     ):
         assert field in warnings[0]
+
+
+async def test_a_polled_repository_warns_once_per_file_not_at_every_look(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_scaled_version(tmp_path, "m", 1, 2.0)
+    write(tmp_path / "m", "max_batch_size: 8\nresponse_cache { enable: true }\n")
+    manager = LifecycleManager(ModelRegistry(), ServerSettings(tmp_path, intra_op_threads=1))
+    watcher = RepositoryWatcher(manager, "poll", 1.0)
+    with caplog.at_level(logging.WARNING):
+        await manager.start()
+        for _ in range(3):
+            await watcher.scan()
+        (tmp_path / "m" / "config.pbtxt").write_text("max_batch_size: 4\nresponse_cache { enable: true }\n")
+        for _ in range(3):  # the changed file is read again, and warned about once more
+            await watcher.scan()
+    try:
+        warnings = [r.getMessage() for r in caplog.records if "response_cache.enable" in r.getMessage()]
+        assert len(warnings) == 2
+        assert manager.registry.resolve("m", None).info.max_batch_size == 4
+    finally:
+        await manager.close(5.0)
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,9 @@ class LoadedModel:
     config: Fingerprint
     override: ModelSource | None
     versions: dict[int, Fingerprint]
+    source: ModelSource | None = None
+    """The configuration read from ``config`` (kept so an unchanged file is not re-read, or
+    warned about, at every poll)."""
 
 
 class LifecycleManager:
@@ -207,11 +210,12 @@ class LifecycleManager:
         if force:
             self._forget_failures(name)
         try:
-            source = (
-                override
-                if override is not None
-                else await asyncio.to_thread(read_model_source, snapshot.folder)
-            )
+            if override is not None:
+                source = override
+            elif before is not None and before.source is not None and before.config == snapshot.config:
+                source = before.source
+            else:
+                source = await asyncio.to_thread(read_model_source, snapshot.folder)
         except OrtServeError as exc:
             self._model_failed(name, snapshot, exc.message)
             return [exc.message]
@@ -255,7 +259,10 @@ class LifecycleManager:
         for number in sorted(set(entry.versions) - keep):
             self._retire(name, number, "the version policy no longer selects it")
         self._loaded[name] = LoadedModel(
-            snapshot.config, override, {n: built[n] for n in entry.versions if n in built}
+            snapshot.config,
+            override,
+            {n: built[n] for n in entry.versions if n in built},
+            None if override is not None else source,
         )
         if not entry.versions:
             reason = "; ".join(failures) or "no complete version folder matches the version policy"
