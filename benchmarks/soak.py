@@ -7,13 +7,18 @@ or a 503 remain). Meanwhile, from this process:
 
 - HTTP JSON (2 clients), HTTP binary (tritonclient), gRPC unary and gRPC streaming clients,
   every answer checked against a local ONNX Runtime run on the same rows;
+- the pipeline routes ``POST /v1/predict`` (hotword) and ``POST /v1/route`` (dispatch) of the
+  seed applications, every answer checked against the answer the same pipelines give the same
+  body in this process (``soak_pipelines.py``);
 - clients that disconnect mid-request (half a body, or a full request never read);
 - a slow reader (a 32-row answer read 64 bytes at a time);
 - malformed requests (bad JSON, wrong shape, sandbox violations, oversized bodies, unknown
   model), each expected to get its own 4xx;
-- a reload of the model every ``--reload-s`` seconds (explicit model control).
+- a reload of the model, then of ``hotword`` (its pipeline follows), every ``--reload-s``
+  seconds (explicit model control).
 
-Per window (a minute by default): p50/p99 of answered requests, requests/s, outcomes by kind,
+Per window (a minute by default): p50/p99 of answered model requests (the pipeline routes have
+their own count and p99), requests/s, outcomes by kind,
 answers by level, server RSS, open fds and threads. Exit status 1 on any lost answer
 (transport error, timeout, 500, an unexpected status) or wrong answer, or, for runs of 5
 minutes or more, a growth trend in RSS, fds or threads.
@@ -40,6 +45,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).parent))
 from machine import stamp as machine_stamp
 from soak_clients import Clients, Record, proc_counts
+from soak_pipelines import PIPELINE_MODELS, ROUTES, build_pools, write_pipeline_models
 
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.testing import run_server
@@ -87,12 +93,13 @@ def window_rows(
     while t < end - window_s / 2:
         stop = min(t + window_s, end)
         inside = [r for r in records if t <= r.t < stop]
-        answered = [r.latency_s for r in inside if r.outcome in ("ok", "degraded")]
+        answered = [r.latency_s for r in inside if r.outcome in ("ok", "degraded") and r.client not in ROUTES]
+        routed = [r.latency_s for r in inside if r.outcome == "ok" and r.client in ROUTES]
         kinds: dict[str, int] = {}
         levels: dict[str, int] = {}
         for r in inside:
             kinds[r.outcome] = kinds.get(r.outcome, 0) + 1
-            if r.outcome in ("ok", "degraded"):
+            if r.outcome in ("ok", "degraded") and r.client not in ROUTES:
                 levels[str(r.level)] = levels.get(str(r.level), 0) + 1
         last = [s for s in samples if s[0] < stop] or samples[:1]
         rss, fds, threads = (last[-1][1], last[-1][2], last[-1][3]) if last else (0.0, 0, 0)
@@ -102,6 +109,8 @@ def window_rows(
                 "p50_ms": round(float(np.percentile(answered, 50)) * 1e3, 2) if answered else None,
                 "p99_ms": round(float(np.percentile(answered, 99)) * 1e3, 2) if answered else None,
                 "req_s": round(len(inside) / (stop - t), 1),
+                "pipeline_answers": len(routed),
+                "pipeline_p99_ms": round(float(np.percentile(routed, 99)) * 1e3, 2) if routed else None,
                 "outcomes": dict(sorted(kinds.items())),
                 "levels": dict(sorted(levels.items())),
                 "rss_mib": round(rss, 1),
@@ -174,6 +183,8 @@ def main() -> int:
     try:
         model_path = write_repository(root / "models", args.cycle_scale)
         reference = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        write_pipeline_models(root / "models", root / "reference")
+        pools = build_pools(root / "reference")
         if args.pin:
             os.sched_setaffinity(0, {1})
         server_args = [
@@ -182,6 +193,7 @@ def main() -> int:
             "explicit",
             "--load-model",
             MODEL,
+            *(flag for model in PIPELINE_MODELS for flag in ("--load-model", model)),
             "--max-body-bytes",
             "1000000",
             "--intra-op-threads",
@@ -190,7 +202,7 @@ def main() -> int:
         with run_server(
             root / "models", root / "server.log", server_args, pin_cpu=0 if args.pin else None
         ) as server:
-            clients = Clients(server, MODEL, reference, args.reload_s)
+            clients = Clients(server, MODEL, reference, args.reload_s, pools, ("hotword",))
             samples: list[tuple[float, float, int, int]] = []
             start = time.monotonic()
             clients.start()
@@ -203,8 +215,11 @@ def main() -> int:
             log = server.log()
         rows = window_rows(clients.records, samples, start, args.window_s, end)
         totals: dict[str, int] = {}
+        by_client: dict[str, dict[str, int]] = {}
         for r in clients.records:
             totals[r.outcome] = totals.get(r.outcome, 0) + 1
+            mine = by_client.setdefault(r.client, {})
+            mine[r.outcome] = mine.get(r.outcome, 0) + 1
         moves = log.count("traffic moved from level")
         problems = [f"{n} {kind} answers" for kind, n in totals.items() if kind in ("lost", "wrong")]
         if args.duration_s >= 300:
@@ -215,6 +230,7 @@ def main() -> int:
             "window_s": args.window_s,
             "windows": rows,
             "totals": dict(sorted(totals.items())),
+            "by_client": {client: dict(sorted(kinds.items())) for client, kinds in sorted(by_client.items())},
             "level_moves_logged": moves,
             "reloads": clients.reloads,
             "examples": clients.examples,

@@ -1,5 +1,6 @@
-"""The soak's traffic: checked clients on every transport, disconnects, slow readers,
-malformed requests and reloads, each a thread recording one outcome per request."""
+"""The soak's traffic: checked clients on every transport and both pipeline routes,
+disconnects, slow readers, malformed requests and reloads, each a thread recording one outcome
+per request."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from soak_pipelines import PipelineTraffic
 
 from ortserve.testing import ServerProcess
 
@@ -54,10 +56,18 @@ class Clients:
     """Starts every traffic thread; ``records`` holds one entry per request made."""
 
     def __init__(
-        self, server: ServerProcess, model: str, reference: ort.InferenceSession, reload_s: float
+        self,
+        server: ServerProcess,
+        model: str,
+        reference: ort.InferenceSession,
+        reload_s: float,
+        pipelines: dict[str, list[tuple[bytes, object]]] | None = None,
+        reload_models: tuple[str, ...] = (),
     ) -> None:
         self.server = server
         self.model = model
+        self.reload_models = (model, *reload_models)
+        """Reloaded one after the other every ``reload_s`` (a pipeline's model: its pipeline too)."""
         self.reference = reference
         self.reload_s = reload_s
         self.pool = np.random.default_rng(7).uniform(-3, 3, (POOL_ROWS, 64)).astype(np.float32)
@@ -68,6 +78,11 @@ class Clients:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._pipelines = (
+            None
+            if pipelines is None
+            else PipelineTraffic(server, pipelines, self._record, self._refused_or_lost, self._stop)
+        )
 
     def start(self) -> None:
         workers = [
@@ -81,6 +96,8 @@ class Clients:
             ("malformed", self._malformed),
             ("reload", self._reloader),
         ]
+        if self._pipelines is not None:
+            workers += self._pipelines.workers()
         for index, (name, target) in enumerate(workers):
             thread = threading.Thread(
                 target=target, args=(name, index), name=f"soak-{name}-{index}", daemon=True
@@ -349,13 +366,24 @@ class Clients:
                 400,
             ),
         ]
+        routed: list[tuple[str, bytes, int]] = [
+            (
+                "/v1/predict",
+                '{"query": "天气", "timestamp": "now"}'.encode(),
+                400,
+            ),  # a field of the wrong type
+            ("/v1/route", b'{"orders": []}', 400),  # no couriers
+        ]
         while not self._stop.wait(0.05):
-            pick = int(rng.integers(0, len(cases) + 2))
+            pick = int(rng.integers(0, len(cases) + 2 + (len(routed) if self._pipelines else 0)))
             started = time.monotonic()
             if pick == len(cases):
                 self._expect(name, started, f"/v2/models/{self.model}/infer", b"x" * 1_200_000, 413)
             elif pick == len(cases) + 1:
                 self._expect(name, started, "/v2/models/no_such_model/infer", cases[1][1], 404)
+            elif pick > len(cases) + 1:
+                path, body, status = routed[pick - len(cases) - 2]
+                self._expect(name, started, path, body, status)
             else:
                 _, body, status = cases[pick]
                 self._expect(name, started, f"/v2/models/{self.model}/infer", body, status)
@@ -383,14 +411,15 @@ class Clients:
 
     def _reloader(self, name: str, seed: int) -> None:
         while not self._stop.wait(self.reload_s):
-            started = time.monotonic()
-            request = urllib.request.Request(
-                f"{self.server.http_url}/v2/repository/models/{self.model}/load", b"{}"
-            )
-            try:
-                with contextlib.closing(urllib.request.urlopen(request, timeout=120)):
-                    pass
-            except (OSError, http.client.HTTPException) as exc:
-                self._record(name, "lost", started, detail=f"reload: {exc!r}")
-                continue
-            self.reloads += 1
+            for model in self.reload_models:
+                started = time.monotonic()
+                request = urllib.request.Request(
+                    f"{self.server.http_url}/v2/repository/models/{model}/load", b"{}"
+                )
+                try:
+                    with contextlib.closing(urllib.request.urlopen(request, timeout=120)):
+                        pass
+                except (OSError, http.client.HTTPException) as exc:
+                    self._record(name, "lost", started, detail=f"reload {model}: {exc!r}")
+                    continue
+                self.reloads += 1

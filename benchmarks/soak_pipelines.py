@@ -1,0 +1,202 @@
+"""The soak's pipeline traffic: ``POST /v1/predict`` (hotword) and ``POST /v1/route`` (dispatch).
+
+Each route gets a pool of request bodies drawn once from a seeded generator; the answer every
+body should get is computed before the soak starts, in this process, by the same pipelines on
+their own ONNX Runtime sessions (``ortserve.testing.pipeline_harness`` over a copy of the seed
+models the server serves). During the soak every answer is compared with its body's reference:
+the same keys, lists and strings, numbers within 1e-3 (scores are rounded to 4 places by the
+pipelines; a batch of another size may move the last place). A body is sent many times, so an
+answer that belongs to another request, or a pipeline left behind by a reload, shows as wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import math
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from ortserve.apps.hotword.corpus import CORPUS, load_corpus
+from ortserve.apps.seeds import write_seed_apps
+from ortserve.testing import ServerProcess, pipeline_harness
+
+__all__ = ["PIPELINE_MODELS", "PipelineTraffic", "build_pools", "same_answer", "write_pipeline_models"]
+
+PIPELINE_MODELS = ("hotword", "dispatch")
+ROUTES = {"predict": "/v1/predict", "route": "/v1/route"}
+NOW = 1_759_017_600_000
+"""2025-09-28 08:00 China time: close to the National Day holiday, so seasonal tags occur."""
+_DAY_MS = 86_400_000
+_REGIONS = (0, 110000, 110105, 310000, 440300, 510100, 330100)
+_UNRELATED = ("量子计算机原理", "zzzz", "离散数学习题", "蒸汽机车")
+_ADDRESSES = ("北京市朝阳区", "北京市海淀区", "上海市浦东新区", "火星基地")
+_TOLERANCE = 1e-3
+
+Record = Callable[..., None]
+"""``Clients._record(client, outcome, started, level=0, detail="")``."""
+
+
+def write_pipeline_models(root: Path, reference_root: Path) -> None:
+    """Train the seed apps (deterministic) into the server's repository and copy them into
+    ``reference_root`` for the in-process reference."""
+    write_seed_apps(root)
+    for model in PIPELINE_MODELS:
+        shutil.copytree(root / model, reference_root / model)
+
+
+def _hotword_bodies(rng: np.random.Generator, words: list[str], count: int) -> list[bytes]:
+    bodies = []
+    for _ in range(count):
+        pick = rng.random()
+        if pick < 0.1:
+            query = str(rng.choice(_UNRELATED))
+        else:
+            word = str(rng.choice(words))
+            query = word if pick < 0.6 else word[: max(2, len(word) // 2)]  # whole word or a prefix
+        document: dict[str, object] = {
+            "query": query,
+            "timestamp": NOW + int(rng.integers(-40, 40)) * _DAY_MS,
+            "top_k": int(rng.integers(1, 11)),
+        }
+        region = int(rng.choice(_REGIONS))
+        if region:
+            document["region_id"] = region
+        bodies.append(orjson.dumps(document))
+    return bodies
+
+
+def _dispatch_bodies(rng: np.random.Generator, count: int) -> list[bytes]:
+    bodies = []
+    for _ in range(count):
+        orders = []
+        for i in range(int(rng.integers(1, 25))):
+            order: dict[str, object] = {
+                "id": f"o{i}",
+                "created_at": NOW - int(rng.integers(0, 600_000)),
+                "deadline": NOW + int(rng.integers(600_000, 7_200_000)),
+                "weight": round(float(rng.uniform(0.5, 2.0)), 2),
+            }
+            if rng.random() < 0.15:
+                order["address"] = str(rng.choice(_ADDRESSES))
+            else:
+                order["lat"] = round(39.9 + float(rng.normal(0, 0.05)), 5)
+                order["lon"] = round(116.4 + float(rng.normal(0, 0.05)), 5)
+            orders.append(order)
+        couriers = [
+            {
+                "id": f"c{j}",
+                "lat": round(39.9 + float(rng.normal(0, 0.05)), 5),
+                "lon": round(116.4 + float(rng.normal(0, 0.05)), 5),
+                "capacity": int(rng.integers(1, 6)),
+            }
+            for j in range(int(rng.integers(1, 8)))
+        ]
+        bodies.append(orjson.dumps({"orders": orders, "couriers": couriers, "now": NOW}))
+    return bodies
+
+
+def build_pools(reference_root: Path, size: int = 64) -> dict[str, list[tuple[bytes, object]]]:
+    """Request bodies per route and the answer each should get (computed in this process).
+
+    Raises:
+        RuntimeError: a body of the pool that the reference pipeline refuses (a generator bug).
+    """
+    rng = np.random.default_rng(11)
+    words = [entry.word for entry in load_corpus(reference_root / "hotword" / "1" / CORPUS)]
+    bodies = {"predict": _hotword_bodies(rng, words, size), "route": _dispatch_bodies(rng, size)}
+
+    async def answers() -> dict[str, list[tuple[bytes, object]]]:
+        pools: dict[str, list[tuple[bytes, object]]] = {}
+        async with pipeline_harness(reference_root) as harness:
+            for kind, items in bodies.items():
+                pools[kind] = [(body, await harness.post(ROUTES[kind], body)) for body in items]
+        return pools
+
+    return asyncio.run(answers())
+
+
+def same_answer(expected: object, got: object) -> bool:
+    """Equal structure and text; numbers equal within :data:`_TOLERANCE` (absolute or relative)."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and expected.keys() == got.keys()
+            and all(same_answer(expected[key], got[key]) for key in expected)
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(expected) == len(got)
+            and all(same_answer(e, g) for e, g in zip(expected, got, strict=True))
+        )
+    if isinstance(expected, bool) or not isinstance(expected, int | float):
+        return type(expected) is type(got) and expected == got
+    if isinstance(got, bool) or not isinstance(got, int | float):
+        return False
+    return math.isclose(expected, got, rel_tol=_TOLERANCE, abs_tol=_TOLERANCE)
+
+
+class PipelineTraffic:
+    """One closed-loop client per route, each answer checked against its body's reference.
+
+    Args:
+        server: the soak's server.
+        pools: :func:`build_pools`' result.
+        record: the soak's bookkeeping (one record per request).
+        refused_or_lost: how a non-200 status is recorded (429/503 refused, else lost).
+        stop: set when the soak ends.
+    """
+
+    def __init__(
+        self,
+        server: ServerProcess,
+        pools: dict[str, list[tuple[bytes, object]]],
+        record: Record,
+        refused_or_lost: Callable[[str, float, int, str], None],
+        stop: threading.Event,
+    ) -> None:
+        self.server = server
+        self.pools = pools
+        self._record = record
+        self._refused_or_lost = refused_or_lost
+        self._stop = stop
+
+    def workers(self) -> list[tuple[str, Callable[[str, int], None]]]:
+        return [(kind, self._client) for kind in ROUTES]
+
+    def _client(self, name: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        pool = self.pools[name]
+        connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
+        while not self._stop.is_set():
+            body, expected = pool[int(rng.integers(0, len(pool)))]
+            started = time.monotonic()
+            try:
+                connection.request("POST", ROUTES[name], body, {"content-type": "application/json"})
+                reply = connection.getresponse()
+                payload = reply.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self._record(name, "lost", started, detail=repr(exc))
+                connection.close()
+                connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
+                continue
+            if reply.status != 200:
+                self._refused_or_lost(name, started, reply.status, payload.decode(errors="replace"))
+                continue
+            try:
+                answer = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                answer = payload.decode(errors="replace")
+            if same_answer(expected, answer):
+                self._record(name, "ok", started)
+            else:
+                detail = f"{body.decode()[:80]} answered {str(answer)[:120]}, expected {str(expected)[:80]}"
+                self._record(name, "wrong", started, detail=detail)
+        connection.close()
