@@ -9,7 +9,8 @@ run steady for a while. Reported per model:
 
 - failed requests (any non-200 or transport error);
 - p99 latency inside reload windows (marker written -> old version unloaded) vs outside;
-- RSS after cycle 1 and after the last cycle; threads and fds vs their baseline after each;
+- RSS after cycle 1 and after the last cycle; threads and fds after each cycle vs their
+  baseline (read under the same load before the first reload);
 - time from "version folder complete" to "serving" (p50 / max), including the poll wait.
 
 Usage: ``python benchmarks/bench_reload.py [--cycles 50] [--models small_mlp heavy_mlp]``
@@ -149,7 +150,9 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
             windows: list[tuple[float, float]] = []
             to_serving: list[float] = []
             after: list[tuple[float, int, int]] = []
-            baseline: tuple[float, int, int] | None = None
+            # Before any reload: version 1 serving under the same load. (Taken after cycle 1
+            # instead, a count still settling then would make every later cycle "not back".)
+            baseline = proc_counts(pid)
             try:
                 for cycle in range(1, cycles + 1):
                     new = cycle + 1
@@ -162,11 +165,8 @@ def run_model(model: str, cycles: int, steady_s: float) -> dict[str, object]:
                     wait_until(lambda n=new: set(index(server, model)) == {str(n)})
                     shutil.rmtree(root / model / str(new - 1))
                     time.sleep(0.5)  # the same settle before every reading: the heap trim runs after a drain
-                    if baseline is None:
-                        baseline = proc_counts(pid)
-                    else:
-                        with contextlib.suppress(TimeoutError):  # counted below, not fatal
-                            wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
+                    with contextlib.suppress(TimeoutError):  # counted below, not fatal
+                        wait_until(lambda b=baseline: proc_counts(pid)[1:] == b[1:], 10.0)
                     windows.append((complete, time.monotonic()))
                     to_serving.append(serving - complete)
                     after.append(proc_counts(pid))
@@ -196,7 +196,7 @@ def _summary(
     windows: list[tuple[float, float]],
     to_serving: list[float],
     after: list[tuple[float, int, int]],
-    baseline: tuple[float, int, int] | None,
+    baseline: tuple[float, int, int],
 ) -> dict[str, object]:
     starts = np.array([w[0] for w in windows])
     ends = np.array([w[1] for w in windows])
@@ -207,7 +207,6 @@ def _summary(
     inside = (slot >= 0) & (sent <= ends[np.clip(slot, 0, None)])
     p99_in = float(np.percentile(latency[inside], 99)) if inside.any() else float("nan")
     p99_out = float(np.percentile(latency[~inside], 99))
-    assert baseline is not None
     return {
         "requests": len(records),
         "failed": int((status != 200).sum()),
@@ -223,6 +222,7 @@ def _summary(
         "rss_mib_after_cycle_1": after[0][0],
         "rss_mib_after_last": after[-1][0],
         "rss_ratio": after[-1][0] / after[0][0],
+        "rss_mib_before_cycle_1": baseline[0],
         "threads_baseline": baseline[1],
         "fds_baseline": baseline[2],
         "cycles_back_to_baseline": sum(1 for a in after if a[1:] == baseline[1:]),
