@@ -7,9 +7,9 @@ or a 503 remain). Meanwhile, from this process:
 
 - HTTP JSON (2 clients), HTTP binary (tritonclient), gRPC unary and gRPC streaming clients,
   every answer checked against a local ONNX Runtime run on the same rows;
-- the pipeline routes ``POST /v1/predict`` (hotword) and ``POST /v1/route`` (dispatch) of the
-  seed applications, every answer checked against the answer the same pipelines give the same
-  body in this process (``soak_pipelines.py``);
+- the pipeline routes ``POST /v1/predict`` (hotword, 20/s) and ``POST /v1/route`` (dispatch,
+  10/s) of the seed applications, every answer checked against the answer the same pipelines
+  give the same body in this process (``soak_pipelines.py``);
 - clients that disconnect mid-request (half a body, or a full request never read);
 - a slow reader (a 32-row answer read 64 bytes at a time);
 - malformed requests (bad JSON, wrong shape, sandbox violations, oversized bodies, unknown
