@@ -150,3 +150,40 @@ async def test_min_on_time_per_request_decides_eligibility(harness: PipelineHarn
     below: Any = await harness.call("dispatch", {**document, "min_on_time": on_time - 0.01})
     above: Any = await harness.call("dispatch", {**document, "min_on_time": min(on_time + 0.01, 1.0)})
     assert below["orders"][0]["courier_id"] == "c1" and above["orders"][0]["courier_id"] is None
+
+
+async def test_a_large_or_weighted_instance_is_solved_off_the_event_loop(
+    harness: PipelineHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The assignment of a large instance (or the MIP of unequal weights, up to its 1 s budget)
+    # on the loop stalled every client of the server; only a tiny unit-weight one stays there.
+    import threading
+
+    import ortserve.apps.dispatch.pipeline as dispatch
+
+    threads: list[int] = []
+    real_decode = dispatch.decode
+
+    def recording_decode(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "decode", recording_decode)
+    loop_thread = threading.get_ident()
+    couriers = [{"id": f"c{i}", "lat": 39.92 + i / 1000, "lon": 116.44, "capacity": 2} for i in range(10)]
+    large = {
+        "now": NOW,
+        "orders": [order(f"o{i}", 39.921 + i / 2000, 116.443) for i in range(12)],
+        "couriers": couriers,
+    }
+    weighted = {
+        "now": NOW,
+        "orders": [{**order("w1", 39.9219, 116.4436), "weight": 1.5}],
+        "couriers": couriers[:2],
+    }
+    tiny = {"now": NOW, "orders": [order("t1", 39.9219, 116.4436)], "couriers": couriers[:2]}
+    for document in (large, weighted, tiny):
+        answer: Any = await harness.call("dispatch", document)
+        assert len(answer["orders"]) == len(document["orders"])  # type: ignore[arg-type]
+    assert threads[0] != loop_thread and threads[1] != loop_thread
+    assert threads[2] == loop_thread
