@@ -159,16 +159,15 @@ async def test_a_large_or_weighted_instance_is_solved_off_the_event_loop(
     # on the loop stalled every client of the server; only a tiny unit-weight one stays there.
     import threading
 
-    import ortserve.apps.dispatch.pipeline as dispatch
+    from ortserve.apps.dispatch.decoding import decode as real_decode
 
     threads: list[int] = []
-    real_decode = dispatch.decode
 
     def recording_decode(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.get_ident())
         return real_decode(*args, **kwargs)
 
-    monkeypatch.setattr(dispatch, "decode", recording_decode)
+    monkeypatch.setattr("ortserve.apps.dispatch.pipeline.decode", recording_decode)
     loop_thread = threading.get_ident()
     couriers = [{"id": f"c{i}", "lat": 39.92 + i / 1000, "lon": 116.44, "capacity": 2} for i in range(10)]
     large = {
