@@ -11,6 +11,7 @@ per-request code in the server. With batching on, dimension 0 (the batch) is kep
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,16 +132,24 @@ def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
                     _rename_uses(subgraph, old, new)
 
 
-def _reshape_input(graph: onnx.GraphProto, reshape: Reshape, batched: bool, where: str) -> None:
-    value = next((v for v in graph.input if v.name == reshape.name), None)
+def _checked_value(
+    values: Iterable[onnx.ValueInfoProto], kind: str, verb: str, reshape: Reshape, batched: bool, where: str
+) -> onnx.ValueInfoProto:
+    """The graph's input or output ``reshape`` names, once its shape agrees with the reshape."""
+    value = next((v for v in values if v.name == reshape.name), None)
     if value is None:
-        raise ConfigError(f"{where}: input {reshape.name!r} is not an input of the graph")
+        raise ConfigError(f"{where}: {kind} {reshape.name!r} is not an {kind} of the graph")
     graph_dims = _graph_dims(value, batched)
     if not _agrees(reshape.shape, graph_dims):
         raise ConfigError(
-            f"{where}: field input {reshape.name!r} reshape: {list(reshape.shape)}, but the graph takes "
+            f"{where}: field {kind} {reshape.name!r} reshape: {list(reshape.shape)}, but the graph {verb} "
             f"{graph_dims}{' after the batch dimension' if batched else ''}"
         )
+    return value
+
+
+def _reshape_input(graph: onnx.GraphProto, reshape: Reshape, batched: bool, where: str) -> None:
+    value = _checked_value(graph.input, "input", "takes", reshape, batched, where)
     inner = f"{reshape.name}/ortserve_reshaped"
     _rename_uses(graph, reshape.name, inner)
     target = _target(reshape.shape, batched, f"{reshape.name}/ortserve_shape")
@@ -150,15 +159,7 @@ def _reshape_input(graph: onnx.GraphProto, reshape: Reshape, batched: bool, wher
 
 
 def _reshape_output(graph: onnx.GraphProto, reshape: Reshape, batched: bool, where: str) -> None:
-    value = next((v for v in graph.output if v.name == reshape.name), None)
-    if value is None:
-        raise ConfigError(f"{where}: output {reshape.name!r} is not an output of the graph")
-    graph_dims = _graph_dims(value, batched)
-    if not _agrees(reshape.shape, graph_dims):
-        raise ConfigError(
-            f"{where}: field output {reshape.name!r} reshape: {list(reshape.shape)}, but the graph gives "
-            f"{graph_dims}{' after the batch dimension' if batched else ''}"
-        )
+    value = _checked_value(graph.output, "output", "gives", reshape, batched, where)
     inner = f"{reshape.name}/ortserve_unreshaped"
     for node in graph.node:
         for index, name in enumerate(node.output):
