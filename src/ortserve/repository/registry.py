@@ -76,13 +76,9 @@ class ModelEntry:
     """The configuration the newest load used (the model configuration API reports it)."""
 
     def latest_ready(self) -> Servable | None:
-        versions = self.versions
-        if len(versions) == 1:  # the common case, on every unversioned request: no sort
-            for served in versions.values():
-                return served if served.ready else None
-        for number in sorted(versions, reverse=True):
-            if versions[number].ready:
-                return versions[number]
+        for number in sorted(self.versions, reverse=True):
+            if self.versions[number].ready:
+                return self.versions[number]
         return None
 
 
