@@ -1,5 +1,6 @@
 """The zygote of ``--workers N``: it imports the server with ONNX Runtime deferred and no thread
-but its own, forks every worker (restarted ones too), and is replaced if it dies."""
+but its own, forks the workers and exits (the supervisor adopts them); a worker restarted later
+is forked from a fresh zygote, which exits too; workers stop when the supervisor dies."""
 
 from __future__ import annotations
 
@@ -69,42 +70,68 @@ def workers(tmp_path: Path) -> Iterator[ServerProcess]:
         yield server
 
 
-@pytest.mark.e2e
-def test_workers_are_forked_from_one_zygote_child_of_the_supervisor(workers: ServerProcess) -> None:
-    pids = [int(pid) for pid in worker_pids(scrape(workers)).values()]
-    zygotes = {_parent(pid) for pid in pids}
-    assert len(zygotes) == 1
-    (zygote,) = zygotes
-    assert _parent(zygote) == workers.process.pid  # the supervisor, exec'd in the same process
-    # Forked from the supervisor (same command line), not a fresh interpreter.
-    assert _command(zygote) == _command(workers.process.pid) == ["-m", "ortserve.supervisor"]
-    assert len(os.listdir(f"/proc/{zygote}/task")) == 1
-    assert "zygote pid" in workers.log()
+def _children(pid: int) -> set[int]:
+    return {
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    }
+
+
+def _adopted(server: ServerProcess, pids: set[int]) -> bool:
+    """``pids`` are the supervisor's only children: no zygote is left."""
+    return _children(server.process.pid) == pids and all(_parent(pid) == server.process.pid for pid in pids)
 
 
 @pytest.mark.e2e
-def test_a_killed_zygote_is_replaced_and_its_workers_started_again(workers: ServerProcess) -> None:
+def test_the_zygote_forks_the_workers_then_exits_and_the_supervisor_adopts_them(
+    workers: ServerProcess,
+) -> None:
+    pids = {int(pid) for pid in worker_pids(scrape(workers)).values()}
+    assert len(pids) == 2
+    wait_until(lambda: _adopted(workers, pids), what="the zygote gone, its workers adopted")
+    for pid in pids:  # forked from the zygote forked from the supervisor: not a fresh interpreter
+        assert _command(pid) == _command(workers.process.pid) == ["-m", "ortserve.supervisor"]
+    log = workers.log()
+    assert "zygote pid" in log and "retired: 2 workers adopted" in log
+    assert all(infer(workers, "scaled") == (200, [2.0] * 4) for _ in range(10))
+
+
+@pytest.mark.e2e
+def test_a_killed_worker_is_forked_from_a_fresh_zygote_that_exits_too(workers: ServerProcess) -> None:
     old = worker_pids(scrape(workers))
-    (zygote,) = {_parent(int(pid)) for pid in old.values()}
-    os.kill(zygote, signal.SIGKILL)  # its workers get SIGTERM (their death signal) and drain
+    wait_until(lambda: _adopted(workers, {int(pid) for pid in old.values()}), what="the first zygote gone")
+    os.kill(int(old["0"]), signal.SIGKILL)
 
     def replaced() -> bool:
         samples = scrape(workers)
         now = worker_pids(samples)
-        return (
-            sorted(now) == ["0", "1"]
-            and not set(now.values()) & set(old.values())
-            and all(_parent(int(pid)) not in (zygote, 1) for pid in now.values())
-            and value(samples, "ortserve_workers_ready") == 2
-        )
+        return now.get("0") not in (None, old["0"]) and value(samples, "ortserve_workers_ready") == 2
 
-    wait_until(replaced, timeout_s=90, what="both workers forked again")
+    wait_until(replaced, timeout_s=90, what="worker 0 forked again")
+    now = worker_pids(scrape(workers))
+    assert now["1"] == old["1"]
+    assert _command(int(now["0"])) == ["-m", "ortserve.supervisor.zygote"]  # a fresh zygote's
+    wait_until(lambda: _adopted(workers, {int(pid) for pid in now.values()}), what="the fresh zygote gone")
     assert all(infer(workers, "scaled") == (200, [2.0] * 4) for _ in range(10))
     assert ready_status(workers) == 200
-    new_zygotes = {_parent(int(pid)) for pid in worker_pids(scrape(workers)).values()}
-    assert len(new_zygotes) == 1 and zygote not in new_zygotes
-    assert _command(new_zygotes.pop()) == ["-m", "ortserve.supervisor.zygote"]  # a fresh one
-    assert "the zygote exited" in workers.log()
+
+
+@pytest.mark.e2e
+def test_workers_stop_when_the_supervisor_is_killed(workers: ServerProcess) -> None:
+    pids = {int(pid) for pid in worker_pids(scrape(workers)).values()}
+    wait_until(lambda: _adopted(workers, pids), what="the zygote gone")
+    workers.process.kill()  # no signal to pass on: the workers see its pidfd become readable
+    workers.process.wait(10)
+
+    def gone(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_until(lambda: all(gone(pid) for pid in pids), timeout_s=30, what="the orphaned workers stopped")
+    assert "the supervisor has died: this worker stops" in workers.log()
 
 
 def test_a_supervisor_that_cannot_start_says_why_in_one_line_and_exits_1(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from ortserve.settings import ServerSettings
 from ortserve.supervisor.gateway import Gateway
 from ortserve.supervisor.plan import WorkerLaunch, reserve_port, worker_settings
 from ortserve.supervisor.slots import STARTUP_FAILED, WorkerSlot
-from ortserve.supervisor.spawner import Spawner
+from ortserve.supervisor.spawner import Spawner, become_subreaper
 from ortserve.supervisor.zygote import BLAS_THREADS
 
 __all__ = ["Supervisor", "exec_supervisor", "supervisor_main"]
@@ -190,12 +190,15 @@ def exec_supervisor(settings: ServerSettings, workers: int) -> NoReturn:
 
 
 def supervisor_main() -> None:
-    """``python -m ortserve.supervisor RUN_DIR``: fork the zygote, then supervise on an event loop
-    (uvloop when installed); exits with the supervisor's code."""
+    """``python -m ortserve.supervisor RUN_DIR``: become the subreaper of the workers, fork the
+    zygote, then supervise on an event loop (uvloop when installed); exits with its code."""
     run_dir = Path(sys.argv[1])
     settings, workers = pickle.loads((run_dir / "settings.pickle").read_bytes())
     configure_logging(settings.log_level, settings.log_format)
-    spawner = Spawner(run_dir)
+    adopts = become_subreaper()
+    if not adopts:
+        logger.warning("cannot become a child subreaper: the zygote is kept for the workers' lifetime")
+    spawner = Spawner(run_dir, retire=adopts)
     spawner.fork_zygote()  # before the event loop and its threads exist
     supervisor = Supervisor(settings, workers, run_dir, spawner)
     try:

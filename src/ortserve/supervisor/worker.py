@@ -1,6 +1,7 @@
 """One worker process of ``--workers N``: today's server on the shared ports, plus a private
 Unix socket on which the supervisor asks for this worker's own metrics, statistics and model
-control. Forked by the zygote (``zygote.py``), which calls :func:`run_worker`."""
+control. Forked by the zygote (``zygote.py``), which calls :func:`run_worker`; it outlives the
+zygote (the supervisor adopts it) and stops, as on SIGTERM, when the supervisor dies."""
 
 from __future__ import annotations
 
@@ -29,11 +30,17 @@ logger = logging.getLogger(__name__)
 _PRIVATE_CONNECTIONS = 64
 
 
-async def serve_worker(launch: WorkerLaunch, index: int, restarted: bool = False) -> None:
+async def serve_worker(
+    launch: WorkerLaunch, index: int, restarted: bool = False, supervisor: int | None = None
+) -> None:
     """Serve until SIGTERM/SIGINT (passed on by the supervisor), then delay, drain and return.
 
     A worker restarted beside ready ones loads its models, and replays the model control the
     others accepted, before it listens: the kernel would send it connections at once.
+
+    Args:
+        supervisor: a pidfd of the supervisor: readable once it has died, which stops this
+            worker as SIGTERM would (the supervisor SIGKILLed or out of memory).
     """
     server = Server(launch.settings)
     hand_over(server.http_app, server.telemetry.statistics, launch)
@@ -53,6 +60,8 @@ async def serve_worker(launch: WorkerLaunch, index: int, restarted: bool = False
     loop.add_signal_handler(signal.SIGTERM, server.request_stop)
     loop.add_signal_handler(signal.SIGINT, server.request_stop, False)
     loop.add_signal_handler(signal.SIGHUP, server.watcher.rescan_soon)
+    if supervisor is not None:
+        loop.add_reader(supervisor, _orphaned, loop, supervisor, server)
     if restarted:
         await server.load()
         await _replay(server.http_app, launch)
@@ -66,6 +75,12 @@ async def serve_worker(launch: WorkerLaunch, index: int, restarted: bool = False
     await private.wait_closed(1.0)
 
 
+def _orphaned(loop: asyncio.AbstractEventLoop, supervisor: int, server: Server) -> None:
+    loop.remove_reader(supervisor)
+    logger.error("the supervisor has died: this worker stops")
+    server.request_stop()
+
+
 async def _replay(app: HttpApp, launch: WorkerLaunch) -> None:
     for path, body, headers in launch.control_log():
         marked = {**headers, TOKEN_HEADER: launch.token.encode()}
@@ -74,8 +89,9 @@ async def _replay(app: HttpApp, launch: WorkerLaunch) -> None:
             logger.warning("replaying %s answered %d", path, answer.status)
 
 
-def run_worker(run_dir: Path, index: int, restarted: bool) -> int:
-    """Serve as worker ``index`` (forked by the zygote); returns the exit code."""
+def run_worker(run_dir: Path, index: int, restarted: bool, supervisor: int) -> int:
+    """Serve as worker ``index`` (forked by the zygote; ``supervisor``: a pidfd of the
+    supervisor); returns the exit code."""
     launch: WorkerLaunch = pickle.loads((run_dir / "launch.pickle").read_bytes())
     configure_logging(launch.settings.log_level, launch.settings.log_format)
     try:
@@ -84,9 +100,9 @@ def run_worker(run_dir: Path, index: int, restarted: bool) -> int:
         uvloop = None  # type: ignore[assignment]
     try:
         if uvloop is None:
-            asyncio.run(serve_worker(launch, index, restarted))
+            asyncio.run(serve_worker(launch, index, restarted, supervisor))
         else:
-            uvloop.run(serve_worker(launch, index, restarted))
+            uvloop.run(serve_worker(launch, index, restarted, supervisor))
     except (StartupError, RepositoryError) as exc:
         logger.error("worker %d: %s", index, exc)
         return STARTUP_FAILED

@@ -14,9 +14,16 @@ its end of a socket pair, and answers one per event:
 - ``{"start": INDEX, "restarted": BOOL}`` -> ``{"started": INDEX, "pid": PID}``
 - ``{"signal": PID, "number": N}`` (ignored once PID has exited)
 - ``{"exited": PID, "code": CODE}`` (sent by the zygote; CODE < 0: killed by signal -CODE)
+- ``{"retire": true}``: exit now, leaving the workers running
 
-Its children are reaped here (pidfds), so a PID it signals is always its own child. When the
-socket closes, the zygote passes SIGTERM to the workers left, waits for them and exits.
+Its children are reaped here (pidfds), so a PID it signals is always its own child. Once the
+workers asked for are forked, the supervisor retires it: every page a worker has written is a
+copy, and the zygote would keep each original (12.7 MB with four workers) for nothing; its
+workers, orphaned, become the supervisor's children (it is a child subreaper), and a worker
+restarted later is forked from a fresh zygote, retired in turn. A worker stops when the
+supervisor dies (a pidfd of it, inherited from here, becomes readable), not when the zygote
+does. When the socket closes before a retirement, the zygote passes SIGTERM to the workers
+left, waits for them and exits.
 """
 
 from __future__ import annotations
@@ -120,20 +127,25 @@ class _Child:
 class Zygote:
     """Forks workers on command and reports their exits, on one socket, in one thread."""
 
-    def __init__(self, channel: socket.socket, run_dir: Path, onnxruntime: DeferredModule) -> None:
+    def __init__(
+        self, channel: socket.socket, run_dir: Path, onnxruntime: DeferredModule, supervisor: int
+    ) -> None:
         self._channel = channel
         self._run_dir = run_dir
         self._onnxruntime = onnxruntime
+        self._supervisor = supervisor
+        """A pidfd of the supervisor, inherited by every worker."""
         self._poller = select.poll()
         self._children: dict[int, _Child] = {}
         """By pidfd: the workers not yet reaped."""
         self._open = True
+        self._retired = False
 
     def serve(self) -> None:
-        """Until the socket closes and the last worker has exited."""
+        """Until retired, or until the socket closes and the last worker has exited."""
         self._poller.register(self._channel.fileno(), select.POLLIN)
         buffer = b""
-        while self._open or self._children:
+        while (self._open or self._children) and not self._retired:
             for fd, _ in self._poller.poll():
                 if fd != self._channel.fileno():
                     self._reap(fd)
@@ -143,9 +155,11 @@ class Zygote:
                     self._close()
                     continue
                 buffer += data
-                while b"\n" in buffer:
+                while b"\n" in buffer and not self._retired:
                     line, buffer = buffer.split(b"\n", 1)
                     self._command(json.loads(line))
+        for pidfd in self._children:  # not reaped: the supervisor adopts them
+            os.close(pidfd)
 
     def _command(self, command: dict[str, object]) -> None:
         if "start" in command:
@@ -156,33 +170,33 @@ class Zygote:
             pid = int(command["signal"])  # type: ignore[call-overload]
             if any(child.pid == pid for child in self._children.values()):
                 os.kill(pid, int(command["number"]))  # type: ignore[call-overload]
+        elif command.get("retire"):
+            self._retired = True
 
     def _fork(self, index: int, restarted: bool) -> int:
         if thread_count() != 1:  # nothing here starts threads; if something did, do not fork
             raise RuntimeError(f"the zygote has {thread_count()} threads: refusing to fork")
         sys.stdout.flush()
         sys.stderr.flush()
-        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            self._become_worker(parent, index, restarted)
+            self._become_worker(index, restarted)
         pidfd = os.pidfd_open(pid)
         self._children[pidfd] = _Child(pid, index)
         self._poller.register(pidfd, select.POLLIN)
         return pid
 
-    def _become_worker(self, parent: int, index: int, restarted: bool) -> None:
+    def _become_worker(self, index: int, restarted: bool) -> None:
         code = 1
         try:
             self._channel.close()
             for pidfd in self._children:
                 os.close(pidfd)
             gc.enable()
-            _die_with_parent(parent)
             self._onnxruntime.load()
             from ortserve.supervisor.worker import run_worker
 
-            code = run_worker(self._run_dir, index, restarted)
+            code = run_worker(self._run_dir, index, restarted, self._supervisor)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
@@ -238,6 +252,10 @@ def run_zygote(channel: socket.socket, run_dir: Path, parent: int) -> None:
     gc.disable()
     _die_with_parent(parent)
     try:
+        supervisor = os.pidfd_open(parent)
+    except ProcessLookupError:  # it stopped first
+        return
+    try:
         onnxruntime = preload()
     except RuntimeError as exc:
         print(f"ortserve zygote: {exc}", file=sys.stderr, flush=True)
@@ -247,7 +265,7 @@ def run_zygote(channel: socket.socket, run_dir: Path, parent: int) -> None:
         channel.sendall(json.dumps({"ready": os.getpid()}).encode() + b"\n")
     except OSError:  # the supervisor stopped first (it could not start, say): nothing to do
         return
-    Zygote(channel, run_dir, onnxruntime).serve()
+    Zygote(channel, run_dir, onnxruntime, supervisor).serve()
 
 
 def main() -> None:
