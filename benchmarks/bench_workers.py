@@ -6,17 +6,20 @@ Two measurements, each with every server started here, side by side in one run:
   ``--workers``, alternating each round, the server started under ``taskset`` on
   ``--server-cpus`` (so it sizes its thread budget to them) and the load generator (``ortserve
   bench``, its own processes) on ``--client-cpus``. Reports req/s, the server's CPU time (utime
-  + stime from /proc/<pid>/stat, summed over the supervisor, the zygote and every worker) per
+  + stime from /proc/<pid>/stat, summed over the supervisor, every worker and the zygote, for as
+  long as it lives: it exits once the workers are forked) per
   request it answered (its statistics, merged over the workers), requests per execution (the
   mean batch) and context switches per request. ``--per-worker-baseline`` adds, in the same
   rounds, one worker at the connections each of N workers gets: what a smaller batch alone costs.
 * ``memory``: a model of ``--model-mb`` MB whose weights are external data with
   ``prepack_weights: false`` (memory-mapped, shared), served by 1, 2 and 4 workers; the PSS
-  (``/proc/<pid>/smaps_rollup``) of every server process, by role (supervisor, zygote,
-  worker), once each worker has run the model.
+  (``/proc/<pid>/smaps_rollup``) of every server process, by role (supervisor, zygote if one
+  is left, worker), once each worker has run the model. One worker is one process (no
+  supervisor): the 1-worker total is that process alone, the N-worker totals include the
+  supervisor.
 
 On this 2-core machine:   python benchmarks/bench_workers.py scaling --workers 1,2 --server-cpus 0 --client-cpus 1
-                          python benchmarks/bench_workers.py memory --model-mb 256
+                          python benchmarks/bench_workers.py memory --model-mb 256 [--restart]
 On a 16-core machine:     python benchmarks/bench_workers.py scaling --workers 1,2,4,8 \\
                               --server-cpus 0-7 --client-cpus 8-15 --processes 8
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from machine import stamp
 
 from ortserve.demo import write_demo_repository
-from ortserve.testing import run_server
+from ortserve.testing import ServerProcess, run_server
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -220,24 +224,53 @@ def memory(args: argparse.Namespace) -> dict[str, object]:
             _workers_ready(f"http://127.0.0.1:{server.metrics_port}/metrics", n)
             _infer_big(server.http_url, n)  # every worker has run the model once
             time.sleep(1)
-            pids = _family(server.process.pid)
-            processes = [
-                {"pid": pid, "role": _role(pid, pids[0]) if n > 1 else "worker", **_rollup_mb(pid)}
-                for pid in pids
-            ]
-            by_role: dict[str, float] = {}
-            for process in processes:
-                role = str(process["role"])
-                by_role[role] = round(by_role.get(role, 0.0) + float(process["Pss"]), 1)  # type: ignore[arg-type]
-            found[str(n)] = {
-                "total_pss_mb": round(sum(float(p["Pss"]) for p in processes), 1),  # type: ignore[arg-type]
-                "pss_by_role_mb": by_role,
-                "processes": processes,
-            }
+            found[str(n)] = _pss(server.process.pid, n)
+            if args.restart and n > 1:  # one worker killed, restarted (from a fresh zygote), run
+                _restart_one(server, n)
+                _infer_big(server.http_url, n)
+                time.sleep(1)
+                found[f"{n} after a restart"] = _pss(server.process.pid, n)
     one = float(found[str(args.workers[0])]["total_pss_mb"])  # type: ignore[arg-type]
     for figures in found.values():
         figures["ratio_to_first"] = round(float(figures["total_pss_mb"]) / one, 3)  # type: ignore[arg-type]
     return {"weights_mb": round(weights, 1), "pss": found}
+
+
+def _pss(root: int, n: int) -> dict[str, object]:
+    """PSS of ``root`` and its descendants, by role, and their total."""
+    pids = _family(root)
+    processes = [
+        {"pid": pid, "role": _role(pid, root) if n > 1 else "worker", **_rollup_mb(pid)} for pid in pids
+    ]
+    by_role: dict[str, float] = {}
+    for process in processes:
+        role = str(process["role"])
+        by_role[role] = round(by_role.get(role, 0.0) + float(process["Pss"]), 1)  # type: ignore[arg-type]
+    return {
+        "total_pss_mb": round(sum(float(p["Pss"]) for p in processes), 1),  # type: ignore[arg-type]
+        "pss_by_role_mb": by_role,
+        "processes": processes,
+    }
+
+
+def _restart_one(server: ServerProcess, n: int, timeout_s: float = 300) -> None:
+    """SIGKILL one worker; return once its successor is ready and no zygote is left."""
+    root = server.process.pid
+    killed = max(pid for pid in _family(root) if pid != root)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:  # a process may vanish while the tree is read
+            pids = _family(root)
+            if killed in pids or len(pids) != n + 1 or "zygote" in {_role(pid, root) for pid in pids}:
+                continue
+        except OSError:
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
+            if f"ortserve_workers_ready {float(n)}" in reply.read().decode():
+                return
+    raise TimeoutError("the killed worker was not replaced")
 
 
 def _infer_big(url: str, workers: int) -> None:
@@ -268,6 +301,7 @@ def main() -> None:
     mem = sub.add_parser("memory")
     mem.add_argument("--model-mb", type=int, default=256)
     mem.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4])
+    mem.add_argument("--restart", action="store_true", help="also after killing one worker (restarted)")
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
     result: dict[str, object] = {"stamp": stamp(), "args": sys.argv[1:]}
