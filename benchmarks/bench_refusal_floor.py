@@ -7,6 +7,7 @@ any server on this stack. Both run on CPU 0 and take the same wrk load (c=64, CP
 alternating rounds; server CPU per response from /proc, medians.
 
     .venv/bin/python benchmarks/bench_refusal_floor.py --rounds 5 --seconds 3
+    .venv/bin/python benchmarks/bench_refusal_floor.py --old-src /tmp/old/src  # and an older ortserve
     .venv/bin/python benchmarks/bench_refusal_floor.py --serve-bare 18555   # the floor alone
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--serve-bare", type=int, metavar="PORT", help="only run the floor server")
+    parser.add_argument("--old-src", type=Path, help="also time this ortserve source tree (PYTHONPATH)")
     args = parser.parse_args()
     if args.serve_bare:
         serve_bare(args.serve_bare)
@@ -98,23 +101,36 @@ def main() -> None:
         time.sleep(1.5)
         repo = repository(OUT / "refusal-floor-models")
         server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
-        with run_server(repo, OUT / "refusal-floor.log", server_args, pin_cpu=0) as server:
+        with contextlib.ExitStack() as servers:
+            arms = {
+                "ortserve": servers.enter_context(
+                    run_server(repo, OUT / "refusal-floor.log", server_args, pin_cpu=0)
+                )
+            }
+            if args.old_src is not None:
+                cells["old"] = []
+                env = {"PYTHONPATH": str(args.old_src.resolve())}
+                arms["old"] = servers.enter_context(
+                    run_server(repo, OUT / "refusal-floor-old.log", server_args, env=env, pin_cpu=0)
+                )
             bare_url = f"http://127.0.0.1:{port}"
-            http_run(server, "small_mlp_refusing", 1)
+            for server in arms.values():
+                http_run(server, "small_mlp_refusing", 1)
             wrk_responses(bare_url, "/v2/models/small_mlp/infer", body, 1)
             for _ in range(args.rounds):
                 before = cpu_s(bare.pid)
                 count = wrk_responses(bare_url, "/v2/models/small_mlp/infer", body, args.seconds)
                 cells["bare"].append(1e6 * (cpu_s(bare.pid) - before) / count)
-                answers, refused, used = http_run(server, "small_mlp_refusing", args.seconds)
-                assert refused == answers, "every ortserve answer must be a refusal"
-                cells["ortserve"].append(1e6 * used / answers)
+                for name, server in arms.items():
+                    answers, refused, used = http_run(server, "small_mlp_refusing", args.seconds)
+                    assert refused == answers, "every ortserve answer must be a refusal"
+                    cells[name].append(1e6 * used / answers)
     finally:
         bare.kill()
     medians = {key: round(statistics.median(values), 1) for key, values in cells.items()}
     report = {"machine": stamp(), "args": vars(args), "us_per_response": cells, "medians": medians}
-    (OUT / "refusal_floor.json").write_text(json.dumps(report, indent=2))
-    print(f"server CPU per 429, medians: bare {medians['bare']} us, ortserve {medians['ortserve']} us")
+    (OUT / "refusal_floor.json").write_text(json.dumps(report, indent=2, default=str))
+    print("server CPU per 429, medians (us):", medians)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, TensorSpec
-from ortserve.errors import InferenceError, InvalidInput
+from ortserve.errors import InferenceError, InvalidInput, OrtServeError
 from ortserve.loadtest.capture import CapturedRequest, read_capture
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.registry import ModelRegistry
@@ -44,8 +44,8 @@ class FakeVersion:
     def ready(self) -> bool:
         return True
 
-    def check_admission(self, priority: int = 0) -> None:
-        pass
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        return None
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         self.seen.append(request)

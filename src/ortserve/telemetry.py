@@ -17,7 +17,7 @@ from ortserve.metrics import ServerMetrics, VersionMetrics, outcome_of
 from ortserve.statistics import ServerStatistics, VersionStatistics
 from ortserve.tracing import RequestTrace, Tracing
 
-__all__ = ["RequestScope", "Telemetry"]
+__all__ = ["RequestScope", "Telemetry", "echoable_id"]
 
 access_logger = logging.getLogger("ortserve.access")
 
@@ -123,6 +123,13 @@ class Telemetry:
         self.live.add(scope)
         return scope
 
+    def refused(
+        self, transport: str, model: str, version: str | None, error: OrtServeError, seconds: float
+    ) -> None:
+        """A request refused at the edge, before it was decoded: counted as a finished scope
+        would count it, without building one (refusals come by the thousand under overload)."""
+        self.recorder(model, version).record(transport, outcome_of(error), seconds)
+
     def inflight(self) -> dict[str, int]:
         """Requests being handled now, per transport (read at scrape time).
 
@@ -203,10 +210,7 @@ class RequestScope:
 
     def echoed_id(self) -> bytes | None:
         """The request id as a response header value, if it is safe to echo."""
-        rid = self.request_id
-        if rid is None or len(rid) > _MAX_ECHOED_ID or not (rid.isascii() and rid.isprintable()):
-            return None
-        return rid.encode("ascii")
+        return echoable_id(self.request_id)
 
     def finish(self, error: OrtServeError | None, status: int | str) -> None:
         """Record the outcome and latency, write the access log line, end the trace."""
@@ -251,6 +255,18 @@ class RequestScope:
             seconds * 1e3,
             extra={"request_id": self.request_id, "model": self.model, "version": self.version},
         )
+
+
+def echoable_id(request_id: str | None) -> bytes | None:
+    """A request id as a response header value, if it is safe to echo (short, printable ASCII:
+    nothing a client sends may split a header or a log line)."""
+    if (
+        request_id is None
+        or len(request_id) > _MAX_ECHOED_ID
+        or not (request_id.isascii() and request_id.isprintable())
+    ):
+        return None
+    return request_id.encode("ascii")
 
 
 def _number(version: str) -> int:

@@ -484,23 +484,61 @@ async def test_a_request_still_within_its_budget_runs_after_a_slow_batch() -> No
     await on_time
 
 
-async def test_check_admission_answers_like_submit_without_queueing() -> None:
+async def test_refusal_answers_like_submit_without_queueing() -> None:
     scheduler, _, _, recorder = make(asyncio.get_running_loop(), max_queue_size=1)
-    scheduler.check_admission()
+    assert scheduler.refusal() is None
     scheduler.submit(rows(1), 1)  # running
     await settle()
-    scheduler.check_admission()
+    assert scheduler.refusal() is None
     scheduler.submit(rows(1), 1)  # queued: the queue is now full
-    with pytest.raises(Overloaded, match="queue full"):
-        scheduler.check_admission()
-    with pytest.raises(InvalidInput, match="priority"):
-        scheduler.check_admission(priority=9)
-    assert scheduler.queue_depth == 1 and len(recorder.rejected) == 1
+    refused = scheduler.refusal()
+    assert isinstance(refused, Overloaded) and "queue full" in refused.message
+    assert isinstance(scheduler.refusal(priority=9), InvalidInput)
+    assert scheduler.queue_depth == 1 and recorder.rejected == [refused]
     drained = asyncio.ensure_future(scheduler.drain(0.0))
     await asyncio.sleep(0)
-    with pytest.raises(ModelNotReady):
-        scheduler.check_admission()
+    assert isinstance(scheduler.refusal(), ModelNotReady)
     await drained
+
+
+async def test_a_kept_refusal_lasts_until_the_queue_changes() -> None:
+    scheduler, executor, _, recorder = make(asyncio.get_running_loop(), max_queue_size=1, max_batch_size=1)
+    scheduler.submit(rows(1), 1)
+    await settle()
+    scheduler.submit(rows(1), 1)
+    first = scheduler.refusal()
+    assert first is not None
+    assert scheduler.refusal() is first  # nothing changed: the same verdict, not recomputed
+    assert recorder.rejected == [first, first]  # each refusal still counted
+    executor.finish()  # the queued request starts: the queue has room again
+    await settle()
+    assert scheduler.refusal() is None
+
+
+async def test_a_kept_refusal_lasts_only_as_long_as_time_alone_keeps_it_right() -> None:
+    # 10 ms per row, batches of 8 (80 ms): one batch running, three queued. A one-row request
+    # would wait 80 + 3 x 80 = 320 ms against a 300 ms target: refused by a 20 ms margin.
+    scheduler, _, clock, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.010), max_queue_wait_s=0.300)
+    for _ in range(4):
+        scheduler.submit(rows(8), 8)
+    first = scheduler.refusal()
+    assert isinstance(first, Overloaded) and "queue-wait target" in first.message
+    clock.advance(0.015)
+    assert scheduler.refusal() is first  # 305 ms of wait now: still right
+    clock.advance(0.010)
+    assert scheduler.refusal() is None  # 295 ms: admitted, though no count changed
+
+
+async def test_a_refusal_by_a_margin_no_running_batch_can_shrink_is_kept_however_long() -> None:
+    # Nothing runs: a one-row run takes 10 ms against a 1 ms budget, now and at any later time.
+    scheduler, executor, clock, _ = make(
+        asyncio.get_running_loop(), cost=fitted_cost(0.010), latency_budget_s=0.001
+    )
+    first = scheduler.refusal()
+    assert isinstance(first, Overloaded) and "deadline" in first.message
+    clock.advance(5.0)
+    assert scheduler.refusal() is first
+    assert executor.batches == []
 
 
 async def test_a_free_worker_takes_the_next_batch_without_the_loop() -> None:

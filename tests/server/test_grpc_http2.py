@@ -28,7 +28,7 @@ from h2.errors import ErrorCodes
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, ServerMetadata, TensorSpec
-from ortserve.errors import ModelNotFound
+from ortserve.errors import ModelNotFound, OrtServeError
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.errors import StatusCode
@@ -63,8 +63,8 @@ class FakeModel:
     def ready(self) -> bool:
         return True
 
-    def check_admission(self, priority: int = 0) -> None:
-        pass
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        return None
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         self.requests.append(request)

@@ -9,7 +9,7 @@ from typing import Protocol
 from ortserve.core.model import Servable, ServedVersion
 from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
-from ortserve.errors import ModelNotReady
+from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
 
 __all__ = ["DataPlane", "ModelResolver", "Router"]
 
@@ -89,18 +89,26 @@ class DataPlane:
         except ModelNotReady:
             return False
 
-    def check_admission(self, name: str, version: str | None, priority: int = 0) -> None:
-        """Whether an infer request for this model would be admitted now, before it is decoded.
+    def refusal(self, name: str, version: str | None, priority: int = 0) -> OrtServeError | None:
+        """The load refusal (Overloaded, ModelNotReady) an infer request for this model would
+        get now, before it is decoded, or None.
 
         The transports call it with the path (HTTP) or the message's first fields (gRPC), so
-        a refusal under overload costs a small fraction of a served request.
-
-        Raises:
-            ModelNotFound, ModelNotReady, Overloaded, InvalidInput (priority out of range).
+        a refusal under overload costs a small fraction of a served request. Anything that is
+        not a matter of load (an unknown model, a bad priority) is None here: the full path
+        answers it with its own error. The error may be shared by many requests: answer with
+        it, never raise it.
         """
         if not version and (router := self.routers.get(name)) is not None:
             version = router.admission_version()
-        self._resolver.resolve(name, version).check_admission(priority)
+        try:
+            served = self._resolver.resolve(name, version)
+        except ModelNotReady as unready:
+            return unready
+        except OrtServeError:
+            return None
+        refused = served.refusal(priority)
+        return refused if isinstance(refused, (Overloaded, ModelNotReady)) else None
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Queue one request; errors found before queueing are raised at once.

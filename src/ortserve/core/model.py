@@ -16,7 +16,7 @@ from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
 from ortserve.core.validation import InputValidator
-from ortserve.errors import InvalidInput, ModelNotReady
+from ortserve.errors import InvalidInput, ModelNotReady, OrtServeError
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.resilience.marks import unmark
 
@@ -63,9 +63,10 @@ class Servable(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def check_admission(self, priority: int = 0) -> None:
-        """Raise what ``submit`` would raise for load (Overloaded, ModelNotReady), cheaply,
-        before the request is decoded."""
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        """What ``submit`` would refuse for load now (Overloaded, ModelNotReady), or None,
+        cheaply, before the request is decoded. The error may be shared by many requests:
+        answer with it, never raise it."""
         ...
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]: ...
@@ -108,17 +109,23 @@ class ServedVersion:
         """The fallback level and its reason (empty without a fallback chain)."""
         return {} if self.guard is None else self.guard.parameters()
 
-    def check_admission(self, priority: int = 0) -> None:
-        """Whether a request would be admitted now, from its model name alone.
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        """The refusal a request would get now, from its model name alone, or None.
 
-        Raises:
-            ModelNotReady, Overloaded, InvalidInput (priority out of range).
+        Returns:
+            ModelNotReady, Overloaded, InvalidInput (priority out of range); see
+            :meth:`Scheduler.refusal` (the error may be shared: answer with it, never raise it).
         """
         if self.state is not ModelState.READY:
-            raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
+            return ModelNotReady(
+                f"model {self.info.name!r} version {self.info.version} is {self.state.value}"
+            )
         if self.guard is not None:
-            self.guard.check_usable()
-        self.scheduler.check_admission(priority)
+            try:
+                self.guard.check_usable()
+            except ModelNotReady as error:
+                return error
+        return self.scheduler.refusal(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Validate and queue one request; the future gives an answer with only its rows.

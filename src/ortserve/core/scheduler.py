@@ -64,6 +64,15 @@ class _Lane:
     rows: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _KeptRefusal:
+    """A refusal answered at ``changes`` (the scheduler's change count), right until ``until``."""
+
+    error: Overloaded
+    changes: int
+    until: float
+
+
 @dataclass(slots=True, eq=False)
 class _Run:
     batch: list[_Pending]
@@ -113,6 +122,10 @@ class Scheduler:
         self._standing = StandingQueue()
         self._running_requests = 0
         self.concurrency = _concurrency_limit(policy, executor.instances)
+        # Bumped by every change admission reads (queue, running batches, cost model), so a
+        # kept refusal knows when it may have gone stale; read without the lock (an int).
+        self._changes = 0
+        self._kept: list[_KeptRefusal | None] = [None] * policy.priority_levels
         # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
@@ -186,29 +199,46 @@ class Scheduler:
             self._dispatch()
         return future
 
-    def check_admission(self, priority: int = 0) -> None:
-        """Whether a one-row request would be admitted now, without building it.
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        """The refusal a one-row request would get now, or None; nothing is queued.
 
-        The transports call this with only the path and headers read, so that a request
-        that will be refused costs no body decoding (issue 10: shed load at the edge).
+        The transports ask this with only the path and headers read, so that a request that
+        will be refused costs no body decoding (issue 10: shed load at the edge). Under
+        overload nearly every request asks, and the answer rarely changes between two changes
+        of the queue: a refusal is kept, per lane, until the queue or the running batches
+        change or until time alone could make it wrong, so refusing costs a lookup. The
+        returned error may be shared by many requests: callers answer with it, never raise it
+        (raising one instance again and again would chain its tracebacks).
 
-        Raises:
-            ModelNotReady: the scheduler is draining.
-            InvalidInput: priority out of range.
-            Overloaded: the queue or the queue-wait target (or budget) refuses it.
+        Returns:
+            ModelNotReady (draining), InvalidInput (priority out of range), Overloaded (the
+            queue, the concurrency limit, the queue-wait target or the budget refuses it).
         """
         if self._closing:
-            raise ModelNotReady("model is shutting down")
-        lane = self._lane_index(priority)
+            return ModelNotReady("model is shutting down")
+        try:
+            lane = self._lane_index(priority)
+        except InvalidInput as invalid:
+            return invalid
         now = self._clock.now()
-        timeout_s = self._policy.default_timeout_s
-        with self._lock:
-            error = self._refusal(now, 1, lane, None if timeout_s is None else now + timeout_s)
+        kept = self._kept[lane]
+        if kept is not None and kept.changes == self._changes and now < kept.until:
+            error: Overloaded | None = kept.error
+        else:
+            timeout_s = self._policy.default_timeout_s
+            with self._lock:
+                error, slack_s = self._refusal_and_slack(
+                    now, 1, lane, None if timeout_s is None else now + timeout_s
+                )
+                self._kept[lane] = (
+                    None if error is None else _KeptRefusal(error, self._changes, now + slack_s)
+                )
         if error is not None:
             self.observer.on_rejected(error)
-            raise error
+        return error
 
     def _enqueue(self, pending: _Pending) -> None:
+        self._changes += 1
         lane = self._lanes[pending.lane]
         lane.queue.append(pending)
         lane.rows += pending.rows
@@ -237,51 +267,74 @@ class Scheduler:
 
     # -- admission (under the lock) -----------------------------------------------------
     def _refusal(self, now: float, rows: int, lane: int, deadline: float | None) -> Overloaded | None:
+        return self._refusal_and_slack(now, rows, lane, deadline)[0]
+
+    def _refusal_and_slack(
+        self, now: float, rows: int, lane: int, deadline: float | None
+    ) -> tuple[Overloaded | None, float]:
+        """The refusal, and how long it stays right if the queue does not change.
+
+        A refusal by a count (queue bound, concurrency limit) stays right until the counts
+        change. One by a margin of time (the wait over the target, the finish past the
+        deadline or budget, which move with the clock) shrinks only while the instances are
+        all busy and the running batches get closer to done, by the time passed: right for
+        ``margin`` seconds, or until the counts change if the margin outlasts the busy time.
+        """
         policy = self._policy
         if self._queued_requests >= policy.max_queue_size:
-            return Overloaded(
+            full = Overloaded(
                 f"queue full ({policy.max_queue_size} requests waiting)",
                 retry_after_s=self._drain_estimate(now, self._queued_rows),
             )
+            return full, math.inf
         concurrency = self.concurrency
         if concurrency is not None and self._queued_requests + self._running_requests >= concurrency.limit:
-            return Overloaded(
+            held = Overloaded(
                 f"concurrency limit reached ({concurrency.limit} requests held)",
                 retry_after_s=self._drain_estimate(now, self._queued_rows),
             )
+            return held, math.inf
         if not self.cost_model.fitted:
-            return None
+            return None, 0.0
         ahead = sum(self._lanes[i].rows for i in range(lane + 1))
         wait = self._drain_estimate(now, ahead)
         target = queue_wait_target(policy, self._full_batch_s())
         if wait > target:
-            return Overloaded(
+            late = Overloaded(
                 f"about {wait * 1e3:.1f} ms of work is queued ahead, more than the "
                 f"{target * 1e3:.1f} ms queue-wait target",
                 retry_after_s=wait,
             )
+            return late, _slack(wait - target, self._busy_for(now))
         limit = deadline
         if policy.latency_budget_s is not None:
             budget_end = now + policy.latency_budget_s
             limit = budget_end if limit is None else min(limit, budget_end)
         if limit is None:
-            return None
+            return None, 0.0
         finish = self._drain_estimate(now, ahead + rows, absolute=True)
         if finish > limit:
-            return Overloaded(
+            missed = Overloaded(
                 f"cannot finish within the deadline: about {(finish - now) * 1e3:.1f} ms of work "
                 "is queued ahead",
                 retry_after_s=finish - now,
             )
-        return None
+            return missed, _slack(finish - limit, self._busy_for(now))
+        return None, 0.0
 
     def _full_batch_s(self) -> float:
         return self.cost_model.predict(self._policy.max_batch_size or 1)
 
+    def _busy_for(self, now: float) -> float:
+        """How long until an instance is free, by the running batches' predicted ends."""
+        if self._busy < self._executor.instances:
+            return 0.0
+        return max(0.0, min(self._busy_until, default=now) - now)
+
     def _drain_estimate(self, now: float, rows: int, absolute: bool = False) -> float:
         """When ``rows`` queued rows would be done, given the batches running now."""
         instances = self._executor.instances
-        free_at = now if self._busy < instances else max(now, min(self._busy_until, default=now))
+        free_at = now + self._busy_for(now)
         per_batch = self._policy.max_batch_size or 1
         batches = math.ceil(rows / per_batch) if rows else 0
         full_cost = self.cost_model.predict(min(per_batch, max(rows, 1)))
@@ -304,6 +357,7 @@ class Scheduler:
     def _remove(self, pending: _Pending) -> None:
         """Take a request off the books (under the lock); its timer is cancelled on the loop."""
         pending.live = False
+        self._changes += 1
         self._queued_requests -= 1
         self._queued_rows -= pending.rows
         self._lanes[pending.lane].rows -= pending.rows
@@ -446,6 +500,7 @@ class Scheduler:
 
     def _begin(self, batch: list[_Pending], now: float) -> tuple[_Run, float]:
         """Book the batch as running (under the lock); returns it and its predicted time."""
+        self._changes += 1
         rows = sum(p.rows for p in batch)
         predicted = self.cost_model.predict(rows)
         run = _Run(batch, rows, now + predicted, tuple(now - p.arrival for p in batch))
@@ -493,6 +548,7 @@ class Scheduler:
             self._executor.execute(job)
         except Exception as exc:  # the executor could not even start: fail this batch only
             with self._lock:
+                self._changes += 1
                 self._busy -= 1
                 self._busy_until.remove(run.expected_end)
                 self._running_requests -= len(run.batch)
@@ -552,6 +608,7 @@ class Scheduler:
 
     def _release(self, run: _Run, result: RunResult | None) -> None:
         """Free the run's instance and learn from its time (under the lock)."""
+        self._changes += 1
         self._busy -= 1
         self._busy_until.remove(run.expected_end)
         self._running_requests -= len(run.batch)
@@ -639,6 +696,12 @@ class Scheduler:
                     if pending.live:
                         self._drop(pending, ModelNotReady(reason))
         self._after_loop_work()
+
+
+def _slack(margin_s: float, busy_for_s: float) -> float:
+    """How long a refusal by ``margin_s`` stays right: the margin shrinks with the clock only
+    while an instance is still busy (``busy_for_s``), and then no more."""
+    return math.inf if margin_s > busy_for_s else margin_s
 
 
 def _concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit | None:

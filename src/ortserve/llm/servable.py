@@ -15,7 +15,7 @@ import numpy as np
 
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, TensorSpec
-from ortserve.errors import InferenceError, InvalidInput, ModelNotReady, Overloaded
+from ortserve.errors import InferenceError, InvalidInput, ModelNotReady, OrtServeError, Overloaded
 from ortserve.llm.engine import GenerationEngine
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent, Sequence
@@ -172,14 +172,17 @@ class LlmVersion:
         if not self._streams:
             self._drained.set()
 
-    def check_admission(self, priority: int = 0) -> None:
-        """Raise ModelNotReady or Overloaded when a new request would be refused now."""
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        """ModelNotReady or Overloaded when a new request would be refused now, else None."""
         if self.state is not ModelState.READY:
-            raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
+            return ModelNotReady(
+                f"model {self.info.name!r} version {self.info.version} is {self.state.value}"
+            )
         if self.engine.waiting >= self.engine.limits.max_waiting:
-            raise Overloaded(
+            return Overloaded(
                 f"{self.engine.waiting} generation requests are already waiting", retry_after_s=1.0
             )
+        return None
 
     def generate(self, prompt: Tokens[int], params: SamplingParams) -> GenerationStream:
         """Queue a generation; its events arrive on the returned stream.
@@ -188,7 +191,9 @@ class LlmVersion:
             InvalidInput: an empty or too long prompt, or parameters out of range.
             ModelNotReady, Overloaded.
         """
-        self.check_admission()
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
         params.check()
         if not prompt:
             raise InvalidInput("the prompt is empty")

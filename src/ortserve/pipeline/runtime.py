@@ -26,7 +26,7 @@ from ortserve.core.dataplane import ModelResolver
 from ortserve.core.datatypes import BF16, datatype_of_numpy, numpy_dtype
 from ortserve.core.model import ModelState, Servable, VersionInfo, select_outputs
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
-from ortserve.errors import InvalidInput, ModelNotReady
+from ortserve.errors import InvalidInput, ModelNotReady, OrtServeError
 from ortserve.pipeline.contract import Array, JsonObject, ModelCall, ModelOutputs, Pipeline, PipelineContext
 from ortserve.pipeline.spec import BUILTIN_PIPELINES, import_pipeline
 
@@ -235,13 +235,13 @@ class PipelineVersion:
         answer = await self.pipeline.run(decode_document(body), marks)
         return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
 
-    def check_admission(self, priority: int = 0) -> None:
-        """Only readiness: which models the documents call is known after preprocessing.
-
-        Raises:
-            ModelNotReady.
-        """
-        self._check_ready()
+    def refusal(self, priority: int = 0) -> OrtServeError | None:
+        """Only readiness: which models the documents call is known after preprocessing."""
+        try:
+            self._check_ready()
+        except ModelNotReady as error:
+            return error
+        return None
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Each element of the BYTES input ``request`` is one JSON document, answered in order.

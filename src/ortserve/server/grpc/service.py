@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -252,7 +253,9 @@ class InferenceService:
         try:
             # Refused under load before the tensors are decoded (the most urgent lane: the
             # request may ask for it, and it is refused last).
-            self._dataplane.check_admission(request.model_name, request.model_version or None, priority=1)
+            refused = self._dataplane.refusal(request.model_name, request.model_version or None, priority=1)
+            if refused is not None:
+                raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())

@@ -2,26 +2,36 @@
 
 Under overload most requests are refused; decoding a JSON body only to answer 429 spends
 the CPU the model needs (issue 10: refusals starved execution). The connection asks this
-module once the headers are in and, on a refusal, drops the body as it arrives.
+module once the headers are in and, on a refusal, writes the answer and drops the body as it
+arrives. A refusal is priced against the least a Python server can do (answer canned bytes,
+``benchmarks/bench_refusal_floor.py``): the scheduler keeps its verdict until the queue
+changes, the answer to one verdict is encoded once, and the refusal is counted, not traced
+through a request scope (unless the access log or tracing wants one line per request).
 """
 
 from __future__ import annotations
 
+import time
 from urllib.parse import unquote
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
+from ortserve.errors import OrtServeError
 from ortserve.server.http.errors import error_response
-from ortserve.server.http.messages import HttpResponse
-from ortserve.telemetry import Telemetry
+from ortserve.server.http.wire import CannedResponse, canned
+from ortserve.telemetry import Telemetry, echoable_id
 
 __all__ = ["EarlyRefusal", "infer_target"]
 
 _PREFIX = b"/v2/models/"
 _SUFFIX = b"/infer"
+_MAX_TARGETS = 1024  # request targets remembered (clients repeat a handful of paths)
+_MAX_ANSWERS = 64  # encoded refusals remembered (one per model and lane in force)
+_UNSEEN = ("", None)
+
+Target = tuple[str, str | None]
 
 
-def infer_target(url: bytes) -> tuple[str, str | None] | None:
+def infer_target(url: bytes) -> Target | None:
     """``(model, version)`` when ``url`` is an OIP infer path, else None."""
     path = url.split(b"?", 1)[0]
     if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)):
@@ -40,7 +50,7 @@ def infer_target(url: bytes) -> tuple[str, str | None] | None:
 
 
 class EarlyRefusal:
-    """The HTTP connection's admission hook: a 429 (or 503) response, or None to go on.
+    """The HTTP connection's admission hook: the 429 (or 503) to write, or None to go on.
 
     Only load refusals are answered here (Overloaded, ModelNotReady); anything else, such as
     an unknown model, takes the full path and its usual answer.
@@ -53,32 +63,48 @@ class EarlyRefusal:
     def __init__(self, dataplane: DataPlane, telemetry: Telemetry) -> None:
         self._dataplane = dataplane
         self._telemetry = telemetry
+        self._targets: dict[bytes, Target | None] = {}
+        self._answers: dict[int, tuple[OrtServeError, CannedResponse]] = {}
 
-    def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> HttpResponse | None:
+    def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
         if method != b"POST" or b"expect" in headers:
             return None  # a client waiting for 100 Continue would not send the body we skip
-        target = infer_target(url)
+        target = self._targets.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._remember(url)
         if target is None:
             return None
         name, version = target
-        try:
-            # The most urgent lane: the body may ask for it, and it is refused last.
-            self._dataplane.check_admission(name, version, priority=1)
-        except (Overloaded, ModelNotReady) as error:
-            return self._refuse(name, version, headers, error)
-        except OrtServeError:
+        started = time.perf_counter()
+        # The most urgent lane: the body may ask for it, and it is refused last.
+        error = self._dataplane.refusal(name, version, priority=1)
+        if error is None:
             return None
-        return None
-
-    def _refuse(
-        self, name: str, version: str | None, headers: dict[bytes, bytes], error: OrtServeError
-    ) -> HttpResponse:
+        answer = self._answer(error)
+        telemetry = self._telemetry
         raw_id = headers.get(b"x-request-id")
         request_id = None if raw_id is None else raw_id.decode("latin-1")
-        scope = self._telemetry.begin("http", name, version, request_id, None)
-        response = error_response(error)
-        scope.finish(error, response.status)
-        echoed = scope.echoed_id()
-        if echoed is not None:
-            response.headers.append((b"x-request-id", echoed))
-        return response
+        if telemetry.access_log or telemetry.tracing is not None:
+            scope = telemetry.begin("http", name, version, request_id, None)
+            scope.finish(error, error.http_status)
+        else:
+            telemetry.refused("http", name, version, error, time.perf_counter() - started)
+        echoed = echoable_id(request_id)
+        return answer if echoed is None else answer.with_header(b"x-request-id", echoed)
+
+    def _remember(self, url: bytes) -> Target | None:
+        if len(self._targets) >= _MAX_TARGETS:
+            self._targets.clear()
+        target = self._targets[url] = infer_target(url)
+        return target
+
+    def _answer(self, error: OrtServeError) -> CannedResponse:
+        """The response to ``error``, encoded once for every request it refuses."""
+        known = self._answers.get(id(error))
+        if known is not None and known[0] is error:
+            return known[1]
+        if len(self._answers) >= _MAX_ANSWERS:
+            self._answers.clear()
+        answer = canned(error_response(error))
+        self._answers[id(error)] = (error, answer)
+        return answer

@@ -23,7 +23,6 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -32,17 +31,16 @@ import httptools
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.server.http.wire import CannedResponse, response_head, status_line
 
 __all__ = ["Admission", "ConnectionLimits", "Handler", "HttpConnection"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]"]
-Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "HttpResponse | None"]
+Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "CannedResponse | None"]
 """``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
 
-_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
-_STATUS_LINES: dict[int, bytes] = {}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _MAX_PIPELINED = 32
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
@@ -58,14 +56,6 @@ _IDLE = 0  # the next request head: close quietly at the deadline
 _HEAD = 1  # the rest of a request head: 408 at the deadline
 _BODY = 2  # the rest of a request body: 408 at the deadline
 _BUSY = 3  # our answer: no deadline
-
-
-def _status_line(status: int) -> bytes:
-    line = _STATUS_LINES.get(status)
-    if line is None:
-        line = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
-        _STATUS_LINES[status] = line
-    return line
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +95,8 @@ class HttpConnection(asyncio.Protocol):
     ) -> None:
         self._handler = handler
         self._admission = admission
-        self._refusal: HttpResponse | None = None  # this request is refused: its body is dropped
+        self._refusal: CannedResponse | None = None  # this request is refused: its body is dropped
+        self._refusal_sent = False  # ... and its answer is written already
         self._limits = limits
         self._state = state
         self._loop = loop
@@ -117,7 +108,7 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._queue: deque[tuple[HttpRequest | HttpResponse, bool, int]] = deque()
+        self._queue: deque[tuple[HttpRequest | CannedResponse, bool, int]] = deque()
         self._task: asyncio.Future[Any] | None = None
         self._busy = False
         self._receiving = False
@@ -241,6 +232,7 @@ class HttpConnection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._refusal = None
+        self._refusal_sent = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -270,8 +262,22 @@ class HttpConnection(asyncio.Protocol):
         self._body_started = self._now
         self._deadline = self._now + self._limits.header_timeout_s
         if self._admission is not None:
-            self._refusal = self._admission(self._parser.get_method(), self._url, self._headers)  # type: ignore[union-attr]
-            if self._refusal is not None:
+            parser = self._parser
+            assert parser is not None
+            refusal = self._refusal = self._admission(parser.get_method(), self._url, self._headers)
+            if refusal is not None:
+                # Answered at once when nothing earlier is owed on this connection: the body
+                # is then only read and dropped. A connection that closes after this request
+                # answers once the body is in (closing now would reset it under the client).
+                if (
+                    not self._busy
+                    and not self._queue
+                    and parser.should_keep_alive()
+                    and not self._state.closing
+                ):
+                    self._refusal_sent = True
+                    assert self._transport is not None
+                    self._transport.write(refusal.wire(keep_alive=True))
                 return
         if self._headers.get(b"expect", b"").lower() == b"100-continue" and self._transport:
             self._transport.write(_CONTINUE)
@@ -295,6 +301,10 @@ class HttpConnection(asyncio.Protocol):
         if self._parser is None:
             return
         if self._refusal is not None:
+            if self._refusal_sent:
+                self._refusal_sent = False
+                self._to_idle()  # it was answered when nothing else was owed, and nothing is
+                return
             self._enqueue(self._refusal, 0)
             return
         try:
@@ -315,7 +325,7 @@ class HttpConnection(asyncio.Protocol):
         self._body = []  # the request owns the body now; nothing else may keep it alive
         self._enqueue(request, self._body_size)
 
-    def _enqueue(self, item: HttpRequest | HttpResponse, body_size: int) -> None:
+    def _enqueue(self, item: HttpRequest | CannedResponse, body_size: int) -> None:
         assert self._parser is not None
         self._queue.append((item, self._parser.should_keep_alive(), body_size))
         if len(self._queue) > _MAX_PIPELINED and self._transport is not None and self._reading:
@@ -328,9 +338,8 @@ class HttpConnection(asyncio.Protocol):
     def _next(self) -> None:
         while self._queue and not self._closed:
             request, keep_alive, self._answering = self._queue.popleft()
-            if isinstance(request, HttpResponse):  # refused from its headers
-                self._write(request, keep_alive)
-                self._answered()
+            if isinstance(request, CannedResponse):  # refused from its headers
+                self._write_canned(request, keep_alive)
                 continue
             self._busy = True
             try:
@@ -405,7 +414,7 @@ class HttpConnection(asyncio.Protocol):
         transport = self._transport
         stream = response.stream
         assert transport is not None and stream is not None
-        head = [_status_line(response.status), b"content-type: ", response.content_type, b"\r\n"]
+        head = [status_line(response.status), b"content-type: ", response.content_type, b"\r\n"]
         head += [name + b": " + value + b"\r\n" for name, value in response.headers]
         head.append(
             b"transfer-encoding: chunked\r\n" + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n"
@@ -445,27 +454,22 @@ class HttpConnection(asyncio.Protocol):
         if transport is None or self._closed:
             return
         keep_alive = keep_alive and not self._state.closing
-        length = sum(len(c) for c in response.chunks)
-        head = [
-            _status_line(response.status),
-            b"content-type: ",
-            response.content_type,
-            b"\r\ncontent-length: %d\r\n" % length,
-        ]
-        if response.status == 204:  # no content, and no Content-Length either (RFC 9110 8.6)
-            head = head[:1]
-        for name, value in response.headers:
-            head.append(name + b": " + value + b"\r\n")
+        head = response_head(response, keep_alive)
+        transport.writelines([head] if response.omit_body else [head, *response.chunks])
         if not keep_alive:
-            head.append(b"connection: close\r\n")
-        head.append(b"\r\n")
-        transport.writelines([b"".join(head)] if response.omit_body else [b"".join(head), *response.chunks])
+            self._close()
+
+    def _write_canned(self, response: CannedResponse, keep_alive: bool) -> None:
+        if self._transport is None or self._closed:
+            return
+        keep_alive = keep_alive and not self._state.closing
+        self._transport.write(response.wire(keep_alive))
         if not keep_alive:
             self._close()
 
     def _reject(self, status: int, message: str) -> None:
         self._queue.clear()
-        if self._busy:
+        if self._busy or self._refusal_sent:
             self._close()  # a response is still owed for an earlier request; just hang up
             return
         self._write(HttpResponse(status, [encode_error(message)]), keep_alive=False)
@@ -479,7 +483,7 @@ class HttpConnection(asyncio.Protocol):
         Closing at once would reset the connection while the client is still sending, and a
         client that writes its whole body before reading would never see the 413.
         """
-        if self._busy or self._transport is None:
+        if self._busy or self._refusal_sent or self._transport is None:
             self._close()
             return
         self._queue.clear()
