@@ -30,6 +30,13 @@ def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     slower.mkdir(parents=True)
     onnx.save(slow_model(matmuls=48, size=512), str(slower / "model.onnx"))
     (root / "slower" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n")
+    refusing = root / "refusing" / "1"
+    refusing.mkdir(parents=True)
+    onnx.save(slow_model(matmuls=1, size=8), str(refusing / "model.onnx"))
+    # A 1 us budget no run can meet: every call is refused at admission, from its first bytes.
+    (root / "refusing" / "config.yaml").write_text(
+        "batching:\n  max_batch_size: 4\n  latency_budget_ms: 0.001\n"
+    )
     log = tmp_path_factory.mktemp("grpc-error-logs") / "server.log"
     args = ["--no-strict-readiness", "--grpc-max-message-bytes", str(MAX_MESSAGE), "--intra-op-threads", "1"]
     with run_server(root, log, args) as server:
@@ -188,3 +195,28 @@ def test_shutdown_answers_streamed_requests_in_flight_and_health_goes_not_servin
         assert [(a.infer_response.id, a.error_message) for a in rest] == [("slow", "")]
         assert [r.status for r in watch] == [health_pb2.HealthCheckResponse.NOT_SERVING]
         assert server.process.wait(30) == 0
+
+
+def test_an_overloaded_model_refuses_from_the_messages_first_bytes_without_parsing_it(
+    error_server: ServerProcess, stub: service_pb2_grpc.GRPCInferenceServiceStub
+) -> None:
+    # The model name, then bytes no protobuf parser accepts: the refusal never reads them.
+    prefix = service_pb2.ModelInferRequest(model_name="refusing", model_version="1").SerializeToString()
+    call = grpc.insecure_channel(error_server.grpc_address).unary_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=lambda raw: raw,
+        response_deserializer=service_pb2.ModelInferResponse.FromString,
+    )
+    for _ in range(3):  # a kept verdict answers the later ones
+        with pytest.raises(grpc.RpcError) as caught:
+            call(prefix + b"\xff\xff\xff\xff", timeout=30, metadata=(("x", "y"),))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value.details()
+        assert "deadline" in caught.value.details()
+        trailing = dict(caught.value.trailing_metadata() or ())
+        assert int(trailing["retry-after"]) >= 1
+    # The same garbage for a model that admits it takes the full path: a parse error.
+    garbage = service_pb2.ModelInferRequest(model_name="slow").SerializeToString() + b"\xff\xff\xff\xff"
+    with pytest.raises(grpc.RpcError) as parsed:
+        call(garbage, timeout=30)
+    assert parsed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, parsed.value.details()
+    good_call(stub)

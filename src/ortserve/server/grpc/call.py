@@ -30,7 +30,7 @@ from ortserve.server.grpc.headers import (
 )
 from ortserve.server.grpc.inflate import InflateJob, Inflater
 
-__all__ = ["CallOwner", "Deferred", "GrpcCall", "Rpc", "StreamHandler", "UnaryHandler"]
+__all__ = ["CallOwner", "Deferred", "EdgeRefusal", "GrpcCall", "Rpc", "StreamHandler", "UnaryHandler"]
 
 _T = TypeVar("_T")
 _PREFIX = 5
@@ -55,13 +55,22 @@ UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
 StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
 
 
+EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview], "bytes | None"]
+"""A unary request's raw message -> a trailers-only header block that refuses it (None: go on)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rpc:
-    """One method: its request type and either a unary or a streaming handler."""
+    """One method: its request type and either a unary or a streaming handler.
+
+    ``refuse`` (unary only) sees the message before it is parsed: under overload it answers
+    from the message's first bytes, and the message is never decoded.
+    """
 
     request_type: type[Message]
     unary: UnaryHandler | None = None
     streaming: StreamHandler | None = None
+    refuse: EdgeRefusal | None = None
 
 
 class CallOwner(Protocol):
@@ -398,7 +407,19 @@ class GrpcCall:
         if request is None:
             raise GrpcAbort(StatusCode.INVALID_ARGUMENT, "a unary call carries exactly one request message")
         self._request = None
+        refuse = self._rpc.refuse
+        if refuse is not None:
+            block = refuse(request)
+            if block is not None:
+                self._refused(block)
+                return
         self._run_unary(_parse(self._rpc.request_type, request))
+
+    def _refused(self, block: bytes) -> None:
+        """Answer with a refusal already encoded (trailers only): nothing was started."""
+        self._stop_timer()
+        self._failed = self._ended = True
+        self._owner.send_trailers(self, block)
 
     # -- running handlers -------------------------------------------------------------
     def _run_unary(self, request: Message) -> None:

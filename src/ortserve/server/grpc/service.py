@@ -26,7 +26,9 @@ from ortserve.protocol.grpc.codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
-from ortserve.server.grpc.errors import INTERNAL_MESSAGE, log_internal
+from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_for, log_internal
+from ortserve.server.grpc.headers import trailers_only
+from ortserve.server.grpc.peek import peek_infer_target
 from ortserve.server.model_control import ModelControl
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot
@@ -38,6 +40,7 @@ StatisticsView = Callable[[str | None, str | None], Awaitable[list[StatisticsSna
 __all__ = ["INFERENCE_SERVICE", "InferenceService"]
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
+_MAX_REFUSALS = 64  # encoded refusals kept (one per model and lane in force)
 
 
 class InferenceService:
@@ -55,6 +58,7 @@ class InferenceService:
         self._dataplane = dataplane
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
+        self._refusals: dict[int, tuple[OrtServeError, bytes]] = {}  # kept verdict -> its trailers
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
         self.control: ModelControl | None = None
@@ -72,7 +76,7 @@ class InferenceService:
             "ModelReady": Rpc(pb.ModelReadyRequest, unary=self.model_ready),
             "ServerMetadata": Rpc(pb.ServerMetadataRequest, unary=self.server_metadata),
             "ModelMetadata": Rpc(pb.ModelMetadataRequest, unary=self.model_metadata),
-            "ModelInfer": Rpc(pb.ModelInferRequest, unary=self.model_infer),
+            "ModelInfer": Rpc(pb.ModelInferRequest, unary=self.model_infer, refuse=self.refuse_infer),
             "ModelStreamInfer": Rpc(pb.ModelInferRequest, streaming=self.model_stream_infer),
             "ModelConfig": Rpc(pb.ModelConfigRequest, unary=self.model_config),
             "ModelStatistics": Rpc(pb.ModelStatisticsRequest, unary=self.model_statistics),
@@ -181,6 +185,37 @@ class InferenceService:
             return
         given = next((value for key, value in call.metadata if key == self.restriction.key), None)
         self.restriction.check(given)
+
+    def refuse_infer(self, message: bytes | bytearray | memoryview) -> bytes | None:
+        """An infer call refused under load from its message's first bytes, or None to go on.
+
+        As HTTP's refusal from the path (``server/http/admission.py``): the verdict is the
+        scheduler's kept one, its trailers are encoded once, the refusal is counted without a
+        request scope. With tracing, the access log or capture on, every call takes the full
+        path (each wants its own record of the call).
+        """
+        telemetry = self._telemetry
+        if self.capture is not None or telemetry.tracing is not None or telemetry.access_log:
+            return None
+        target = peek_infer_target(message)
+        if target is None:
+            return None
+        started = time.perf_counter()
+        name, version = target
+        # The most urgent lane: the message may ask for it, and it is refused last.
+        error = self._dataplane.refusal(name, version or None, priority=1)
+        if error is None:
+            return None
+        telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
+        known = self._refusals.get(id(error))
+        if known is not None and known[0] is error:
+            return known[1]
+        if len(self._refusals) >= _MAX_REFUSALS:
+            self._refusals.clear()
+        abort = abort_for(error)
+        block = trailers_only(abort.code, abort.message, abort.trailers)
+        self._refusals[id(error)] = (error, block)
+        return block
 
     def model_infer(
         self, request: pb.ModelInferRequest, call: GrpcCall
