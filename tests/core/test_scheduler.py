@@ -88,6 +88,28 @@ async def test_a_batch_that_runs_inline_waits_for_the_rest_of_the_loops_tick() -
         np.testing.assert_array_equal((await future)[0], rows(1, 10 * i)["x"] * 2)
 
 
+async def test_a_loop_slow_to_come_back_runs_batches_on_the_runners_thread() -> None:
+    # The same cheap batch, but the loop took 30 ms to reach the end of the tick (a flood of
+    # intake): run inline, it would wait for the loop again to be settled and to dispatch
+    # the next; on the runner's thread the next batch starts when this one ends.
+    cost = BatchCostModel()
+    cost.observe(8, 20e-6)
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), cost=cost)
+    executor.inline_below_s = 100e-6
+    first = scheduler.submit(rows(1), 1)
+    clock.advance(0.030)
+    await settle()
+    assert executor.inline == [False]
+    executor.finish(seconds=20e-6)
+    await first
+    second = scheduler.submit(rows(1), 1)  # the loop is prompt again: inline once more
+    await settle()
+    assert executor.inline == [False, True]
+    executor.finish()
+    await settle()
+    await second
+
+
 async def test_an_inline_run_keeps_its_instance_until_the_loop_settles_it() -> None:
     # Requests read between an inline run and its settling queue up and go together; an
     # instance freed at once let each of them start a batch of its own (2.3 rows per batch
