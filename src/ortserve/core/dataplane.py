@@ -9,7 +9,7 @@ from typing import Protocol
 from ortserve.core.model import Servable, ServedVersion
 from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
-from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
+from ortserve.errors import ModelNotReady, OrtServeError
 
 __all__ = ["DataPlane", "ModelResolver", "Router"]
 
@@ -90,25 +90,22 @@ class DataPlane:
             return False
 
     def refusal(self, name: str, version: str | None, priority: int = 0) -> OrtServeError | None:
-        """The load refusal (Overloaded, ModelNotReady) an infer request for this model would
-        get now, before it is decoded, or None.
+        """The error an infer request for this model would get now from its name alone, before
+        it is decoded, or None: ModelNotFound, ModelNotReady, Overloaded, InvalidInput (a
+        priority out of range).
 
         The transports call it with the path (HTTP) or the message's first fields (gRPC), so
-        a refusal under overload costs a small fraction of a served request. Anything that is
-        not a matter of load (an unknown model, a bad priority) is None here: the full path
-        answers it with its own error. The error may be shared by many requests: answer with
-        it, never raise it.
+        a refusal under overload costs a small fraction of a served request; the edges answer
+        only the load refusals (Overloaded, ModelNotReady) themselves. The error may be shared
+        by many requests: answer with it, never raise it (raise a copy).
         """
         if not version and (router := self.routers.get(name)) is not None:
             version = router.admission_version()
         try:
             served = self._resolver.resolve(name, version)
-        except ModelNotReady as unready:
-            return unready
-        except OrtServeError:
-            return None
-        refused = served.refusal(priority)
-        return refused if isinstance(refused, (Overloaded, ModelNotReady)) else None
+        except OrtServeError as unresolved:
+            return unresolved
+        return served.refusal(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Queue one request; errors found before queueing are raised at once.

@@ -12,7 +12,14 @@ from typing import Any, NoReturn
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
-from ortserve.errors import InternalError, InvalidInput, NotImplementedByServer, OrtServeError
+from ortserve.errors import (
+    InternalError,
+    InvalidInput,
+    ModelNotReady,
+    NotImplementedByServer,
+    OrtServeError,
+    Overloaded,
+)
 from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import (
@@ -204,8 +211,8 @@ class InferenceService:
         name, version = target
         # The most urgent lane: the message may ask for it, and it is refused last.
         error = self._dataplane.refusal(name, version or None, priority=1)
-        if error is None:
-            return None
+        if not isinstance(error, (Overloaded, ModelNotReady)):
+            return None  # admitted, or not a matter of load: the full path answers it
         telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
         known = self._refusals.get(id(error))
         if known is not None and known[0] is error:

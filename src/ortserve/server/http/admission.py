@@ -15,7 +15,7 @@ import time
 from urllib.parse import unquote
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.errors import OrtServeError
+from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.telemetry import Telemetry, echoable_id
@@ -78,8 +78,8 @@ class EarlyRefusal:
         started = time.perf_counter()
         # The most urgent lane: the body may ask for it, and it is refused last.
         error = self._dataplane.refusal(name, version, priority=1)
-        if error is None:
-            return None
+        if not isinstance(error, (Overloaded, ModelNotReady)):
+            return None  # admitted, or not a matter of load: the full path answers it
         answer = self._answer(error)
         telemetry = self._telemetry
         raw_id = headers.get(b"x-request-id")
