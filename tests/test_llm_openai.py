@@ -232,6 +232,12 @@ def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: Serv
     )
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
     assert (second.usage.prompt_tokens_details.cached_tokens or 0) > 0
+    # A whole paragraph may end in the end-of-text token at once (no token, no time to first
+    # token); this prompt goes on, so the token latencies are observed whatever ran before.
+    going_on = client.completions.create(
+        model=DEMO_LLM_NAME, prompt="The river runs", max_tokens=4, temperature=0
+    )
+    assert going_on.choices[0].text.strip()
     for name in (
         "ortserve_llm_time_to_first_token_seconds_count",
         "ortserve_llm_inter_token_latency_seconds_count",

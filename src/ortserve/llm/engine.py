@@ -163,6 +163,9 @@ class GenerationEngine:
             _, past = self.decoder.run(
                 ids[:, :1], positions[:, :1] + total - 1, np.ones((2, total), dtype=np.int64), past
             )
+        # Warm-up is no engine step: its model time must not count in the steps' share of
+        # ONNX Runtime (it made model_run_seconds exceed engine_step_seconds on a fresh server).
+        self.decoder.run_seconds = 0.0
 
     # -- the decode thread ---------------------------------------------------------
     def _run(self) -> None:
