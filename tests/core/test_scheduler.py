@@ -55,6 +55,15 @@ def make(
     return scheduler, executor, clock, recorder
 
 
+def inline_ready() -> tuple[Scheduler, FakeExecutor, FakeClock, BatchCostModel]:
+    """A scheduler whose batches of up to 8 rows (20 us) the executor would run inline."""
+    cost = BatchCostModel()
+    cost.observe(8, 20e-6)
+    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), cost=cost)
+    executor.inline_below_s = 100e-6
+    return scheduler, executor, clock, cost
+
+
 async def settle() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
@@ -74,10 +83,7 @@ async def test_idle_runner_runs_a_request_at_the_end_of_the_loops_tick() -> None
 async def test_a_batch_that_runs_inline_waits_for_the_rest_of_the_loops_tick() -> None:
     # The executor would run a full batch inline (blocking the loop), so an idle scheduler
     # starts it at the end of the tick: requests read in the same tick share it.
-    cost = BatchCostModel()
-    cost.observe(8, 20e-6)
-    scheduler, executor, _, _ = make(asyncio.get_running_loop(), cost=cost)
-    executor.inline_below_s = 100e-6
+    scheduler, executor, _, cost = inline_ready()
     futures = [scheduler.submit(rows(1, 10 * i), 1) for i in range(3)]
     assert executor.batches == []
     await settle()
@@ -92,10 +98,7 @@ async def test_a_loop_slow_to_come_back_runs_batches_on_the_runners_thread() -> 
     # The same cheap batch, but the loop took 30 ms to reach the end of the tick (a flood of
     # intake): run inline, it would wait for the loop again to be settled and to dispatch
     # the next; on the runner's thread the next batch starts when this one ends.
-    cost = BatchCostModel()
-    cost.observe(8, 20e-6)
-    scheduler, executor, clock, _ = make(asyncio.get_running_loop(), cost=cost)
-    executor.inline_below_s = 100e-6
+    scheduler, executor, clock, _ = inline_ready()
     first = scheduler.submit(rows(1), 1)
     clock.advance(0.030)
     await settle()
@@ -114,10 +117,7 @@ async def test_an_inline_run_keeps_its_instance_until_the_loop_settles_it() -> N
     # Requests read between an inline run and its settling queue up and go together; an
     # instance freed at once let each of them start a batch of its own (2.3 rows per batch
     # instead of 18.9 for small_mlp at c=64).
-    cost = BatchCostModel()
-    cost.observe(8, 20e-6)
-    scheduler, executor, _, _ = make(asyncio.get_running_loop(), cost=cost)
-    executor.inline_below_s = 100e-6
+    scheduler, executor, _, _ = inline_ready()
     first = scheduler.submit(rows(1), 1)
     await settle()
     assert executor.running[0].inline
