@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_of, bucket_ranges, pick
+from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_of, bucket_ranges, bucketer, pick
 from ortserve.routing.config import RoutingConfig, parse_duration
 from ortserve.routing.policy import Choice, Policy, RequestView, choose, split_weights, static_ranges
 
@@ -36,6 +36,13 @@ def test_the_bucket_of_a_key_is_stable_and_depends_on_the_model() -> None:
     assert bucket_of("m", "user-42") == bucket_of("m", "user-42")
     moved = sum(bucket_of("m", f"u{i}") != bucket_of("other", f"u{i}") for i in range(200))
     assert moved > 190
+
+
+def test_the_request_paths_bucketer_agrees_with_bucket_of_on_every_key() -> None:
+    bucket = bucketer("m")
+    keys = [f"user-{i}" for i in range(500)] + ["", "é", "用户", "\udcff-surrogate", "x" * 300]
+    assert [bucket(k) for k in keys] == [bucket_of("m", k) for k in keys]
+    assert bucketer("other")("user-1") == bucket_of("other", "user-1") != bucket("user-1")
 
 
 def test_a_70_30_split_holds_within_two_points_over_5000_keys() -> None:

@@ -4,9 +4,11 @@ auto-retirement with a fake clock, overrides, atomic replacement."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from ortserve.loadtest.capture import CapturedRequest, read_capture
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.config import RoutingConfig
-from ortserve.routing.policy import Policy
+from ortserve.routing.policy import Policy, RequestView, choose
 from ortserve.routing.roles import Role
 from ortserve.routing.rollout import Phase
 from ortserve.routing.table import RoutingTable
@@ -229,6 +231,25 @@ async def test_override_by_header_or_ab_tag_and_an_unknown_tag_is_a_client_error
     assert (await router.submit(explicit)).model_version == "1"
     with pytest.raises(InvalidInput, match="names no variant"):
         router.submit(request(ab_tag="slow"))
+
+
+async def test_submit_decides_as_the_policy_does_for_keyed_unkeyed_and_forced_requests() -> None:
+    table = table_with([FakeVersion("1"), FakeVersion("2")], {"split": {"1": 70, "2": 30}})
+    router = table.routers["m"]
+    policy, ranges = router.policy, router.ranges()
+    for i in range(300):
+        view = RequestView(key=f"user-{i}") if i % 3 else RequestView()
+        if i % 10 == 0:
+            view = view._replace(override="2")
+        forced = request(view.key, **({"ab_tag": view.override} if view.override else {}))
+        draw = (i % 97) / 97  # the same draw for the router and the policy
+        router.env = replace(router.env, draw=functools.partial(float, draw))
+        expected = choose(policy, ranges, view, "m", router.env.draw, lambda: "2")
+        assert (await router.submit(forced)).model_version == expected.version
+    by_reason = {version: seen.by_reason for version, seen in router.outcomes.items()}
+    assert sum(by_reason["1"].values()) + sum(by_reason["2"].values()) == 300
+    assert {reason for seen in by_reason.values() for reason in seen} == {"sticky", "random", "override"}
+    assert sum(n for (_, reason), n in router.reasons.items() if reason == "override") == 30
 
 
 async def test_a_replaced_policy_applies_to_the_next_request_and_keeps_counts() -> None:

@@ -169,9 +169,10 @@ class ModelRegistry:
                 # log at load time, and the client learns only the model's state.
                 raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
             return served
-        if not version.isdigit() or int(version) not in versions:
+        found = versions.get(int(version)) if version.isdigit() else None
+        if found is None:
             raise ModelNotFound(f"model {name!r} has no served version {version!r}")
-        return versions[int(version)]
+        return found
 
     def served_versions(self, name: str) -> tuple[str, ...]:
         """Version numbers of a model, highest first (ModelNotFound if unknown)."""

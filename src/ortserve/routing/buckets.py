@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BUCKETS", "BucketRange", "bucket_of", "bucket_ranges", "pick"]
+__all__ = ["BUCKETS", "BucketRange", "bucket_of", "bucket_ranges", "bucketer", "pick"]
 
 BUCKETS = 10_000
 """Bucket count: a weight is honoured to 0.01%."""
@@ -34,6 +34,23 @@ def bucket_of(model: str, key: str) -> int:
     """The key's bucket for this model: the same on every server, every run."""
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, person=_person(model))
     return int.from_bytes(digest.digest(), "big") % BUCKETS
+
+
+def bucketer(model: str) -> Callable[[str], int]:
+    """:func:`bucket_of` for one model, for the request path: the personalised hash state is
+    built once and copied per key (a copy costs about half of building it with ``person``)."""
+    base = hashlib.blake2b(digest_size=8, person=_person(model))
+
+    def bucket(key: str) -> int:
+        digest = base.copy()
+        try:
+            data = key.encode()  # the fast path; the same bytes wherever it succeeds
+        except UnicodeEncodeError:  # a lone surrogate (a key decoded with surrogateescape)
+            data = key.encode("utf-8", "surrogatepass")
+        digest.update(data)
+        return int.from_bytes(digest.digest(), "big") % BUCKETS
+
+    return bucket
 
 
 @functools.lru_cache(maxsize=1024)

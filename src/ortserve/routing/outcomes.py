@@ -38,11 +38,16 @@ class VersionOutcomes:
     window_requests: int = 0
     window_errors: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
+    by_reason: dict[str, int] = field(default_factory=dict)
+    """Requests by why the version was chosen (explicit, override, sticky, random, ...)."""
 
-    def arrived(self, now: float) -> None:
+    def arrived(self, now: float, reason: str) -> None:
+        """One request routed here (per request: a few additions, no key built)."""
         self.requests += 1
         self.window_requests += 1
         self.last_request = now
+        by_reason = self.by_reason
+        by_reason[reason] = by_reason.get(reason, 0) + 1
 
     def settled(self, latency_s: float, future: asyncio.Future[Any]) -> None:
         if future.cancelled():

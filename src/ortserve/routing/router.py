@@ -11,16 +11,17 @@ import asyncio
 import functools
 import logging
 import random
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ortserve.core.dataplane import ModelResolver
 from ortserve.core.model import Servable
 from ortserve.core.types import InferRequest, InferResponse
 from ortserve.errors import InvalidInput, ModelNotFound, ModelNotReady
-from ortserve.routing.buckets import BucketRange, bucket_ranges
+from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_ranges, bucketer
 from ortserve.routing.config import ShadowConfig
 from ortserve.routing.divergence import DivergenceBook
 from ortserve.routing.outcomes import VersionOutcomes
@@ -49,9 +50,49 @@ class RouterEnvironment:
 
 @dataclass(frozen=True, slots=True)
 class _Live:
+    """What a request reads, built once per policy, rollout step or rejection (:func:`_live`)."""
+
     policy: Policy
     ranges: tuple[BucketRange, ...]
     rollout: RolloutState | None
+    ends: tuple[int, ...]
+    """Each range's end, in order: ``bisect`` finds a bucket's range in one C call."""
+    versions: tuple[str, ...]
+    """Each range's version, beside ``ends``."""
+    admission: str | None
+    """The widest range's version (the transports' early admission check); None: no split,
+    the default version (it depends on what is served now, so it is looked up per request)."""
+    reads: bool
+    """The policy reads an override or a sticky key from the request."""
+    tracks: bool
+    """Errors and latencies are followed (see :attr:`ModelRouter.tracks_outcomes`)."""
+    mirrors: bool
+    """A shadow, or a rollout's comparison, may copy requests."""
+
+
+def _live(policy: Policy, ranges: tuple[BucketRange, ...], rollout: RolloutState | None) -> _Live:
+    config = policy.config
+    return _Live(
+        policy,
+        ranges,
+        rollout,
+        tuple(r.end for r in ranges),
+        tuple(r.version for r in ranges),
+        max(ranges, key=lambda r: r.end - r.start).version if ranges else None,
+        any(
+            part is not None
+            for part in (
+                policy.override_header,
+                policy.override_parameter,
+                policy.sticky_header,
+                policy.sticky_parameter,
+            )
+        ),
+        config.rollout is not None
+        or (config.retire is not None and config.retire.max_error_rate is not None),
+        config.shadow is not None
+        or (config.rollout is not None and config.rollout.guards.max_divergence is not None),
+    )
 
 
 class ModelRouter:
@@ -67,8 +108,6 @@ class ModelRouter:
         self.name = name
         self.env = env
         self.outcomes: dict[str, VersionOutcomes] = {}
-        self.reasons: Counter[tuple[str, str]] = Counter()
-        """Requests by (version, why it was chosen)."""
         self.book = DivergenceBook()
         self.shadow = ShadowLane(self.book)
         self.events: Counter[str] = Counter()
@@ -78,6 +117,7 @@ class ModelRouter:
         self._next_check = 0.0
         self._unjudged = 0
         self._judge_every = 16
+        self._bucket = bucketer(name)
         self._live = self._build(policy, None)
 
     # -- policy ---------------------------------------------------------------------------
@@ -91,13 +131,21 @@ class ModelRouter:
         return self._live.rollout
 
     @property
+    def reasons(self) -> Counter[tuple[str, str]]:
+        """Requests by (version, why it was chosen), from each version's outcomes."""
+        return Counter(
+            {
+                (version, reason): n
+                for version, seen in self.outcomes.items()
+                for reason, n in seen.by_reason.items()
+            }
+        )
+
+    @property
     def tracks_outcomes(self) -> bool:
         """Errors and latencies are followed (a done callback per request) only when a rollout
         or error-based retirement reads them: a plain split costs one count per request."""
-        config = self._live.policy.config
-        return config.rollout is not None or (
-            config.retire is not None and config.retire.max_error_rate is not None
-        )
+        return self._live.tracks
 
     def replace(self, policy: Policy) -> None:
         """Put ``policy`` in force now (one assignment: no request sees half of it).
@@ -109,14 +157,14 @@ class ModelRouter:
     def _build(self, policy: Policy, before: _Live | None) -> _Live:
         plan = policy.config.rollout
         if plan is None:
-            return _Live(policy, static_ranges(policy), None)
+            return _live(policy, static_ranges(policy), None)
         old = before.policy.config.rollout if before is not None else None
         kept = old is not None and (old.candidate, old.baseline) == (plan.candidate, plan.baseline)
         state = before.rollout if kept and before is not None and before.rollout is not None else None
         if state is None:
             state = start(plan, self.env.clock())
             self._reset_windows()
-        return _Live(policy, _rollout_ranges(plan.baseline, plan.candidate, state.share), state)
+        return _live(policy, _rollout_ranges(plan.baseline, plan.candidate, state.share), state)
 
     # -- the request path -----------------------------------------------------------------
 
@@ -133,23 +181,8 @@ class ModelRouter:
     ) -> RequestView:
         """The view from a request's parts; ``body``: a pipeline route's JSON fields, where
         the override parameter and the sticky ``field`` are also looked for."""
-        policy = self._live.policy
-        override = None
-        name = policy.override_parameter
-        if name is not None and parameters:
-            override = _text(parameters.get(name))
-        if override is None and name is not None and body:
-            override = _text(body.get(name))
-        if override is None and policy.override_header is not None and headers is not None:
-            override = headers(policy.override_header)
-        key = None
-        if policy.sticky_header is not None and headers is not None:
-            key = headers(policy.sticky_header)
-        if key is None and policy.sticky_parameter is not None and parameters:
-            key = _text(parameters.get(policy.sticky_parameter))
-        if key is None and policy.sticky_field is not None and body:
-            key = _text(body.get(policy.sticky_field))
-        return RequestView(explicit or None, override or None, key)
+        override, key = _parts(self._live.policy, parameters, headers, body)
+        return RequestView(explicit or None, override, key)
 
     def choose(self, view: RequestView) -> tuple[Servable, Choice]:
         """The version that serves a request with this view.
@@ -174,32 +207,63 @@ class ModelRouter:
         return self.env.resolver.resolve(self.name, fallback), Choice(fallback, "fallback")
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
-        """Route, submit, count; maybe mirror to the shadow. Raises what ``submit`` raises."""
-        served, choice = self.choose(self.view(request))
+        """Route, submit, count; maybe mirror to the shadow. Raises what ``submit`` raises.
+
+        The same decision as :meth:`choose` (explicit, override, split, default), with the
+        common cases (an explicit version, a sticky or random pick from the split) taken here
+        without building a view or a choice: this runs once per request.
+        """
+        live = self._live
+        explicit = request.model_version
+        if explicit:
+            served = self.env.resolver.resolve(self.name, explicit)
+            reason = "explicit"
+        else:
+            served, reason = self._route(live, request.parameters, request.headers)
         pending = served.submit(request)
-        self._account(served.info.version, choice.reason, pending)
-        self._maybe_shadow(request, served.info.version, pending)
+        version = served.info.version
+        self._account(live, version, reason, pending)
+        if live.mirrors:
+            self._maybe_shadow(request, version, pending)
         return pending
+
+    def _route(
+        self, live: _Live, parameters: Mapping[str, object], headers: Callable[[str], str | None] | None
+    ) -> tuple[Servable, str]:
+        override = key = None
+        if live.reads:
+            override, key = _parts(live.policy, parameters, headers, None)
+        if override is None and live.ends:
+            if key is not None:
+                bucket, reason = self._bucket(key), "sticky"
+            else:
+                bucket, reason = min(int(self.env.draw() * BUCKETS), BUCKETS - 1), "random"
+            # The ranges cover every bucket: the index is always a range's.
+            version = live.versions[bisect_right(live.ends, bucket)]
+            try:
+                return self.env.resolver.resolve(self.name, version), reason
+            except ModelNotFound:  # a split naming a version not (yet) loaded
+                fallback = self._default(live)
+                return self.env.resolver.resolve(self.name, fallback), "fallback"
+        served, choice = self.choose(RequestView(None, override, key))
+        return served, choice.reason
 
     def admission_version(self) -> str | None:
         """The version most default traffic goes to (the transports' early admission check)."""
         live = self._live
-        if live.ranges:
-            return max(live.ranges, key=lambda r: r.end - r.start).version
-        return self._default(live)
+        return live.admission if live.admission is not None else self._default(live)
 
     def record(self, version: str, reason: str, pending: asyncio.Future[object]) -> None:
         """Count a request routed here but run elsewhere (a pipeline route's request)."""
-        self._account(version, reason, pending)
+        self._account(self._live, version, reason, pending)
 
-    def _account(self, version: str, reason: str, pending: asyncio.Future[Any]) -> None:
+    def _account(self, live: _Live, version: str, reason: str, pending: asyncio.Future[Any]) -> None:
         now = self.env.clock()
         outcomes = self.outcomes.get(version)
         if outcomes is None:
             outcomes = self.outcomes[version] = VersionOutcomes()
-        outcomes.arrived(now)
-        self.reasons[(version, reason)] += 1
-        if self.tracks_outcomes:
+        outcomes.arrived(now, reason)
+        if live.tracks:
             pending.add_done_callback(functools.partial(self._settled, outcomes, now))
 
     def _settled(self, outcomes: VersionOutcomes, started: float, pending: asyncio.Future[Any]) -> None:
@@ -283,9 +347,7 @@ class ModelRouter:
         state, event = evaluate(plan, live.rollout, now, candidate, baseline, divergence)
         if event is None:
             return None
-        self._live = replace(
-            live, ranges=_rollout_ranges(plan.baseline, plan.candidate, state.share), rollout=state
-        )
+        self._live = _live(live.policy, _rollout_ranges(plan.baseline, plan.candidate, state.share), state)
         self._reset_windows()
         self.events[event] += 1
         if event == "rejected":
@@ -331,6 +393,34 @@ class ModelRouter:
 
 def _rollout_ranges(baseline: str, candidate: str, share: float) -> tuple[BucketRange, ...]:
     return bucket_ranges(split_weights({baseline: 100.0 - share, candidate: share}))
+
+
+def _parts(
+    policy: Policy,
+    parameters: Mapping[str, object],
+    headers: Callable[[str], str | None] | None,
+    body: Mapping[str, object] | None,
+) -> tuple[str | None, str | None]:
+    """The override value and the sticky key a request carries, where ``policy`` looks."""
+    # A parameter that is absent (the usual case for the override) costs no call to _text.
+    override = None
+    name = policy.override_parameter
+    if name is not None and parameters:
+        value = parameters.get(name)
+        override = None if value is None else _text(value)
+    if override is None and name is not None and body:
+        override = _text(body.get(name))
+    if override is None and policy.override_header is not None and headers is not None:
+        override = headers(policy.override_header)
+    key = None
+    if policy.sticky_header is not None and headers is not None:
+        key = headers(policy.sticky_header)
+    if key is None and policy.sticky_parameter is not None and parameters:
+        value = parameters.get(policy.sticky_parameter)
+        key = None if value is None else _text(value)
+    if key is None and policy.sticky_field is not None and body:
+        key = _text(body.get(policy.sticky_field))
+    return override or None, key
 
 
 def _text(value: object) -> str | None:
