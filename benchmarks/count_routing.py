@@ -1,0 +1,244 @@
+"""Instructions per request that routing adds, counted by callgrind (machine noise cannot move it).
+
+The end-to-end routing benchmark (``bench_routing.py``) resolves a few percent only with an
+A/A control and many rounds, and on this VM not even then. Here one server runs under
+``valgrind --tool=callgrind --instr-atstart=no`` (CPU 0, one intra-op thread) with the models
+of ``bench_routing.py``: ``small_mlp`` (no policy), ``small_mlp_b`` (identical: the A/A control),
+``small_one`` (one version, sticky ``{"1": 100}``: the decision alone) and ``small_routed``
+(70/30 sticky over two versions). h2load (CPU 1) sends ``--calls`` and then ``2 * --calls``
+sequential requests (c=1) to each, over HTTP/1.1 (JSON, ``parameters.user_id``) and gRPC (the
+same tensor and parameter); instructions per request are the difference of the two counts over
+``--calls``, so what each run pays once drops out. Each dump is kept for ``callgrind_annotate``.
+
+    python benchmarks/count_routing.py --tree before=/tmp/old/src --tree after=src --calls 300
+
+Writes benchmarks/out/count_routing-STAMP/count_routing.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_grpc import INFER
+from bench_routing import SMALL_ARMS, executions, repository
+from count_grpc import counted
+from h2load import GRPC_HEADERS, grpc_frame
+from machine import stamp as machine_stamp
+
+from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.testing import ServerProcess, free_port
+
+OUT = Path(__file__).parent / "out"
+WIDTH = 64
+
+
+def http_body() -> bytes:
+    data = np.random.default_rng(1).standard_normal(WIDTH).astype(np.float32).round(4).tolist()
+    tensor = {"name": "input", "datatype": "FP32", "shape": [1, WIDTH], "data": data}
+    return json.dumps({"inputs": [tensor], "parameters": {"user_id": "user-7"}}).encode()
+
+
+def grpc_body(model: str) -> bytes:
+    data = np.random.default_rng(1).standard_normal((1, WIDTH)).astype(np.float32)
+    message = pb.ModelInferRequest(
+        model_name=model,
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, WIDTH])],
+        raw_input_contents=[data.tobytes()],
+    )
+    message.parameters["user_id"].string_param = "user-7"
+    return grpc_frame(message.SerializeToString())
+
+
+def h2load(url: str, body: bytes, calls: int, headers: tuple[str, ...], h1: bool, clients: int) -> float:
+    """``calls`` requests from ``clients`` connections, one in flight on each; the seconds."""
+    with tempfile.NamedTemporaryFile(prefix="count-routing-", suffix=".bin") as file:
+        file.write(body)
+        file.flush()
+        command = [
+            "taskset",
+            "-c",
+            "1",
+            "h2load",
+            "-t1",
+            f"-c{clients}",
+            "-m1",
+            f"-n{calls}",
+            "-d",
+            file.name,
+        ]
+        command += ["--h1"] if h1 else []
+        command += [arg for header in headers for arg in ("-H", header)]
+        started = time.monotonic()
+        done = subprocess.run([*command, url], capture_output=True, text=True, check=True, timeout=900)
+    match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", done.stdout)
+    if match is None or int(match.group(2)) != calls:
+        raise RuntimeError(f"h2load did not complete {calls} requests:\n{done.stdout}")
+    return time.monotonic() - started
+
+
+POLICIES: dict[str, object] = {
+    "none": None,
+    "one": {"split": {"1": 100}, "sticky": {"parameter": "user_id"}},
+    "split": {"split": {"1": 70, "2": 30}, "sticky": {"parameter": "user_id"}},
+}
+
+
+def set_policy(server: ServerProcess, model: str, policy: object) -> None:
+    """Put ``policy`` in force for ``model`` through the control API (None: remove it)."""
+    url = f"{server.http_url}/v2/routing/models/{model}"
+    body = None if policy is None else json.dumps(policy).encode()
+    request = urllib.request.Request(url, body, method="DELETE" if policy is None else "PUT")
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        reply.read()
+
+
+def runs_of(server: ServerProcess, model: str) -> int:
+    """The model's executions so far, every version (statistics extension)."""
+    return sum(runs for _, runs in executions(server, model).values())
+
+
+def measure(
+    label: str, src: Path, repo: Path, calls: int, out_dir: Path, args: argparse.Namespace
+) -> dict[str, float]:
+    http_port, grpc_port = free_port(), free_port()
+    command = [
+        *("taskset", "-c", "0", "valgrind", "--tool=callgrind", "--instr-atstart=no"),
+        f"--callgrind-out-file={out_dir}/callgrind.out.%p",
+        *(sys.executable, "-m", "ortserve", "serve", "--model-repository", str(repo)),
+        *("--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", "-1"),
+        *("--intra-op-threads", "1", "--log-level", "WARNING"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(src), "ORTSERVE_SHUTDOWN_DELAY": "0"}
+    log_path = out_dir / f"{label}-server.log"
+    result: dict[str, float] = {}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, -1, log_path)
+        try:
+            server.wait_ready(900)
+            for transport in args.transports.split(","):
+                for index, arm in enumerate(args.arms.split(",")):
+                    model, _, policy = arm.partition("@")
+                    if policy:  # the same model with and without a policy: no A/A offset
+                        set_policy(server, model, POLICIES[policy])
+                    if transport == "http":
+                        url = f"{server.http_url}/v2/models/{model}/infer"
+                        body, headers, h1 = http_body(), ("content-type: application/json",), True
+                    else:
+                        url = f"http://{server.grpc_address}{INFER}"
+                        body, headers, h1 = grpc_body(model), GRPC_HEADERS, False
+
+                    def send(
+                        n: int,
+                        url: str = url,
+                        body: bytes = body,
+                        headers: tuple[str, ...] = headers,
+                        h1: bool = h1,
+                    ) -> None:
+                        h2load(url, body, n, headers, h1, args.clients)
+
+                    send(max(50, 2 * args.clients))  # warm: first-request caches
+                    name = f"{label}-{transport}-{index}-{model}-{policy or 'file'}"
+                    runs = runs_of(server, model)
+                    first = counted(process.pid, out_dir, f"{name}-{calls}", lambda: send(calls))
+                    second = counted(process.pid, out_dir, f"{name}-{2 * calls}", lambda: send(2 * calls))
+                    key = f"{transport} {index} {arm}"
+                    result[key] = (second - first) / calls
+                    result[f"{key} rows/batch"] = 3 * calls / max(1, runs_of(server, model) - runs)
+                    print(
+                        label,
+                        key,
+                        f"{result[key]:,.0f} ir/request,",
+                        f"{result[f'{key} rows/batch']:.1f} rows/batch",
+                        flush=True,
+                    )
+            return result
+        finally:
+            process.terminate()
+            try:
+                process.wait(120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def differences(figures: dict[str, float]) -> dict[str, float]:
+    """Each arm against its baseline: ``small_mlp`` for the file's models; for ``MODEL@POLICY``,
+    the mean of the nearest ``MODEL@none`` arms before and after it (A/B/A: drift cancels)."""
+    found: dict[str, float] = {}
+    keys = [k for k in figures if not k.endswith("rows/batch")]
+    for key in keys:
+        transport, index, arm = key.split()
+        model, _, policy = arm.partition("@")
+        if not policy:
+            plain = [figures[k] for k in keys if k.startswith(transport) and k.endswith(" small_mlp")]
+            if plain and model != "small_mlp":
+                found[f"{key} - small_mlp"] = figures[key] - plain[0]
+            continue
+        if policy == "none":
+            continue
+        same = [k for k in keys if k.startswith(f"{transport} ") and k.endswith(f" {model}@none")]
+        before = [k for k in same if int(k.split()[1]) < int(index)]
+        after = [k for k in same if int(k.split()[1]) > int(index)]
+        bases = [figures[k] for k in (before[-1:] + after[:1])]
+        if bases:
+            found[f"{key} - {model}@none"] = figures[key] - sum(bases) / len(bases)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a src/ folder")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=1, help="connections, one request in flight each")
+    parser.add_argument("--transports", default="http,grpc")
+    parser.add_argument(
+        "--arms",
+        default=",".join(SMALL_ARMS),
+        help="models in order; MODEL@POLICY (none, one, split) first sets that policy at run time",
+    )
+    args = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    out_dir = OUT / f"count_routing-{time.strftime('%Y%m%dT%H%M%S')}"
+    out_dir.mkdir()
+    repo = out_dir / "models"
+    repository(repo)
+    shutil.rmtree(repo / "heavy_mlp")  # not measured here: a shorter start under valgrind
+    for name in os.listdir(repo):
+        if name not in SMALL_ARMS:
+            shutil.rmtree(repo / name)
+    for config in repo.glob("*/config.yaml"):
+        # Under valgrind the server runs ~50x slower: the automatic queue-wait target (two full
+        # batches) would shed requests at --clients 64. Every arm gets the same setting.
+        text = config.read_text().replace(
+            "  max_queue_size: 1024\n", "  max_queue_size: 1024\n  max_queue_wait_ms: 600000\n"
+        )
+        config.write_text(text)
+    trees = dict(item.split("=", 1) for item in args.tree)
+    results = {
+        label: measure(label, Path(src).resolve(), repo, args.calls, out_dir, args)
+        for label, src in trees.items()
+    }
+    for figures in results.values():
+        figures.update(differences(figures))
+    report = {**machine_stamp(), "args": vars(args), "trees": trees, "results": results}
+    (out_dir / "count_routing.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(results, indent=2))
+    print(f"wrote {out_dir}/count_routing.json (callgrind dumps beside it)")
+
+
+if __name__ == "__main__":
+    main()
