@@ -1,4 +1,4 @@
-"""Instructions per ``check_admission`` + ``DataPlane.submit`` that routing adds, in process.
+"""Instructions per ``DataPlane.refusal`` + ``DataPlane.submit`` that routing adds, in process.
 
 The transports' two routing calls, nothing else: a real :class:`ModelRegistry` and
 :class:`RoutingTable`, versions that only create the answer's future (no decode, no queue, no
@@ -49,7 +49,7 @@ class _Instant:
         self.state = ModelState.READY
         self.ready = True
 
-    def check_admission(self, priority: int = 0) -> None:
+    def refusal(self, priority: int = 0) -> None:
         return None
 
     def submit(self, request: object) -> asyncio.Future[object]:
@@ -77,7 +77,7 @@ async def run(plane: DataPlane, model: str, calls: int) -> None:
     received = {b"host": b"127.0.0.1", b"user-agent": b"h2load", b"content-type": b"application/json"}
     headers = HttpRequest("POST", f"/v2/models/{model}/infer", "", received, b"").text_header
     for i in range(calls):
-        plane.check_admission(model, None, priority=1)
+        plane.refusal(model, None, priority=1)
         request = InferRequest(
             model,
             [InferInput("input", "FP32", (1, 64), x)],
