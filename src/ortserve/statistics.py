@@ -222,7 +222,7 @@ def _batch_snapshot(size: int, totals: list[float]) -> BatchSizeSnapshot:
 
 
 def _version_order(version: str) -> tuple[int, str]:
-    return (int(version), "") if version.isdigit() else (-1, version)
+    return (int(version), "") if version.isascii() and version.isdigit() else (-1, version)
 
 
 def encode_statistics(snapshots: list[StatisticsSnapshot]) -> bytes:

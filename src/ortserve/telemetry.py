@@ -270,4 +270,4 @@ def echoable_id(request_id: str | None) -> bytes | None:
 
 
 def _number(version: str) -> int:
-    return int(version) if version.isdigit() else -1
+    return int(version) if version.isascii() and version.isdigit() else -1

@@ -95,6 +95,8 @@ def test_invalid_requests_are_400_and_named(
         "/v2/models/nope/infer",
         "/v2/models/failing/versions/7/infer",
         "/v2/models/failing/versions/x/infer",
+        "/v2/models/failing/versions/%C2%B2/infer",  # "²": a digit to str.isdigit, not to int()
+        "/v2/models/failing/versions/%D9%A3/infer",  # "٣": int() reads it as 3; not a version here
         "/v2/nothing",
         "/v3",
     ],

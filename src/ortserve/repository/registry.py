@@ -169,7 +169,7 @@ class ModelRegistry:
                 # log at load time, and the client learns only the model's state.
                 raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
             return served
-        found = versions.get(int(version)) if version.isdigit() else None
+        found = versions.get(int(version)) if version.isascii() and version.isdigit() else None
         if found is None:
             raise ModelNotFound(f"model {name!r} has no served version {version!r}")
         return found

@@ -128,7 +128,7 @@ def merge_statistics(answers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _version_order(version: str) -> tuple[int, str]:
-    return (int(version), "") if version.isdigit() else (-1, version)
+    return (int(version), "") if version.isascii() and version.isdigit() else (-1, version)
 
 
 def _copy(value: Any) -> Any:
