@@ -56,3 +56,63 @@ def test_allowed_nan_does_not_hide_a_value_out_of_range() -> None:
         check(InputLimits(max=10), np.array([np.nan, 1.0, 20.0]))
     check(InputLimits(max=10), np.array([np.nan, 1.0, 2.0]))
     check(InputLimits(min=0, allow_nan=False), np.array([np.inf, 1.0]))
+
+
+# -- the batch check: one proof for the batch, the exact check only when it fails ----------
+
+
+@pytest.mark.parametrize(
+    ("limits", "values"),
+    [
+        (InputLimits(min=-1, max=1), [0.0, 2.0]),
+        (InputLimits(min=-1, max=1), [-1.5, 0.0]),
+        (InputLimits(max=1), [0.0, np.nan, 0.5]),  # a NaN in the middle is its own extreme
+        (InputLimits(allow_nan=False), [0.0, np.nan, 0.5]),
+        (InputLimits(allow_inf=False), [0.0, -np.inf]),  # no min given: -inf is still refused
+        (InputLimits(allow_inf=False), [np.inf, 0.0]),
+    ],
+)
+def test_a_batch_breaking_a_limit_is_not_proven(limits: InputLimits, values: list[float]) -> None:
+    array = np.array(values, dtype=np.float32)
+    assert not InputSandbox({"x": limits}).passes({"x": array})
+
+
+def test_a_batch_inside_every_limit_is_proven() -> None:
+    sandbox = InputSandbox(
+        {
+            "x": InputLimits(min=-1, max=1, allow_nan=False, allow_inf=False),
+            "n": InputLimits(min=0, max=65535),
+            "b": InputLimits(max=1),
+            "s": InputLimits(max=1),
+        }
+    )
+    feeds: dict[str, np.ndarray] = {
+        "x": np.array([[-1.0, 1.0], [0.5, 0.0]], dtype=np.float32),
+        "n": np.array([0, 65535], dtype=np.int64),
+        "b": np.array([True, False]),
+        "s": np.array(["zzz"], dtype=object),  # not numeric: not checked
+    }
+    assert sandbox.passes(feeds)
+    assert sandbox.passes({"x": np.zeros((0, 2), dtype=np.float32)})
+    assert not sandbox.passes({"n": np.array([1, 70000], dtype=np.int64)})
+
+
+def test_infinities_pass_where_allowed_and_nan_where_allowed_is_not_refused() -> None:
+    sandbox = InputSandbox({"x": InputLimits()})
+    assert sandbox.passes({"x": np.array([np.inf, -np.inf, np.nan])})  # no value limit at all
+    allowed_nan = InputSandbox({"x": InputLimits(max=10)})
+    with_nan = {"x": np.array([np.nan, 1.0])}
+    assert not allowed_nan.passes(with_nan)  # not proven ...
+    allowed_nan.check(with_nan)  # ... and not refused either
+
+
+def test_shapes_are_checked_alone_before_queueing() -> None:
+    sandbox = InputSandbox({"x": InputLimits(max=1, max_shape=(4, 2))})
+    sandbox.check_shapes({"x": np.full((4, 2), 1e30)})  # values are the batch check's
+    with pytest.raises(InvalidInput, match=r"dimension 0 is 5, at most 4 allowed"):
+        sandbox.check_shapes({"x": np.zeros((5, 2))})
+
+
+def test_the_sandbox_says_whether_it_limits_shapes() -> None:
+    assert InputSandbox({"x": InputLimits(max_shape=(4, 2))}).limits_shapes
+    assert not InputSandbox({"x": InputLimits(max=1)}).limits_shapes

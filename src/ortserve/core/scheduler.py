@@ -29,6 +29,7 @@ from ortserve.core.inlining import InlineGate
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import BatchRecord, NullObserver, SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy, StandingQueue, queue_wait_target
+from ortserve.core.screening import BatchScreen, split_refused
 from ortserve.errors import (
     DeadlineExceeded,
     InferenceError,
@@ -85,6 +86,8 @@ class _Run:
     expected_end: float
     waits: tuple[float, ...]
     assemble_s: float = 0.0
+    refused: Sequence[tuple[_Pending, InvalidInput]] = ()
+    """Requests the screen took out of the batch: answered with their error when it settles."""
 
 
 class Scheduler:
@@ -97,6 +100,8 @@ class Scheduler:
         loop: the event loop whose futures the requests await.
         cost_model: batch cost estimate, shared with warm-up so it starts fitted.
         observer: receives batch records (metrics, statistics).
+        screen: the input sandbox's value limits, checked once per assembled batch (see
+            :meth:`_job`); None: no check.
     """
 
     def __init__(
@@ -107,8 +112,10 @@ class Scheduler:
         loop: asyncio.AbstractEventLoop,
         cost_model: BatchCostModel | None = None,
         observer: SchedulerObserver | None = None,
+        screen: BatchScreen | None = None,
     ) -> None:
         self._executor = executor
+        self._screen = screen
         self._policy = policy
         self._clock = clock
         self._loop = loop
@@ -517,17 +524,37 @@ class Scheduler:
         self._running_requests += len(batch)
         return run, predicted if self.cost_model.fitted else math.inf
 
-    def _job(self, run: _Run, expected_s: float, inline: bool) -> BatchJob:
-        """Assemble the batch (outside the lock: concatenation takes a while)."""
+    def _job(self, run: _Run, expected_s: float, inline: bool) -> BatchJob | None:
+        """Assemble the batch (outside the lock: concatenation takes a while) and screen it.
+
+        The screen checks the assembled batch once: its NumPy calls cost the same for one row
+        as for 32, so a check per request cost a small model more than its share of the run.
+        A batch it cannot prove fine loses the requests that break a limit (answered 400 when
+        the run settles) and runs with the others; a batch that loses all is settled unrun
+        (None: nothing to execute).
+        """
         started = self._clock.now()
-        batch = run.batch
-        if len(batch) == 1:
-            feeds = batch[0].feeds
-        else:
-            names = batch[0].feeds.keys()
-            feeds = {name: np.concatenate([p.feeds[name] for p in batch]) for name in names}
+        feeds = _assemble(run.batch)
+        if self._screen is not None and not self._screen.passes(feeds):
+            if not self._screen_out(run, self._screen):
+                with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+                    self._loop.call_soon_threadsafe(partial(self._settle, run, None, None, True))
+                return None
+            feeds = _assemble(run.batch)
         run.assemble_s = self._clock.now() - started
         return BatchJob(feeds, expected_s, inline, partial(self._complete, run))
+
+    def _screen_out(self, run: _Run, screen: BatchScreen) -> bool:
+        """Move the requests the screen refuses to ``run.refused``; False when none is left."""
+        served, refused = split_refused(screen, run.batch)
+        if refused:
+            wait_of = dict(zip(map(id, run.batch), run.waits, strict=True))
+            run.batch, run.refused = served, refused
+            run.rows = sum(p.rows for p in served)
+            run.waits = tuple(wait_of[id(p)] for p in served)
+            with self._lock:
+                self._running_requests -= len(refused)
+        return bool(served)
 
     # -- dispatch on the loop -----------------------------------------------------------
     def _dispatch(self, timer_fired: bool = False) -> None:
@@ -558,7 +585,8 @@ class Scheduler:
     def _start(self, run: _Run, expected_s: float, inline: bool) -> None:
         try:
             job = self._job(run, expected_s, inline)
-            self._executor.execute(job)
+            if job is not None:
+                self._executor.execute(job)
         except Exception as exc:  # the executor could not even start: fail this batch only
             with self._lock:
                 self._changes += 1
@@ -640,6 +668,20 @@ class Scheduler:
         if release:
             with self._lock:
                 self._release(run, result)
+        for pending, refusal in run.refused:
+            if not pending.future.done():
+                pending.future.set_exception(refusal)
+        if run.batch:
+            self._report(run, result, error)
+        if self._full_batch_queued():
+            self._dispatch()
+        elif self._queued_requests:
+            self._dispatch_at_tick_end_once()
+        else:
+            self._after_loop_work()  # nothing waits: no dispatch to schedule
+
+    def _report(self, run: _Run, result: RunResult | None, error: BaseException | None) -> None:
+        """Answer the run's requests with their rows (or its error) and record the batch."""
         split_s = 0.0
         if result is not None:
             split_start = self._clock.now()
@@ -653,12 +695,6 @@ class Scheduler:
         self.observer.on_batch(
             BatchRecord(len(run.batch), run.rows, run.waits, run.assemble_s, run_s, split_s, result is None)
         )
-        if self._full_batch_queued():
-            self._dispatch()
-        elif self._queued_requests:
-            self._dispatch_at_tick_end_once()
-        else:
-            self._after_loop_work()  # nothing waits: no dispatch to schedule
 
     def _deliver(self, batch: Sequence[_Pending], outputs: list[Array]) -> None:
         if len(batch) == 1:
@@ -715,6 +751,13 @@ def _slack(margin_s: float, busy_for_s: float) -> float:
     """How long a refusal by ``margin_s`` stays right: the margin shrinks with the clock only
     while an instance is still busy (``busy_for_s``), and then no more."""
     return math.inf if margin_s > busy_for_s else margin_s
+
+
+def _assemble(batch: Sequence[_Pending]) -> Feeds:
+    if len(batch) == 1:
+        return batch[0].feeds
+    names = batch[0].feeds.keys()
+    return {name: np.concatenate([p.feeds[name] for p in batch]) for name in names}
 
 
 def _concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit | None:

@@ -244,10 +244,11 @@ async def load_version(
     """
     loop = asyncio.get_running_loop()
     prepared = await asyncio.to_thread(_prepare, name, version, path, config, settings, given or LoadInputs())
-    scheduler = Scheduler(
-        prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer
-    )
     guard = prepared.guard
+    screen = None if guard is None else guard.sandbox
+    scheduler = Scheduler(
+        prepared.runner, prepared.policy, LoopClock(loop), loop, prepared.cost_model, observer, screen
+    )
     if guard is not None:
         guard.start(loop, LoopClock(loop))
     return ServedVersion(prepared.info, scheduler, prepared.runner, guard)

@@ -43,6 +43,9 @@ class ResilienceGuard:
         self.chain = chain
         self.sandbox = sandbox
         self.ready_when_degraded = ready_when_degraded
+        self._primary = None if chain is None else chain.breakers[0]
+        """Level 0's breaker, asked on every request (the other levels only when it is open)."""
+        self._shaped = sandbox if sandbox is not None and sandbox.limits_shapes else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock: Clock | None = None
         self._timer: TimerHandle | None = None
@@ -60,27 +63,44 @@ class ResilienceGuard:
 
     # -- admission and readiness -----------------------------------------------------
     def admit(self, feeds: Mapping[str, Array]) -> None:
-        """Before the request is queued: a level can answer it, and its inputs are sane.
+        """Before the request is queued: a level can answer it, and its inputs' shapes fit.
+
+        The sandbox's value limits are checked once per assembled batch, by the scheduler
+        (``Scheduler(screen=guard.sandbox)``): per request they cost more than a small
+        model's share of its batch run.
 
         Raises:
             ModelNotReady: no level can answer now (503, with the reason).
-            InvalidInput: the sandbox refuses an input.
+            InvalidInput: an input is larger than its ``max_shape``.
         """
-        self.check_usable()
-        if self.sandbox is not None:
-            self.sandbox.check(feeds)
+        primary = self._primary  # check_usable's lines, inline: this runs for every request
+        if primary is not None and not primary.allows:
+            self._check_levels()
+        if self._shaped is not None:
+            self._shaped.check_shapes(feeds)
 
     def check_usable(self) -> None:
         """Raises ModelNotReady (503, with the reason) when no level can answer now."""
+        primary = self._primary
+        if primary is not None and not primary.allows:
+            self._check_levels()
+
+    def _check_levels(self) -> None:
+        """Level 0 is open: raise unless a later level can answer."""
         chain = self.chain
-        if chain is not None and not chain.breakers[0].allows and chain.current_level() is None:
+        assert chain is not None
+        if chain.current_level() is None:
             _, reason = chain.status()
             raise ModelNotReady(f"{chain.label} has no usable execution level: {reason}")
 
     @property
     def ready(self) -> bool:
-        if self.chain is None:
+        """Read on every request (the registry picks the latest ready version): level 0's
+        breaker alone answers while it is closed."""
+        primary = self._primary
+        if primary is None or primary.allows:
             return True
+        assert self.chain is not None
         level = self.chain.current_level()
         if level is None:
             return False

@@ -1,0 +1,143 @@
+"""Instructions per gRPC call of a guarded model against a plain one, counted by callgrind.
+
+One server under ``valgrind --tool=callgrind --instr-atstart=no`` (CPU 0, one intra-op thread)
+serves small_mlp as ``plain``, ``plain2`` (the A/A control) and ``guarded`` (the configs of
+``bench_resilience.py overhead``). For each model and each concurrency (1 and 64), h2load
+(CPU 1) sends ``--calls`` and then ``2 * --calls`` calls while callgrind counts; instructions
+per call are the difference over ``--calls``, so what a run pays once drops out. Under
+valgrind the server runs some 50x slower, so at c=64 every batch is full (32 rows) for every
+model: the counts compare the per-request and per-batch work of the paths, not the batching
+dynamics (rows per batch, inline or worker), which ``bench_resilience.py overhead`` reads.
+Each dump is kept, for ``callgrind_annotate`` by function.
+
+    python benchmarks/count_resilience.py --tree before=/tmp/old/src --tree after=src --calls 400
+
+Writes JSON under benchmarks/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_resilience import ARMS, GUARDED_CONFIG, PLAIN_CONFIG, grpc_body, write_model
+from count_grpc import counted
+from h2load import GRPC_HEADERS
+from machine import stamp as machine_stamp
+
+from ortserve.testing import ServerProcess, free_port
+
+OUT = Path(__file__).parent / "out"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def h2load_calls(url: str, body: bytes, calls: int, concurrency: int) -> float:
+    """Send ``calls`` calls over ``concurrency`` streams of one connection; returns seconds."""
+    with tempfile.NamedTemporaryFile(prefix="count-res-", suffix=".bin") as file:
+        file.write(body)
+        file.flush()
+        command = ["taskset", "-c", "1", "h2load", "-t1", "-c1", f"-m{concurrency}", f"-n{calls}"]
+        command += ["-d", file.name, *(arg for header in GRPC_HEADERS for arg in ("-H", header))]
+        started = time.monotonic()
+        done = subprocess.run([*command, url], capture_output=True, text=True, check=True, timeout=1800)
+        elapsed = time.monotonic() - started
+    match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", done.stdout)
+    if match is None or int(match.group(2)) != calls:
+        raise RuntimeError(f"h2load did not complete {calls} calls:\n{done.stdout}")
+    return elapsed
+
+
+def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -> dict[str, float]:
+    http_port, grpc_port = free_port(), free_port()
+    command = [
+        *("taskset", "-c", "0", "valgrind", "--tool=callgrind", "--instr-atstart=no"),
+        f"--callgrind-out-file={out_dir}/callgrind.out.%p",
+        *(sys.executable, "-m", "ortserve", "serve", "--model-repository", str(repo)),
+        *("--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", "-1"),
+        *("--intra-op-threads", "1", "--log-level", "WARNING"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(src), "ORTSERVE_SHUTDOWN_DELAY": "0"}
+    log_path = out_dir / f"{label}-server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, -1, log_path)
+        try:
+            server.wait_ready(900)
+            url = f"http://{server.grpc_address}{INFER}"
+            result: dict[str, float] = {}
+            for model in ARMS:
+                h2load_calls(url, grpc_body(model), 100, 16)  # warm
+            for concurrency in (1, 64):
+                for model in ARMS:
+                    body = grpc_body(model)
+                    name = f"{label}-{model}-c{concurrency}"
+                    counts = [
+                        counted(
+                            process.pid,
+                            out_dir,
+                            f"{name}-{n}",
+                            partial(h2load_calls, url, body, n, concurrency),
+                        )
+                        for n in (calls, 2 * calls)
+                    ]
+                    result[f"{model}_c{concurrency}_ir_per_call"] = (counts[1] - counts[0]) / calls
+                    print(
+                        label,
+                        model,
+                        f"c={concurrency}",
+                        f"{result[f'{model}_c{concurrency}_ir_per_call']:,.0f}",
+                        flush=True,
+                    )
+            return result
+        finally:
+            process.terminate()
+            try:
+                process.wait(120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a src/ folder")
+    parser.add_argument("--calls", type=int, default=400)
+    args = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out_dir = OUT / f"count_resilience-{stamp}"
+    out_dir.mkdir()
+    repo = out_dir / "models"
+    write_model(repo, "plain", PLAIN_CONFIG)
+    write_model(repo, "plain2", PLAIN_CONFIG)
+    write_model(repo, "guarded", GUARDED_CONFIG)
+    trees = dict(item.split("=", 1) for item in args.tree)
+    results = {
+        label: measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir)
+        for label, src in trees.items()
+    }
+    for found in results.values():
+        for concurrency in (1, 64):
+            plain = found[f"plain_c{concurrency}_ir_per_call"]
+            for arm in ("plain2", "guarded"):
+                found[f"{arm}_minus_plain_c{concurrency}"] = (
+                    found[f"{arm}_c{concurrency}_ir_per_call"] - plain
+                )
+    report = {"machine": machine_stamp(), "args": vars(args), "trees": trees, "results": results}
+    path = out_dir / "count_resilience.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps(results, indent=2))
+    print(f"wrote {path} (callgrind dumps beside it)")
+
+
+if __name__ == "__main__":
+    main()
