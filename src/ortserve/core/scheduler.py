@@ -553,6 +553,7 @@ class Scheduler:
             run.rows = sum(p.rows for p in served)
             run.waits = tuple(wait_of[id(p)] for p in served)
             with self._lock:
+                self._changes += 1  # a kept admission verdict counted these requests
                 self._running_requests -= len(refused)
         return bool(served)
 
