@@ -18,6 +18,7 @@ Writes JSON under benchmarks/out/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -108,7 +109,12 @@ def count_kind(pid: int, out_dir: Path, name: str, url: str, body: bytes, calls:
     }
 
 
-def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -> dict[str, float]:
+@contextlib.contextmanager
+def callgrind_server(
+    label: str, src: Path, repo: Path, out_dir: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], ServerProcess]]:
+    """``ortserve serve`` from ``src`` under callgrind on CPU 0, instrumentation off until a
+    count turns it on (``counted``); ready when yielded, stopped on exit."""
     http_port, grpc_port = free_port(), free_port()
     command = [
         *("taskset", "-c", "0", "valgrind", "--tool=callgrind", "--instr-atstart=no"),
@@ -124,21 +130,7 @@ def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -
         server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, -1, log_path)
         try:
             server.wait_ready(900)
-            result: dict[str, float] = {}
-            for kind, path, body in (
-                ("live", LIVE, grpc_frame(b"")),
-                ("infer", INFER, grpc_request(MODEL, WIDTHS[MODEL])),
-            ):
-                url = f"http://{server.grpc_address}{path}"
-                h2load_calls(url, body, 50)  # warm: first-call caches, the cost model's timings
-                result |= count_kind(process.pid, out_dir, f"{label}-{kind}", url, body, calls)
-                print(
-                    label,
-                    kind,
-                    f"{result[f'{label}-{kind}_ir_per_call']:,.0f} instructions per call",
-                    flush=True,
-                )
-            return result
+            yield process, server
         finally:
             process.terminate()
             try:
@@ -146,6 +138,25 @@ def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -> dict[str, float]:
+    with callgrind_server(label, src, repo, out_dir) as (process, server):
+        result: dict[str, float] = {}
+        for kind, path, body in (
+            ("live", LIVE, grpc_frame(b"")),
+            ("infer", INFER, grpc_request(MODEL, WIDTHS[MODEL])),
+        ):
+            url = f"http://{server.grpc_address}{path}"
+            h2load_calls(url, body, 50)  # warm: first-call caches, the cost model's timings
+            result |= count_kind(process.pid, out_dir, f"{label}-{kind}", url, body, calls)
+            print(
+                label,
+                kind,
+                f"{result[f'{label}-{kind}_ir_per_call']:,.0f} instructions per call",
+                flush=True,
+            )
+        return result
 
 
 def count_in_process(label: str, src: Path, calls: int, batch: int, out_dir: Path) -> float:

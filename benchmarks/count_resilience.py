@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,11 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_resilience import ARMS, GUARDED_CONFIG, PLAIN_CONFIG, grpc_body, write_model
-from count_grpc import counted
+from count_grpc import callgrind_server, counted
 from h2load import GRPC_HEADERS
 from machine import stamp as machine_stamp
-
-from ortserve.testing import ServerProcess, free_port
 
 OUT = Path(__file__).parent / "out"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -57,54 +54,33 @@ def h2load_calls(url: str, body: bytes, calls: int, concurrency: int) -> float:
 
 
 def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -> dict[str, float]:
-    http_port, grpc_port = free_port(), free_port()
-    command = [
-        *("taskset", "-c", "0", "valgrind", "--tool=callgrind", "--instr-atstart=no"),
-        f"--callgrind-out-file={out_dir}/callgrind.out.%p",
-        *(sys.executable, "-m", "ortserve", "serve", "--model-repository", str(repo)),
-        *("--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", "-1"),
-        *("--intra-op-threads", "1", "--log-level", "WARNING"),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(src), "ORTSERVE_SHUTDOWN_DELAY": "0"}
-    log_path = out_dir / f"{label}-server.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, -1, log_path)
-        try:
-            server.wait_ready(900)
-            url = f"http://{server.grpc_address}{INFER}"
-            result: dict[str, float] = {}
+    with callgrind_server(label, src, repo, out_dir) as (process, server):
+        url = f"http://{server.grpc_address}{INFER}"
+        result: dict[str, float] = {}
+        for model in ARMS:
+            h2load_calls(url, grpc_body(model), 100, 16)  # warm
+        for concurrency in (1, 64):
             for model in ARMS:
-                h2load_calls(url, grpc_body(model), 100, 16)  # warm
-            for concurrency in (1, 64):
-                for model in ARMS:
-                    body = grpc_body(model)
-                    name = f"{label}-{model}-c{concurrency}"
-                    counts = [
-                        counted(
-                            process.pid,
-                            out_dir,
-                            f"{name}-{n}",
-                            partial(h2load_calls, url, body, n, concurrency),
-                        )
-                        for n in (calls, 2 * calls)
-                    ]
-                    result[f"{model}_c{concurrency}_ir_per_call"] = (counts[1] - counts[0]) / calls
-                    print(
-                        label,
-                        model,
-                        f"c={concurrency}",
-                        f"{result[f'{model}_c{concurrency}_ir_per_call']:,.0f}",
-                        flush=True,
+                body = grpc_body(model)
+                name = f"{label}-{model}-c{concurrency}"
+                counts = [
+                    counted(
+                        process.pid,
+                        out_dir,
+                        f"{name}-{n}",
+                        partial(h2load_calls, url, body, n, concurrency),
                     )
-            return result
-        finally:
-            process.terminate()
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                    for n in (calls, 2 * calls)
+                ]
+                result[f"{model}_c{concurrency}_ir_per_call"] = (counts[1] - counts[0]) / calls
+                print(
+                    label,
+                    model,
+                    f"c={concurrency}",
+                    f"{result[f'{model}_c{concurrency}_ir_per_call']:,.0f}",
+                    flush=True,
+                )
+        return result
 
 
 def main() -> None:

@@ -34,12 +34,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_grpc import INFER
 from bench_routing import SMALL_ARMS, executions, repository
-from count_grpc import counted
+from count_grpc import callgrind_server, counted
 from h2load import GRPC_HEADERS, grpc_frame
 from machine import stamp as machine_stamp
 
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
-from ortserve.testing import ServerProcess, free_port
+from ortserve.testing import ServerProcess
 
 OUT = Path(__file__).parent / "out"
 WIDTH = 64
@@ -113,66 +113,45 @@ def runs_of(server: ServerProcess, model: str) -> int:
 def measure(
     label: str, src: Path, repo: Path, calls: int, out_dir: Path, args: argparse.Namespace
 ) -> dict[str, float]:
-    http_port, grpc_port = free_port(), free_port()
-    command = [
-        *("taskset", "-c", "0", "valgrind", "--tool=callgrind", "--instr-atstart=no"),
-        f"--callgrind-out-file={out_dir}/callgrind.out.%p",
-        *(sys.executable, "-m", "ortserve", "serve", "--model-repository", str(repo)),
-        *("--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", "-1"),
-        *("--intra-op-threads", "1", "--log-level", "WARNING"),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(src), "ORTSERVE_SHUTDOWN_DELAY": "0"}
-    log_path = out_dir / f"{label}-server.log"
     result: dict[str, float] = {}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        server = ServerProcess(process, "127.0.0.1", http_port, grpc_port, -1, log_path)
-        try:
-            server.wait_ready(900)
-            for transport in args.transports.split(","):
-                for index, arm in enumerate(args.arms.split(",")):
-                    model, _, policy = arm.partition("@")
-                    if policy:  # the same model with and without a policy: no A/A offset
-                        set_policy(server, model, POLICIES[policy])
-                    if transport == "http":
-                        url = f"{server.http_url}/v2/models/{model}/infer"
-                        body, headers, h1 = http_body(), ("content-type: application/json",), True
-                    else:
-                        url = f"http://{server.grpc_address}{INFER}"
-                        body, headers, h1 = grpc_body(model), GRPC_HEADERS, False
+    with callgrind_server(label, src, repo, out_dir) as (process, server):
+        for transport in args.transports.split(","):
+            for index, arm in enumerate(args.arms.split(",")):
+                model, _, policy = arm.partition("@")
+                if policy:  # the same model with and without a policy: no A/A offset
+                    set_policy(server, model, POLICIES[policy])
+                if transport == "http":
+                    url = f"{server.http_url}/v2/models/{model}/infer"
+                    body, headers, h1 = http_body(), ("content-type: application/json",), True
+                else:
+                    url = f"http://{server.grpc_address}{INFER}"
+                    body, headers, h1 = grpc_body(model), GRPC_HEADERS, False
 
-                    def send(
-                        n: int,
-                        url: str = url,
-                        body: bytes = body,
-                        headers: tuple[str, ...] = headers,
-                        h1: bool = h1,
-                    ) -> None:
-                        h2load(url, body, n, headers, h1, args.clients)
+                def send(
+                    n: int,
+                    url: str = url,
+                    body: bytes = body,
+                    headers: tuple[str, ...] = headers,
+                    h1: bool = h1,
+                ) -> None:
+                    h2load(url, body, n, headers, h1, args.clients)
 
-                    send(max(50, 2 * args.clients))  # warm: first-request caches
-                    name = f"{label}-{transport}-{index}-{model}-{policy or 'file'}"
-                    runs = runs_of(server, model)
-                    first = counted(process.pid, out_dir, f"{name}-{calls}", lambda: send(calls))
-                    second = counted(process.pid, out_dir, f"{name}-{2 * calls}", lambda: send(2 * calls))
-                    key = f"{transport} {index} {arm}"
-                    result[key] = (second - first) / calls
-                    result[f"{key} rows/batch"] = 3 * calls / max(1, runs_of(server, model) - runs)
-                    print(
-                        label,
-                        key,
-                        f"{result[key]:,.0f} ir/request,",
-                        f"{result[f'{key} rows/batch']:.1f} rows/batch",
-                        flush=True,
-                    )
-            return result
-        finally:
-            process.terminate()
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                send(max(50, 2 * args.clients))  # warm: first-request caches
+                name = f"{label}-{transport}-{index}-{model}-{policy or 'file'}"
+                runs = runs_of(server, model)
+                first = counted(process.pid, out_dir, f"{name}-{calls}", lambda: send(calls))
+                second = counted(process.pid, out_dir, f"{name}-{2 * calls}", lambda: send(2 * calls))
+                key = f"{transport} {index} {arm}"
+                result[key] = (second - first) / calls
+                result[f"{key} rows/batch"] = 3 * calls / max(1, runs_of(server, model) - runs)
+                print(
+                    label,
+                    key,
+                    f"{result[key]:,.0f} ir/request,",
+                    f"{result[f'{key} rows/batch']:.1f} rows/batch",
+                    flush=True,
+                )
+        return result
 
 
 def differences(figures: dict[str, float]) -> dict[str, float]:
