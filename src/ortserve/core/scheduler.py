@@ -590,10 +590,7 @@ class Scheduler:
                 self._executor.execute(job)
         except Exception as exc:  # the executor could not even start: fail this batch only
             with self._lock:
-                self._changes += 1
-                self._busy -= 1
-                self._busy_until.remove(run.expected_end)
-                self._running_requests -= len(run.batch)
+                self._unbook(run)
             self._fail(run.batch, exc)
 
     def _arm_delay(self, when: float) -> None:
@@ -648,12 +645,16 @@ class Scheduler:
             return True
         return now - head.arrival >= policy.max_queue_delay_s
 
-    def _release(self, run: _Run, result: RunResult | None) -> None:
-        """Free the run's instance and learn from its time (under the lock)."""
+    def _unbook(self, run: _Run) -> None:
+        """Undo :meth:`_begin` (under the lock): the instance and the run's requests are free."""
         self._changes += 1
         self._busy -= 1
         self._busy_until.remove(run.expected_end)
         self._running_requests -= len(run.batch)
+
+    def _release(self, run: _Run, result: RunResult | None) -> None:
+        """Free the run's instance and learn from its time (under the lock)."""
+        self._unbook(run)
         if result is not None:
             self.cost_model.observe(run.rows, result[1])
             self._inline.observe(run.rows, result[1])

@@ -15,10 +15,8 @@ from ortserve.core.types import InferResponse
 from ortserve.errors import (
     InternalError,
     InvalidInput,
-    ModelNotReady,
     NotImplementedByServer,
     OrtServeError,
-    Overloaded,
 )
 from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
@@ -32,6 +30,7 @@ from ortserve.protocol.grpc.codec import (
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.edge import EncodedRefusals, load_refusal
 from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
 from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_for, log_internal
 from ortserve.server.grpc.headers import trailers_only
@@ -47,7 +46,6 @@ StatisticsView = Callable[[str | None, str | None], Awaitable[list[StatisticsSna
 __all__ = ["INFERENCE_SERVICE", "InferenceService"]
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
-_MAX_REFUSALS = 64  # encoded refusals kept (one per model and lane in force)
 
 
 class InferenceService:
@@ -65,7 +63,7 @@ class InferenceService:
         self._dataplane = dataplane
         self._limits = limits
         self._telemetry = telemetry or Telemetry(ServerStatistics())
-        self._refusals: dict[int, tuple[OrtServeError, bytes]] = {}  # kept verdict -> its trailers
+        self._refusals = EncodedRefusals(_trailers_for)  # each kept verdict's trailers-only block
         self.capture: Capture | None = None
         """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
         self.control: ModelControl | None = None
@@ -209,20 +207,11 @@ class InferenceService:
             return None
         started = time.perf_counter()
         name, version = target
-        # The most urgent lane: the message may ask for it, and it is refused last.
-        error = self._dataplane.refusal(name, version or None, priority=1)
-        if not isinstance(error, (Overloaded, ModelNotReady)):
-            return None  # admitted, or not a matter of load: the full path answers it
+        error = load_refusal(self._dataplane, name, version or None)
+        if error is None:
+            return None
         telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
-        known = self._refusals.get(id(error))
-        if known is not None and known[0] is error:
-            return known[1]
-        if len(self._refusals) >= _MAX_REFUSALS:
-            self._refusals.clear()
-        abort = abort_for(error)
-        block = trailers_only(abort.code, abort.message, abort.trailers)
-        self._refusals[id(error)] = (error, block)
-        return block
+        return self._refusals.answer(error)
 
     def model_infer(
         self, request: pb.ModelInferRequest, call: GrpcCall
@@ -339,6 +328,11 @@ def _infer_answer(
         raise _finished_with(scope, exc) from None
     scope.finish(None, "OK")
     return answer
+
+
+def _trailers_for(error: OrtServeError) -> bytes:
+    abort = abort_for(error)
+    return trailers_only(abort.code, abort.message, abort.trailers)
 
 
 def _finished_with(scope: RequestScope, exc: Exception) -> OrtServeError:

@@ -15,7 +15,7 @@ import time
 from urllib.parse import unquote
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
+from ortserve.server.edge import EncodedRefusals, load_refusal
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.telemetry import Telemetry, echoable_id
@@ -25,7 +25,6 @@ __all__ = ["EarlyRefusal", "infer_target"]
 _PREFIX = b"/v2/models/"
 _SUFFIX = b"/infer"
 _MAX_TARGETS = 1024  # request targets remembered (clients repeat a handful of paths)
-_MAX_ANSWERS = 64  # encoded refusals remembered (one per model and lane in force)
 _UNSEEN = ("", None)
 
 Target = tuple[str, str | None]
@@ -64,7 +63,7 @@ class EarlyRefusal:
         self._dataplane = dataplane
         self._telemetry = telemetry
         self._targets: dict[bytes, Target | None] = {}
-        self._answers: dict[int, tuple[OrtServeError, CannedResponse]] = {}
+        self._answers = EncodedRefusals(lambda error: canned(error_response(error)))
 
     def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
         if method != b"POST" or b"expect" in headers:
@@ -76,11 +75,10 @@ class EarlyRefusal:
             return None
         name, version = target
         started = time.perf_counter()
-        # The most urgent lane: the body may ask for it, and it is refused last.
-        error = self._dataplane.refusal(name, version, priority=1)
-        if not isinstance(error, (Overloaded, ModelNotReady)):
-            return None  # admitted, or not a matter of load: the full path answers it
-        answer = self._answer(error)
+        error = load_refusal(self._dataplane, name, version)
+        if error is None:
+            return None
+        answer = self._answers.answer(error)
         telemetry = self._telemetry
         raw_id = headers.get(b"x-request-id")
         request_id = None if raw_id is None else raw_id.decode("latin-1")
@@ -97,14 +95,3 @@ class EarlyRefusal:
             self._targets.clear()
         target = self._targets[url] = infer_target(url)
         return target
-
-    def _answer(self, error: OrtServeError) -> CannedResponse:
-        """The response to ``error``, encoded once for every request it refuses."""
-        known = self._answers.get(id(error))
-        if known is not None and known[0] is error:
-            return known[1]
-        if len(self._answers) >= _MAX_ANSWERS:
-            self._answers.clear()
-        answer = canned(error_response(error))
-        self._answers[id(error)] = (error, answer)
-        return answer

@@ -1,0 +1,50 @@
+"""What both transports' edge refusals share: the load verdict, and its answer encoded once.
+
+HTTP refuses from the path and headers (``http/admission.py``), gRPC from the message's first
+bytes (``grpc/service.py``); both ask the scheduler's kept verdict and answer every request it
+refuses with the same bytes, encoded the first time (issue 10: refusals priced against the
+floor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ortserve.core.dataplane import DataPlane
+from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
+
+__all__ = ["EncodedRefusals", "load_refusal"]
+
+_T = TypeVar("_T")
+_MAX_ANSWERS = 64  # encoded refusals kept (one per model and lane in force)
+
+
+def load_refusal(dataplane: DataPlane, name: str, version: str | None) -> OrtServeError | None:
+    """The load refusal (Overloaded, ModelNotReady) a request would get now, else None:
+    admitted, or refused for another reason the full path answers with its own error."""
+    # The most urgent lane: the body may ask for it, and it is refused last.
+    error = dataplane.refusal(name, version, priority=1)
+    return error if isinstance(error, (Overloaded, ModelNotReady)) else None
+
+
+class EncodedRefusals(Generic[_T]):
+    """Each kept refusal's answer, encoded once for every request it refuses.
+
+    Args:
+        encode: the transport's answer to an error.
+    """
+
+    def __init__(self, encode: Callable[[OrtServeError], _T]) -> None:
+        self._encode = encode
+        self._answers: dict[int, tuple[OrtServeError, _T]] = {}
+
+    def answer(self, error: OrtServeError) -> _T:
+        known = self._answers.get(id(error))
+        if known is not None and known[0] is error:  # the same verdict, not a reused id
+            return known[1]
+        if len(self._answers) >= _MAX_ANSWERS:
+            self._answers.clear()
+        answer = self._encode(error)
+        self._answers[id(error)] = (error, answer)
+        return answer
