@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_grpc import INFER, LIVE, WIDTHS, grpc_request
@@ -178,6 +179,14 @@ def count_in_process(label: str, src: Path, calls: int, batch: int, out_dir: Pat
     return per_call
 
 
+def write_report(path: Path, args: argparse.Namespace, trees: object, results: dict[str, Any]) -> None:
+    """The counts with the machine and the command that made them, beside the callgrind dumps."""
+    report = {"machine": machine_stamp(), "args": vars(args), "trees": trees, "results": results}
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps(results, indent=2))
+    print(f"wrote {path} (callgrind dumps beside it)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a src/ folder")
@@ -207,11 +216,7 @@ def main() -> None:
                 )
         if not args.no_server:
             results[label] |= measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir)
-    report = {"machine": machine_stamp(), "args": vars(args), "trees": trees, "results": results}
-    path = out_dir / "count_grpc.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(results, indent=2))
-    print(f"wrote {path} (callgrind dumps beside it)")
+    write_report(out_dir / "count_grpc.json", args, trees, results)
 
 
 if __name__ == "__main__":

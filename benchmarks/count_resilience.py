@@ -18,7 +18,6 @@ Writes JSON under benchmarks/out/.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -29,9 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_resilience import ARMS, GUARDED_CONFIG, PLAIN_CONFIG, grpc_body, write_model
-from count_grpc import callgrind_server, counted
+from count_grpc import callgrind_server, counted, write_report
 from h2load import GRPC_HEADERS
-from machine import stamp as machine_stamp
 
 OUT = Path(__file__).parent / "out"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -108,11 +106,7 @@ def main() -> None:
                 found[f"{arm}_minus_plain_c{concurrency}"] = (
                     found[f"{arm}_c{concurrency}_ir_per_call"] - plain
                 )
-    report = {"machine": machine_stamp(), "args": vars(args), "trees": trees, "results": results}
-    path = out_dir / "count_resilience.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(results, indent=2))
-    print(f"wrote {path} (callgrind dumps beside it)")
+    write_report(out_dir / "count_resilience.json", args, trees, results)
 
 
 if __name__ == "__main__":

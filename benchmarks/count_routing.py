@@ -34,9 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_grpc import INFER
 from bench_routing import SMALL_ARMS, executions, repository
-from count_grpc import callgrind_server, counted
+from count_grpc import callgrind_server, counted, write_report
 from h2load import GRPC_HEADERS, grpc_frame
-from machine import stamp as machine_stamp
 
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.testing import ServerProcess
@@ -213,10 +212,7 @@ def main() -> None:
     }
     for figures in results.values():
         figures.update(differences(figures))
-    report = {**machine_stamp(), "args": vars(args), "trees": trees, "results": results}
-    (out_dir / "count_routing.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(results, indent=2))
-    print(f"wrote {out_dir}/count_routing.json (callgrind dumps beside it)")
+    write_report(out_dir / "count_routing.json", args, trees, results)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""A batch executor whose runs finish when a test says so (scheduler tests, no real model)."""
+"""A batch executor whose runs finish when a test says so, and an observer keeping batch records
+(scheduler and loader tests, no real model behind the executor)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import numpy as np
 
 from ortserve.core.job import BatchJob, RunResult
+from ortserve.core.observer import BatchRecord
+from ortserve.errors import OrtServeError
 
 Feeds = dict[str, np.ndarray]
 
@@ -50,3 +53,16 @@ class FakeExecutor:
 
     def cancel(self, index: int = 0) -> None:
         self._complete(index, None, asyncio.CancelledError())
+
+
+class BatchRecorder:
+    """A scheduler observer keeping every batch record (rejections are not its business)."""
+
+    def __init__(self) -> None:
+        self.records: list[BatchRecord] = []
+
+    def on_batch(self, record: BatchRecord) -> None:
+        self.records.append(record)
+
+    def on_rejected(self, error: OrtServeError) -> None:
+        pass

@@ -8,31 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fake_executor import FakeExecutor
+from fake_executor import BatchRecorder, FakeExecutor
 from model_builders import write_scaled_version
-from ortserve.core.observer import BatchRecord
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferInput, InferRequest
-from ortserve.errors import InvalidInput, OrtServeError
+from ortserve.errors import InvalidInput
 from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.settings import ServerSettings
 from ortserve.testing import FakeClock
 
 SANDBOX = "inputs:\n  x: {max: 100, allow_nan: false}\n"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[BatchRecord] = []
-
-    def on_batch(self, record: BatchRecord) -> None:
-        self.records.append(record)
-
-    def on_rejected(self, error: OrtServeError) -> None:
-        pass
 
 
 def request(values: list[list[float]]) -> InferRequest:
@@ -45,7 +33,7 @@ async def test_a_mixed_batch_refuses_each_offender_by_its_own_element_and_serves
 ) -> None:
     write_scaled_version(tmp_path, "guarded", 1, 2.0)
     (tmp_path / "guarded" / "config.yaml").write_text("batching: {max_batch_size: 8}\n" + SANDBOX)
-    recorder = Recorder()
+    recorder = BatchRecorder()
     settings = ServerSettings(model_repository=tmp_path, intra_op_threads=1)
     config = load_model_config(tmp_path / "guarded")
     served = await load_version(

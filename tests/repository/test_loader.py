@@ -10,26 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
+from fake_executor import BatchRecorder
 from model_builders import bf16_model, serialized
 from ortserve.core.datatypes import bf16_from_float32, bf16_to_float32
 from ortserve.core.job import BatchJob, RunResult
-from ortserve.core.observer import BatchRecord
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
-from ortserve.errors import OrtServeError
 from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.settings import ServerSettings
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[BatchRecord] = []
-
-    def on_batch(self, record: BatchRecord) -> None:
-        self.records.append(record)
-
-    def on_rejected(self, error: OrtServeError) -> None:
-        pass
 
 
 def _wait(gate: threading.Event) -> Callable[[RunResult | None, BaseException | None, bool], None]:
@@ -51,7 +39,7 @@ async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tm
     (tmp_path / "bf16" / "config.yaml").write_text(
         "batching:\n  max_batch_size: 8\n  max_queue_delay_ms: 5000\n"
     )
-    recorder = Recorder()
+    recorder = BatchRecorder()
     settings = ServerSettings(model_repository=tmp_path, intra_op_threads=1)
     served = await load_version(
         "bf16", 1, folder / "model.onnx", load_model_config(tmp_path / "bf16"), settings, recorder
