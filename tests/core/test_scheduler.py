@@ -563,6 +563,76 @@ async def test_a_refusal_by_a_margin_no_running_batch_can_shrink_is_kept_however
     assert executor.batches == []
 
 
+async def test_an_admission_at_the_edge_spares_the_requests_own_submit_the_arithmetic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scheduler, _, _, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.001), latency_budget_s=0.1)
+    computed: list[int] = []
+    arithmetic = scheduler._refusal_and_slack
+
+    def counted(*args: Any) -> Any:
+        computed.append(1)
+        return arithmetic(*args)
+
+    monkeypatch.setattr(scheduler, "_refusal_and_slack", counted)
+    assert scheduler.refusal() is None and len(computed) == 1
+    assert scheduler.refusal() is None and len(computed) == 1  # nothing changed: kept
+    scheduler.submit(rows(1), 1)
+    assert len(computed) == 1  # the edge's verdict stood for the request it admitted
+    scheduler.submit(rows(1), 1)
+    assert len(computed) == 2  # the queue changed since: computed again
+    scheduler.submit(rows(3), 3)
+    assert len(computed) == 3  # more rows than the edge asked about: computed
+    assert scheduler.refusal() is None and len(computed) == 4
+    scheduler.submit(rows(1), 1, timeout_s=0.5)
+    assert len(computed) == 5  # a timeout of its own: computed
+
+
+async def test_a_kept_admission_goes_when_the_queue_fills() -> None:
+    scheduler, _, _, _ = make(asyncio.get_running_loop(), max_queue_size=2, max_batch_size=1)
+    assert scheduler.refusal() is None
+    scheduler.submit(rows(1), 1)
+    await settle()  # running
+    assert scheduler.refusal() is None
+    scheduler.submit(rows(1), 1)
+    scheduler.submit(rows(1), 1)  # the queue holds 2: full
+    with pytest.raises(Overloaded, match="queue full"):
+        scheduler.submit(rows(1), 1)
+    assert isinstance(scheduler.refusal(), Overloaded)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_kept_verdicts_always_agree_with_the_arithmetic_done_afresh(seed: int) -> None:
+    """Random submissions, runs and clock steps: whatever refusal() keeps (refused or admitted)
+    is what admission computed from scratch would say at that moment, in every lane."""
+    rng = np.random.default_rng(seed)
+    scheduler, executor, clock, _ = make(
+        asyncio.get_running_loop(),
+        cost=fitted_cost(0.001),
+        max_queue_size=12,
+        latency_budget_s=0.040,
+        max_queue_wait_s=0.020,
+        priority_levels=2,
+    )
+    for _ in range(300):
+        action = rng.integers(5)
+        if action == 0:
+            with contextlib.suppress(Overloaded):
+                scheduler.submit(rows(int(rng.choice([1, 1, 3, 8]))), 1, priority=int(rng.integers(3)))
+        elif action == 1 and executor.running:
+            executor.finish(seconds=float(rng.uniform(0.0005, 0.012)))
+        elif action == 2:
+            clock.advance(float(rng.uniform(0.0, 0.006)))
+        elif action == 3:
+            await settle()
+        for priority in (1, 2):
+            kept = scheduler.refusal(priority)
+            now = clock.now()
+            with scheduler._lock:
+                fresh = scheduler._refusal(now, 1, priority - 1, None)
+            assert (kept is None) == (fresh is None), (kept, fresh)
+
+
 async def test_a_free_worker_takes_the_next_batch_without_the_loop() -> None:
     scheduler, executor, _, _ = make(asyncio.get_running_loop())
     scheduler.submit(rows(1), 1)

@@ -138,6 +138,9 @@ class Scheduler:
         # kept refusal knows when it may have gone stale; read without the lock (an int).
         self._changes = 0
         self._kept: list[_KeptRefusal | None] = [None] * policy.priority_levels
+        # Per lane, the change count at which a one-row request with the default timeout was
+        # last admitted: with the counts unchanged it is still admitted (see _still_admitted).
+        self._admitted = [-1] * policy.priority_levels
         # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
@@ -189,6 +192,8 @@ class Scheduler:
                 f"request has {rows} rows, more than the model's max_batch_size {policy.max_batch_size}"
             )
         now = self._clock.now()
+        # What refusal() asks about: one row, the default timeout.
+        as_at_edge = rows == 1 and timeout_s is None
         if timeout_s is None:
             timeout_s = policy.default_timeout_s
         deadline = None if timeout_s is None else now + timeout_s
@@ -196,7 +201,10 @@ class Scheduler:
         signature = tuple(a.shape[1:] for a in feeds.values()) if policy.max_batch_size else ()
         pending = _Pending(feeds, rows, signature, now, deadline, future, lane)
         with self._lock:
-            error = self._refusal(now, rows, lane, deadline)
+            if as_at_edge and self._still_admitted(lane):
+                error = None  # the edge's verdict for this request (refusal()) still holds
+            else:
+                error = self._refusal(now, rows, lane, deadline)
             if error is None:
                 self._enqueue(pending)
         if error is not None:
@@ -234,6 +242,8 @@ class Scheduler:
             lane = self._lane_index(priority)
         except InvalidInput as invalid:
             return invalid
+        if self._still_admitted(lane):
+            return None
         now = self._clock.now()
         kept = self._kept[lane]
         if kept is not None and kept.changes == self._changes and now < kept.until:
@@ -244,12 +254,27 @@ class Scheduler:
                 error, slack_s = self._refusal_and_slack(
                     now, 1, lane, None if timeout_s is None else now + timeout_s
                 )
-                self._kept[lane] = (
-                    None if error is None else _KeptRefusal(error, self._changes, now + slack_s)
-                )
+                if error is None:
+                    self._admitted[lane] = self._changes
+                    self._kept[lane] = None
+                else:
+                    self._kept[lane] = _KeptRefusal(error, self._changes, now + slack_s)
         if error is not None:
             self.observer.on_rejected(error)
         return error
+
+    def _still_admitted(self, lane: int) -> bool:
+        """Whether a one-row request with the default timeout admitted to ``lane`` at the
+        current change count would still be admitted now.
+
+        With the counts unchanged, time only relaxes admission: a wait ahead shrinks while the
+        running batches near their end and stays put once they are due, and a finish past the
+        deadline or budget gets no closer to it (both move with the clock once nothing is
+        running). So the edge's verdict (:meth:`refusal`) stands for the request's own
+        :meth:`submit` that follows in the same tick, which then skips the arithmetic; any
+        change to the queue, the running batches or the cost model bumps the count.
+        """
+        return self._admitted[lane] == self._changes
 
     def _enqueue(self, pending: _Pending) -> None:
         self._changes += 1
