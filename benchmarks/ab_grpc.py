@@ -1,5 +1,5 @@
-"""gRPC A/B of two source trees in one run: small_mlp ModelInfer and empty ServerLive calls at
-c=1 (p50) and c=64 (req/s).
+"""gRPC A/B of two source trees in one run: ModelInfer (small_mlp or heavy_mlp) and empty
+ServerLive calls at c=1 (p50) and c=64 (req/s).
 
 Both servers run at once, pinned to CPU 0 with one intra-op thread; h2load runs on CPU 1 and
 loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike; the
@@ -7,7 +7,7 @@ server's CPU time per call is reported too, which a busy machine disturbs less t
 ``--old-src`` tree (a ``src/`` folder, e.g. from ``git worktree add /tmp/base main``), B the
 installed package. Cells are medians over ``--rounds``. Writes JSON under benchmarks/out/.
 
-    python benchmarks/ab_grpc.py --old-src /tmp/base/src --seconds 4 --rounds 5
+    python benchmarks/ab_grpc.py --old-src /tmp/base/src --seconds 4 --rounds 5 [--model heavy_mlp]
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from ortserve.demo import write_demo_repository
 from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
-MODEL = "small_mlp"
 
 
 def main() -> None:
@@ -37,11 +36,12 @@ def main() -> None:
     parser.add_argument("--old-src", type=Path, required=True)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", choices=sorted(WIDTHS), default="small_mlp")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     repo = OUT / "ab-grpc-models"
     write_demo_repository(repo)
-    payload = grpc_request(MODEL, WIDTHS[MODEL])
+    payload = grpc_request(args.model, WIDTHS[args.model])
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
     runs: dict[str, dict[str, list[float]]] = {"A-old": {}, "B-new": {}}
     with ExitStack() as stack:
