@@ -51,13 +51,15 @@ def h2load_calls(url: str, body: bytes, calls: int, concurrency: int) -> float:
     return elapsed
 
 
-def measure_tree(label: str, src: Path, repo: Path, calls: int, out_dir: Path) -> dict[str, float]:
+def measure_tree(
+    label: str, src: Path, repo: Path, calls: int, out_dir: Path, concurrencies: list[int]
+) -> dict[str, float]:
     with callgrind_server(label, src, repo, out_dir) as (process, server):
         url = f"http://{server.grpc_address}{INFER}"
         result: dict[str, float] = {}
         for model in ARMS:
             h2load_calls(url, grpc_body(model), 100, 16)  # warm
-        for concurrency in (1, 64):
+        for concurrency in concurrencies:
             for model in ARMS:
                 body = grpc_body(model)
                 name = f"{label}-{model}-c{concurrency}"
@@ -85,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a src/ folder")
     parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -96,11 +99,11 @@ def main() -> None:
     write_model(repo, "guarded", GUARDED_CONFIG)
     trees = dict(item.split("=", 1) for item in args.tree)
     results = {
-        label: measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir)
+        label: measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir, args.concurrency)
         for label, src in trees.items()
     }
     for found in results.values():
-        for concurrency in (1, 64):
+        for concurrency in args.concurrency:
             plain = found[f"plain_c{concurrency}_ir_per_call"]
             for arm in ("plain2", "guarded"):
                 found[f"{arm}_minus_plain_c{concurrency}"] = (
