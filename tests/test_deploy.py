@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from model_builders import write_scaled_version
-from ortserve.cli.main import serve
+from ortserve.cli.serve import serve
 from ortserve.testing import ServerProcess, free_port
 from workers_helpers import ready_status
 
