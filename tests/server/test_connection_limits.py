@@ -19,9 +19,10 @@ from click.testing import CliRunner
 from ortserve.cli.main import main
 from ortserve.metrics import ServerMetrics
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
-from ortserve.server.http.connection import ConnectionLimits, Handler
+from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.responder import Handler
 from ortserve.server.metrics_listener import MetricsListener
 
 FAST = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.3, header_timeout_s=0.3)

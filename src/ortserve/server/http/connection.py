@@ -18,31 +18,27 @@ when the connection closes, so neither waits for the cyclic garbage collector).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
-from ortserve.server.http.wire import CannedResponse, response_head, status_line
+from ortserve.server.http.messages import HttpRequest, HttpResponse
+from ortserve.server.http.responder import Handler, Responder
+from ortserve.server.http.wire import CannedResponse
 
-__all__ = ["Admission", "ConnectionLimits", "Handler", "HttpConnection"]
+__all__ = ["Admission", "ConnectionLimits", "HttpConnection"]
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]"]
 Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "CannedResponse | None"]
 """``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_MAX_PIPELINED = 32
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
@@ -81,8 +77,8 @@ class _OverBudget(Exception):
     pass
 
 
-class HttpConnection(asyncio.Protocol):
-    """Parses requests, runs the handler, writes responses in request order."""
+class HttpConnection(Responder):
+    """Parses requests within the limits and deadlines; :class:`Responder`, its base, answers them."""
 
     def __init__(
         self,
@@ -93,40 +89,25 @@ class HttpConnection(asyncio.Protocol):
         budget: ByteBudget | None = None,
         admission: Admission | None = None,
     ) -> None:
-        self._handler = handler
+        super().__init__(handler, state, loop, budget if budget is not None else ByteBudget(1 << 62))
         self._admission = admission
         self._refusal: CannedResponse | None = None  # this request is refused: its body is dropped
         self._refusal_sent = False  # ... and its answer is written already
         self._limits = limits
-        self._state = state
-        self._loop = loop
-        self._budget = budget if budget is not None else ByteBudget(1 << 62)
-        self._transport: asyncio.Transport | None = None
-        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._queue: deque[tuple[HttpRequest | CannedResponse, bool, int]] = deque()
-        self._task: asyncio.Future[Any] | None = None
-        self._busy = False
-        self._receiving = False
-        self._closed = False
-        self._reading = True
-        self._write_paused = False
-        self._parked = False  # the intake governor paused reading (the loop is saturated)
         self._parked_at = 0.0
         self._intake = state.intake
-        self._drained: asyncio.Future[None] | None = None  # a stream waits here for the client
         self._timer: asyncio.TimerHandle | None = None
         self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s)
         self._phase = _IDLE
         self._now = loop.time()
         self._deadline = self._now + limits.header_timeout_s
         self._body_started = 0.0
-        self._held = 0  # body bytes of this connection's requests not yet answered
-        self._answering = 0  # those of the request being handled
         self._discard_left: int | None = None
         # Member and evictable from the listener's accept on: a loop may accept a burst of
         # sockets before any connection_made runs, and a real client in the same burst must
@@ -143,21 +124,6 @@ class HttpConnection(asyncio.Protocol):
             return
         self._timer = self._loop.call_later(self._tick, self._on_timer)
 
-    def pause_writing(self) -> None:
-        # The client is not reading its responses: stop reading its requests until it does,
-        # so an unread peer cannot make the server buffer without bound.
-        self._write_paused = True
-        if self._transport is not None and self._reading and not self._closed:
-            self._transport.pause_reading()
-            self._reading = False
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        if not self._queue:
-            self._resume_reading()
-
     def park(self) -> None:
         self._parked = True
         self._parked_at = self._loop.time()
@@ -171,13 +137,6 @@ class HttpConnection(asyncio.Protocol):
         self._body_started += self._loop.time() - self._parked_at
         if not self._busy:
             self._resume_reading()
-
-    def _resume_reading(self) -> None:
-        """Read again, unless the client is not reading us or the loop is saturated."""
-        if self._reading or self._write_paused or self._parked or self._closed or self._transport is None:
-            return
-        self._transport.resume_reading()
-        self._reading = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -325,148 +284,7 @@ class HttpConnection(asyncio.Protocol):
         self._body = []  # the request owns the body now; nothing else may keep it alive
         self._enqueue(request, self._body_size)
 
-    def _enqueue(self, item: HttpRequest | CannedResponse, body_size: int) -> None:
-        assert self._parser is not None
-        self._queue.append((item, self._parser.should_keep_alive(), body_size))
-        if len(self._queue) > _MAX_PIPELINED and self._transport is not None and self._reading:
-            self._transport.pause_reading()
-            self._reading = False
-        if not self._busy:
-            self._next()
-
-    # -- request handling -------------------------------------------------------------
-    def _next(self) -> None:
-        while self._queue and not self._closed:
-            request, keep_alive, self._answering = self._queue.popleft()
-            if isinstance(request, CannedResponse):  # refused from its headers
-                self._write_canned(request, keep_alive)
-                continue
-            self._busy = True
-            try:
-                result = self._handler(request)
-            except Exception:
-                logger.exception("unhandled error in HTTP handler")
-                result = HttpResponse(500, [encode_error("internal server error")])
-            del request  # a deferred answer's callbacks hold what they need of it
-            if isinstance(result, HttpResponse):
-                if not self._respond(result, keep_alive):
-                    return
-                continue
-            if isinstance(result, DeferredResponse):
-                self._task = result.future
-                result.future.add_done_callback(
-                    functools.partial(self._on_deferred, result.finish, keep_alive=keep_alive)
-                )
-                return
-            task = self._loop.create_task(result)
-            self._task = task
-            task.add_done_callback(functools.partial(self._on_done, keep_alive=keep_alive))
-            return
-        self._busy = False
-        self._resume_reading()
-        if not self._queue and not self._receiving and not self._closed:
-            self._to_idle()
-
-    def _on_deferred(
-        self,
-        finish: Callable[[asyncio.Future[Any]], HttpResponse],
-        future: asyncio.Future[Any],
-        *,
-        keep_alive: bool,
-    ) -> None:
-        self._task = None
-        if future.cancelled():
-            return
-        try:
-            response = finish(future)
-        except Exception:
-            logger.exception("unhandled error while building an HTTP response")
-            response = HttpResponse(500, [encode_error("internal server error")])
-        if self._respond(response, keep_alive):
-            self._next()
-
-    def _on_done(self, task: asyncio.Task[HttpResponse], *, keep_alive: bool) -> None:
-        self._task = None
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None:
-            logger.error("unhandled error in HTTP handler", exc_info=error)
-            response = HttpResponse(500, [encode_error("internal server error")])
-        else:
-            response = task.result()
-        if self._respond(response, keep_alive):
-            self._next()
-
-    def _respond(self, response: HttpResponse, keep_alive: bool) -> bool:
-        """Write ``response``; False when its body streams (the stream then answers and moves on)."""
-        if response.stream is None or response.omit_body or self._transport is None or self._closed:
-            self._write(response, keep_alive)
-            self._answered()
-            return True
-        task = self._loop.create_task(self._pump(response, keep_alive and not self._state.closing))
-        self._task = task
-        task.add_done_callback(functools.partial(self._streamed, keep_alive=keep_alive))
-        return False
-
-    async def _pump(self, response: HttpResponse, keep_alive: bool) -> None:
-        """Send the head, then each piece of the stream as a chunk as soon as it exists."""
-        transport = self._transport
-        stream = response.stream
-        assert transport is not None and stream is not None
-        head = [status_line(response.status), b"content-type: ", response.content_type, b"\r\n"]
-        head += [name + b": " + value + b"\r\n" for name, value in response.headers]
-        head.append(
-            b"transfer-encoding: chunked\r\n" + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n"
-        )
-        transport.writelines([b"".join(head)] + [b"%x\r\n%s\r\n" % (len(c), c) for c in response.chunks if c])
-        try:
-            async for piece in stream:
-                if self._closed:
-                    return
-                if piece:
-                    transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                if self._write_paused:  # the client reads slower than we produce: wait for it
-                    self._drained = self._loop.create_future()
-                    await self._drained
-            transport.write(b"0\r\n\r\n")
-        finally:
-            closer = getattr(stream, "aclose", None)
-            if closer is not None:
-                await closer()
-
-    def _streamed(self, task: asyncio.Task[None], *, keep_alive: bool) -> None:
-        self._task = None
-        if task.cancelled() or self._closed:
-            return
-        error = task.exception()
-        if error is not None:  # the head is out: all that is left is to hang up
-            logger.error("streamed HTTP response failed", exc_info=error)
-            self._close()
-            return
-        if not keep_alive or self._state.closing:
-            self._close()
-        self._answered()
-        self._next()
-
-    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
-        transport = self._transport
-        if transport is None or self._closed:
-            return
-        keep_alive = keep_alive and not self._state.closing
-        head = response_head(response, keep_alive)
-        transport.writelines([head] if response.omit_body else [head, *response.chunks])
-        if not keep_alive:
-            self._close()
-
-    def _write_canned(self, response: CannedResponse, keep_alive: bool) -> None:
-        if self._transport is None or self._closed:
-            return
-        keep_alive = keep_alive and not self._state.closing
-        self._transport.write(response.wire(keep_alive))
-        if not keep_alive:
-            self._close()
-
+    # -- failures ---------------------------------------------------------------------
     def _reject(self, status: int, message: str) -> None:
         self._queue.clear()
         if self._busy or self._refusal_sent:
@@ -502,25 +320,6 @@ class HttpConnection(asyncio.Protocol):
         self._discard_left -= received
         if self._discard_left <= 0 or self._discard_left > _MAX_DISCARD:
             self._close()
-
-    def _close(self) -> None:
-        if self._transport is not None and not self._closed:
-            self._closed = True
-            self._transport.close()
-
-    # -- memory -----------------------------------------------------------------------
-    def _answered(self) -> None:
-        """The request handled last is answered: its body bytes leave the server's budget."""
-        if not self._answering:
-            return
-        self._budget.give(self._answering)
-        self._held -= self._answering
-        self._answering = 0
-
-    def _forget_bodies(self) -> None:
-        """No request of this connection will be answered: give back all its body bytes."""
-        self._budget.give(self._held)
-        self._held = self._answering = 0
 
     # -- deadlines and idle connections -------------------------------------------------
     def _to_idle(self) -> None:

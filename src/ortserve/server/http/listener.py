@@ -6,7 +6,8 @@ import asyncio
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, Refusal, listen
-from ortserve.server.http.connection import Admission, ConnectionLimits, Handler, HttpConnection
+from ortserve.server.http.connection import Admission, ConnectionLimits, HttpConnection
+from ortserve.server.http.responder import Handler
 from ortserve.server.intake import IntakeGovernor
 
 __all__ = ["HttpListener"]
