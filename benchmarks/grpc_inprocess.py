@@ -27,9 +27,10 @@ import hpack
 
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.server.connections import ConnectionSet
-from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.options import GrpcOptions
+from ortserve.server.grpc.rpc import Rpc
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 LIVE = "/inference.GRPCInferenceService/ServerLive"

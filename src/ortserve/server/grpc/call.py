@@ -2,8 +2,9 @@
 
 The HTTP/2 engine (:mod:`~ortserve.server.http2`) owns the stream; the connection hands its
 DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message"),
-decompresses them, runs the method's handler and answers through its :class:`CallOwner`.
-A unary handler may answer at once, with a :class:`Deferred` (a future plus the function
+decompresses them, runs the method's handler (an :class:`~ortserve.server.grpc.rpc.Rpc`) and
+answers through its :class:`CallOwner`. A unary handler may answer at once, with a
+:class:`~ortserve.server.grpc.rpc.Deferred` (a future plus the function
 that turns its result into the answer, so the common inference path needs no task), or
 with a coroutine. A streaming handler is a coroutine that reads and writes messages itself.
 """
@@ -13,64 +14,24 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
-from ortserve.errors import OrtServeError
-from ortserve.server.grpc.errors import INTERNAL_MESSAGE, GrpcAbort, StatusCode, abort_for, log_internal
-from ortserve.server.grpc.headers import (
-    ACCEPT_ENCODING,
-    RESPONSE_HEADERS,
-    RequestHead,
-    trailers,
-    trailers_only,
-)
+from ortserve.server.grpc.errors import GrpcAbort, StatusCode, abort_from
+from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, trailers, trailers_only
 from ortserve.server.grpc.inflate import InflateJob, Inflater
+from ortserve.server.grpc.messages import framed, parse_message, wbits
+from ortserve.server.grpc.rpc import Deferred, Rpc, StreamHandler
 
-__all__ = ["CallOwner", "Deferred", "EdgeRefusal", "GrpcCall", "Rpc", "StreamHandler", "UnaryHandler"]
+__all__ = ["CallOwner", "GrpcCall"]
 
-_T = TypeVar("_T")
 _PREFIX = 5
-_DECOMPRESSORS = {b"gzip": 31, b"deflate": 15}  # zlib wbits of each grpc-encoding
 # The call's own deadline timer is a backstop for handlers that do not watch the deadline;
 # it fires a little late so a handler that does (the scheduler) answers and accounts first.
 _DEADLINE_SLACK_S = 0.005
 _NO_INBOX: deque[Message] = deque()  # unary calls' inbox: nothing is ever put in it
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred(Generic[_T]):
-    """A unary answer still being computed: ``finish`` turns the settled future into the reply."""
-
-    pending: asyncio.Future[_T]
-    finish: Callable[[asyncio.Future[_T]], Message]
-
-
-UnaryResult: TypeAlias = "Message | Deferred[Any] | Coroutine[Any, Any, Message]"
-# Handlers are typed by their request message; the router only knows it as a Message.
-UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
-StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
-
-
-EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview], "bytes | None"]
-"""A unary request's raw message -> a trailers-only header block that refuses it (None: go on)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rpc:
-    """One method: its request type and either a unary or a streaming handler.
-
-    ``refuse`` (unary only) sees the message before it is parsed: under overload it answers
-    from the message's first bytes, and the message is never decoded.
-    """
-
-    request_type: type[Message]
-    unary: UnaryHandler | None = None
-    streaming: StreamHandler | None = None
-    refuse: EdgeRefusal | None = None
 
 
 class CallOwner(Protocol):
@@ -210,7 +171,7 @@ class GrpcCall:
         if not self._headers_sent:
             self._headers_sent = True
             self._owner.send_headers(self, RESPONSE_HEADERS)
-        self._owner.send_message(self, _framed(message.SerializeToString()))
+        self._owner.send_message(self, framed(message.SerializeToString()))
 
     def stop_reading(self) -> None:
         """Drain: :meth:`read` returns None from now on; answers in flight still go out."""
@@ -331,7 +292,7 @@ class GrpcCall:
 
     def _accept(self, data: bytes | bytearray | memoryview, compressed: bool) -> None:
         if compressed:
-            job = self._inflater.submit(data, self._wbits(), self._max_message)
+            job = self._inflater.submit(data, wbits(self.head.encoding), self._max_message)
             if not job.done:  # a large message: it inflates a slice per loop tick
                 self._inflating = job
                 job.on_done = self._on_inflated
@@ -348,7 +309,7 @@ class GrpcCall:
                 )
             self._request = data
             return
-        self._inbox.append(_parse(self._rpc.request_type, data))
+        self._inbox.append(parse_message(self._rpc.request_type, data))
         self._wake()
 
     def _on_inflated(self, job: InflateJob) -> None:
@@ -374,24 +335,6 @@ class GrpcCall:
         self._after = None
         self._after_bytes = 0
 
-    def _wbits(self) -> int:
-        """zlib's window bits for the call's grpc-encoding.
-
-        Raises:
-            GrpcAbort: the encoding is not one the server inflates.
-        """
-        encoding = self.head.encoding
-        wbits = _DECOMPRESSORS.get(encoding)
-        if wbits is None:
-            if encoding == b"identity":
-                raise GrpcAbort(StatusCode.INTERNAL, "compressed message without grpc-encoding")
-            raise GrpcAbort(
-                StatusCode.UNIMPLEMENTED,
-                f"message compression {encoding.decode('latin-1')!r} is not supported",
-                (("grpc-accept-encoding", ACCEPT_ENCODING.decode()),),
-            )
-        return wbits
-
     def _end_of_input(self) -> None:
         if self._length >= 0 or self._prefix:
             raise GrpcAbort(StatusCode.INTERNAL, "the stream ended inside a message")
@@ -413,7 +356,7 @@ class GrpcCall:
             if block is not None:
                 self._refused(block)
                 return
-        self._run_unary(_parse(self._rpc.request_type, request))
+        self._run_unary(parse_message(self._rpc.request_type, request))
 
     def _refused(self, block: bytes) -> None:
         """Answer with a refusal already encoded (trailers only): nothing was started."""
@@ -427,7 +370,7 @@ class GrpcCall:
         try:
             result = self._rpc.unary(request, self)
         except Exception as exc:
-            self._fail(_abort(exc))
+            self._fail(abort_from(exc))
             return
         if isinstance(result, Message):
             self._answer(result)
@@ -448,7 +391,7 @@ class GrpcCall:
         try:
             answer = finish(done)
         except Exception as exc:
-            self._fail(_abort(exc))
+            self._fail(abort_from(exc))
             return
         self._answer(answer)
 
@@ -458,7 +401,7 @@ class GrpcCall:
             return
         error = task.exception()
         if error is not None:
-            self._fail(_abort(error))
+            self._fail(abort_from(error))
         else:
             self._answer(task.result())
 
@@ -477,7 +420,7 @@ class GrpcCall:
             return
         self._ended = True
         self._headers_sent = True
-        self._owner.send_answer(self, _framed(payload))
+        self._owner.send_answer(self, framed(payload))
 
     async def _run_streaming(self, handler: StreamHandler) -> None:
         try:
@@ -487,7 +430,7 @@ class GrpcCall:
                 self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
             raise
         except Exception as exc:
-            self._fail(_abort(exc))
+            self._fail(abort_from(exc))
             return
         if not self._ended:
             self._stop_timer()
@@ -530,29 +473,3 @@ class GrpcCall:
         reader = self._reader
         if reader is not None and not reader.done():
             reader.set_result(None)
-
-
-def _parse(kind: type[Message], data: bytes | bytearray | memoryview) -> Message:
-    message = kind()
-    try:
-        message.ParseFromString(data)
-    except DecodeError:
-        raise GrpcAbort(
-            StatusCode.INVALID_ARGUMENT, f"the request message is not a valid {kind.DESCRIPTOR.full_name}"
-        ) from None
-    return message
-
-
-def _abort(exc: BaseException) -> GrpcAbort:
-    """The status a handler's exception ends its call with; anything unexpected is INTERNAL."""
-    if isinstance(exc, GrpcAbort):
-        return exc
-    if isinstance(exc, OrtServeError):
-        return abort_for(exc)
-    log_internal(exc)
-    return GrpcAbort(StatusCode.INTERNAL, INTERNAL_MESSAGE)
-
-
-def _framed(payload: bytes) -> bytes:
-    """A Length-Prefixed-Message, uncompressed."""
-    return b"\x00" + len(payload).to_bytes(4, "big") + payload

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 
 from ortserve.server.connections import ByteBudget, ConnectionSet
-from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.headers import (
     OK_TRAILERS,
@@ -32,6 +32,7 @@ from ortserve.server.grpc.headers import (
 )
 from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.http2.engine import Http2Engine
 from ortserve.server.http2.events import ConnectionEnded, DataReceived, RequestReceived, StreamReset
 from ortserve.server.http2.frames import ErrorCode

@@ -8,7 +8,7 @@ from enum import IntEnum
 
 from ortserve.errors import OrtServeError, Overloaded
 
-__all__ = ["INTERNAL_MESSAGE", "GrpcAbort", "StatusCode", "abort_for", "log_internal"]
+__all__ = ["INTERNAL_MESSAGE", "GrpcAbort", "StatusCode", "abort_for", "abort_from", "log_internal"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +64,13 @@ def abort_for(error: OrtServeError) -> GrpcAbort:
 def log_internal(exc: BaseException) -> None:
     """Log an unexpected failure once, with its traceback (the client sees no details)."""
     logger.error("internal error while handling a gRPC call", exc_info=exc)
+
+
+def abort_from(exc: BaseException) -> GrpcAbort:
+    """The status a handler's exception ends its call with; anything unexpected is INTERNAL."""
+    if isinstance(exc, GrpcAbort):
+        return exc
+    if isinstance(exc, OrtServeError):
+        return abort_for(exc)
+    log_internal(exc)
+    return GrpcAbort(StatusCode.INTERNAL, INTERNAL_MESSAGE)

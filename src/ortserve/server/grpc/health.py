@@ -8,8 +8,9 @@ from grpc_health.v1 import health_pb2
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.errors import ModelNotFound
-from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.grpc.service import INFERENCE_SERVICE
 
 __all__ = ["HEALTH_SERVICE", "ReadinessHealth"]

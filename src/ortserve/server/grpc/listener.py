@@ -19,13 +19,14 @@ from ortserve.server.connections import (
     Refusal,
     listen,
 )
-from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 from ortserve.server.grpc.health import ReadinessHealth
 from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.grpc.service import InferenceService
 from ortserve.server.http2.frames import ErrorCode, goaway_frame, settings_frame
 from ortserve.server.intake import IntakeGovernor

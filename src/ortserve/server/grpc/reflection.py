@@ -8,9 +8,10 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2 as rpb
 
 from ortserve.protocol.grpc import grpc_service_pb2, model_config_pb2
-from ortserve.server.grpc.call import GrpcCall, Rpc
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import StatusCode
 from ortserve.server.grpc.health import HEALTH_SERVICE
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.grpc.service import INFERENCE_SERVICE
 
 __all__ = ["REFLECTION_SERVICES", "Reflection"]

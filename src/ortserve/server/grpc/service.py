@@ -31,10 +31,11 @@ from ortserve.protocol.grpc.codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.edge import EncodedRefusals, load_refusal
-from ortserve.server.grpc.call import Deferred, GrpcCall, Rpc, UnaryHandler
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_for, log_internal
 from ortserve.server.grpc.headers import trailers_only
 from ortserve.server.grpc.peek import peek_infer_target
+from ortserve.server.grpc.rpc import Deferred, Rpc, UnaryHandler
 from ortserve.server.model_control import ModelControl
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot

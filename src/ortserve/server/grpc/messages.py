@@ -1,0 +1,52 @@
+"""gRPC's Length-Prefixed-Message on the server: framing an answer, the zlib window of a request's
+``grpc-encoding``, and parsing a request message."""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError, Message
+
+from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.grpc.headers import ACCEPT_ENCODING
+
+__all__ = ["framed", "parse_message", "wbits"]
+
+_DECOMPRESSORS = {b"gzip": 31, b"deflate": 15}  # zlib wbits of each grpc-encoding
+
+
+def framed(payload: bytes) -> bytes:
+    """A Length-Prefixed-Message, uncompressed."""
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+def wbits(encoding: bytes) -> int:
+    """zlib's window bits for a call's grpc-encoding.
+
+    Raises:
+        GrpcAbort: the encoding is not one the server inflates.
+    """
+    bits = _DECOMPRESSORS.get(encoding)
+    if bits is None:
+        if encoding == b"identity":
+            raise GrpcAbort(StatusCode.INTERNAL, "compressed message without grpc-encoding")
+        raise GrpcAbort(
+            StatusCode.UNIMPLEMENTED,
+            f"message compression {encoding.decode('latin-1')!r} is not supported",
+            (("grpc-accept-encoding", ACCEPT_ENCODING.decode()),),
+        )
+    return bits
+
+
+def parse_message(kind: type[Message], data: bytes | bytearray | memoryview) -> Message:
+    """A request message of type ``kind``.
+
+    Raises:
+        GrpcAbort: INVALID_ARGUMENT, the bytes are not such a message.
+    """
+    message = kind()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        raise GrpcAbort(
+            StatusCode.INVALID_ARGUMENT, f"the request message is not a valid {kind.DESCRIPTOR.full_name}"
+        ) from None
+    return message
