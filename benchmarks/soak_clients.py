@@ -22,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from soak_http import CheckedConnection
 from soak_pipelines import PipelineTraffic
 
 from ortserve.testing import ServerProcess
@@ -139,7 +140,7 @@ class Clients:
     # -- checked clients --------------------------------------------------------------
     def _http_json(self, name: str, seed: int) -> None:
         rng = np.random.default_rng(seed)
-        connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
+        connection = CheckedConnection(self.server, name, self._record, self._refused_or_lost)
         while not self._stop.is_set():
             picked = self._rows(rng)
             rows = self.pool[picked]
@@ -156,19 +157,8 @@ class Clients:
                 }
             )
             started = time.monotonic()
-            try:
-                connection.request(
-                    "POST", f"/v2/models/{self.model}/infer", body, {"content-type": "application/json"}
-                )
-                reply = connection.getresponse()
-                payload = reply.read()
-            except (OSError, http.client.HTTPException) as exc:
-                self._record(name, "lost", started, detail=repr(exc))
-                connection.close()
-                connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
-                continue
-            if reply.status != 200:
-                self._refused_or_lost(name, started, reply.status, payload.decode(errors="replace"))
+            payload = connection.post(f"/v2/models/{self.model}/infer", body, started)
+            if payload is None:
                 continue
             document = json.loads(payload)
             level = int(document.get("parameters", {}).get("fallback_level", 0))

@@ -12,7 +12,6 @@ answer that belongs to another request, or a pipeline left behind by a reload, s
 from __future__ import annotations
 
 import asyncio
-import http.client
 import math
 import shutil
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from soak_http import CheckedConnection, Record, RefusedOrLost
 
 from ortserve.apps.hotword.corpus import CORPUS, load_corpus
 from ortserve.apps.seeds import write_seed_apps
@@ -47,9 +47,6 @@ _UNRELATED = ("量子计算机原理", "zzzz", "离散数学习题", "蒸汽机�
 _ADDRESSES = ("北京市朝阳区", "北京市海淀区", "上海市浦东新区", "火星基地")
 _TOLERANCE = 1e-3
 RATE_PER_S = {"predict": 20.0, "route": 10.0}
-
-Record = Callable[..., None]
-"""``Clients._record(client, outcome, started, level=0, detail="")``."""
 
 
 def write_pipeline_models(root: Path, reference_root: Path) -> None:
@@ -187,7 +184,7 @@ class PipelineTraffic:
         server: ServerProcess,
         pools: dict[str, list[tuple[bytes, object]]],
         record: Record,
-        refused_or_lost: Callable[[str, float, int, str], None],
+        refused_or_lost: RefusedOrLost,
         stop: threading.Event,
     ) -> None:
         self.server = server
@@ -205,22 +202,13 @@ class PipelineTraffic:
         the model clients the rest of the soak measures."""
         rng = np.random.default_rng(seed)
         pool = self.pools[name]
-        connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
+        connection = CheckedConnection(self.server, name, self._record, self._refused_or_lost)
         started = time.monotonic()
         while not self._stop.wait(max(0.0, started + 1 / RATE_PER_S[name] - time.monotonic())):
             body, expected = pool[int(rng.integers(0, len(pool)))]
             started = time.monotonic()
-            try:
-                connection.request("POST", ROUTES[name], body, {"content-type": "application/json"})
-                reply = connection.getresponse()
-                payload = reply.read()
-            except (OSError, http.client.HTTPException) as exc:
-                self._record(name, "lost", started, detail=repr(exc))
-                connection.close()
-                connection = http.client.HTTPConnection(self.server.host, self.server.http_port, timeout=30)
-                continue
-            if reply.status != 200:
-                self._refused_or_lost(name, started, reply.status, payload.decode(errors="replace"))
+            payload = connection.post(ROUTES[name], body, started)
+            if payload is None:
                 continue
             try:
                 answer = orjson.loads(payload)
