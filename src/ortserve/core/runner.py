@@ -37,6 +37,7 @@ def inline_limit_s(usable_cpus: int) -> float:
     """How short a run must be to run on the event loop's thread (see the constants)."""
     return INLINE_BELOW_ONE_CPU_S if usable_cpus <= 1 else INLINE_BELOW_S
 
+
 Array = npt.NDArray[np.generic]
 
 
