@@ -148,10 +148,6 @@ class Spawner:
         """By pid: the zygote's workers, not yet reported exited."""
         self._adopted: list[WorkerProcess] = []
 
-    @property
-    def zygote_pid(self) -> int | None:
-        return None if self._zygote is None else self._zygote.pid
-
     def fork_zygote(self) -> bool:
         """Fork the zygote from this process, which must have no thread and no event loop yet.
 
