@@ -87,6 +87,7 @@ class GrpcCall:
         "_stop_reading",
         "_task",
         "_timer",
+        "edge_admitted",
         "head",
         "stream_id",
         "trailing",
@@ -132,6 +133,8 @@ class GrpcCall:
         self._failed = False
         self.trailing: tuple[tuple[str, str], ...] = ()
         """Trailing metadata a handler adds to an OK end (the degraded mark)."""
+        self.edge_admitted = False
+        """The method's edge refusal read this call's message and found no load refusal."""
 
     # -- for handlers -----------------------------------------------------------------
     @property
@@ -352,10 +355,11 @@ class GrpcCall:
         self._request = None
         refuse = self._rpc.refuse
         if refuse is not None:
-            block = refuse(request)
-            if block is not None:
-                self._refused(block)
+            verdict = refuse(request)
+            if isinstance(verdict, bytes):
+                self._refused(verdict)
                 return
+            self.edge_admitted = verdict
         self._run_unary(parse_message(self._rpc.request_type, request))
 
     def _refused(self, block: bytes) -> None:

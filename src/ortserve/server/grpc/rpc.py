@@ -36,8 +36,10 @@ UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
 StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
 
 
-EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview], "bytes | None"]
-"""A unary request's raw message -> a trailers-only header block that refuses it (None: go on)."""
+EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview], "bytes | bool"]
+"""A unary request's raw message -> a trailers-only header block that refuses it, or whether
+the edge asked (True: asked, and no load refusal applies, so the handler need not ask again
+before decoding; False: not asked, e.g. the message could not be peeked)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,8 +192,9 @@ class InferenceService:
         given = next((value for key, value in call.metadata if key == self.restriction.key), None)
         self.restriction.check(given)
 
-    def refuse_infer(self, message: bytes | bytearray | memoryview) -> bytes | None:
-        """An infer call refused under load from its message's first bytes, or None to go on.
+    def refuse_infer(self, message: bytes | bytearray | memoryview) -> bytes | bool:
+        """An infer call refused under load from its message's first bytes, or whether it was
+        admitted there (False: not asked; the handler asks before decoding).
 
         As HTTP's refusal from the path (``server/http/admission.py``): the verdict is the
         scheduler's kept one, its trailers are encoded once, the refusal is counted without a
@@ -202,15 +203,15 @@ class InferenceService:
         """
         telemetry = self._telemetry
         if self.capture is not None or telemetry.tracing is not None or telemetry.access_log:
-            return None
+            return False
         target = peek_infer_target(message)
         if target is None:
-            return None
+            return False
         started = time.perf_counter()
         name, version = target
         error = load_refusal(self._dataplane, name, version or None)
         if error is None:
-            return None
+            return True
         telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
         return self._refusals.answer(error)
 
@@ -284,10 +285,13 @@ class InferenceService:
         )
         try:
             # Refused under load before the tensors are decoded (the most urgent lane: the
-            # request may ask for it, and it is refused last).
-            refused = self._dataplane.refusal(request.model_name, request.model_version or None, priority=1)
-            if refused is not None:
-                raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
+            # request may ask for it, and it is refused last), unless the edge just admitted it.
+            if not call.edge_admitted:
+                refused = self._dataplane.refusal(
+                    request.model_name, request.model_version or None, priority=1
+                )
+                if refused is not None:
+                    raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
