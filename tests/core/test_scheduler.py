@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fake_executor import FakeExecutor
+from ortserve.core.admission import Admission
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.observer import BatchRecord
 from ortserve.core.policy import SchedulingPolicy, queue_wait_target
@@ -568,13 +569,13 @@ async def test_an_admission_at_the_edge_spares_the_requests_own_submit_the_arith
 ) -> None:
     scheduler, _, _, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.001), latency_budget_s=0.1)
     computed: list[int] = []
-    arithmetic = scheduler._refusal_and_slack
+    arithmetic = Admission.refusal_and_slack
 
-    def counted(*args: Any) -> Any:
+    def counted(self: Admission, *args: Any) -> Any:
         computed.append(1)
-        return arithmetic(*args)
+        return arithmetic(self, *args)
 
-    monkeypatch.setattr(scheduler, "_refusal_and_slack", counted)
+    monkeypatch.setattr(Admission, "refusal_and_slack", counted)
     assert scheduler.refusal() is None and len(computed) == 1
     assert scheduler.refusal() is None and len(computed) == 1  # nothing changed: kept
     scheduler.submit(rows(1), 1)
@@ -629,7 +630,7 @@ async def test_kept_verdicts_always_agree_with_the_arithmetic_done_afresh(seed: 
             kept = scheduler.refusal(priority)
             now = clock.now()
             with scheduler._lock:
-                fresh = scheduler._refusal(now, 1, priority - 1, None)
+                fresh = scheduler._admission.refusal(now, 1, priority - 1, None)
             assert (kept is None) == (fresh is None), (kept, fresh)
 
 

@@ -1,0 +1,222 @@
+"""Admission control of one served version: whether a request may join the queue, from the
+work queued and running ahead of it, and the verdicts kept while that work stands."""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ortserve.core.adaptive import AdaptiveLimit
+from ortserve.core.clock import Clock
+from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.policy import SchedulingPolicy, queue_wait_target
+from ortserve.errors import Overloaded
+
+if TYPE_CHECKING:
+    from ortserve.core.backlog import Backlog
+
+__all__ = ["Admission", "concurrency_limit", "full_batch_s"]
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptRefusal:
+    """A refusal answered at ``changes`` (the backlog's change count), right until ``until``."""
+
+    error: Overloaded
+    changes: int
+    until: float
+
+
+class Admission:
+    """Admits or refuses the requests of one scheduler, reading its backlog.
+
+    The counts it decides on belong to the :class:`~ortserve.core.backlog.Backlog` and are
+    guarded by the scheduler's lock (``lock``, shared here): the arithmetic runs under it.
+    The verdicts kept per lane are written only here, under the same lock, and read without
+    it (a list item and an int, compared to the backlog's change count).
+
+    Args:
+        backlog: the queued and running work (read only).
+        policy: the queueing rules.
+        cost_model: the batch cost estimate.
+        concurrency: the limit on requests held, or None (see :func:`concurrency_limit`).
+        clock: time source.
+        lock: the scheduler's lock, which guards the backlog.
+    """
+
+    __slots__ = (
+        "_admitted",
+        "_backlog",
+        "_clock",
+        "_concurrency",
+        "_cost_model",
+        "_kept",
+        "_lock",
+        "_policy",
+    )
+
+    def __init__(
+        self,
+        backlog: Backlog,
+        policy: SchedulingPolicy,
+        cost_model: BatchCostModel,
+        concurrency: AdaptiveLimit | None,
+        clock: Clock,
+        lock: threading.Lock,
+    ) -> None:
+        self._backlog = backlog
+        self._policy = policy
+        self._cost_model = cost_model
+        self._concurrency = concurrency
+        self._clock = clock
+        self._lock = lock
+        self._kept: list[_KeptRefusal | None] = [None] * policy.priority_levels
+        # Per lane, the change count at which a one-row request with the default timeout was
+        # last admitted: with the counts unchanged it is still admitted (see still_admitted).
+        self._admitted = [-1] * policy.priority_levels
+
+    def verdict(self, lane: int) -> Overloaded | None:
+        """The refusal a one-row request with the default timeout would get now in ``lane``.
+
+        Under overload nearly every request asks (``Scheduler.refusal``), and the answer
+        rarely changes between two changes of the queue: a verdict is kept, per lane, until
+        the queue, the running batches or the cost model change, or until time alone could
+        make a refusal wrong, so answering costs a lookup.
+        """
+        backlog = self._backlog
+        if self._admitted[lane] == backlog.changes:  # still_admitted, without the call
+            return None
+        now = self._clock.now()
+        kept = self._kept[lane]
+        if kept is not None and kept.changes == backlog.changes and now < kept.until:
+            return kept.error
+        timeout_s = self._policy.default_timeout_s
+        with self._lock:
+            error, slack_s = self.refusal_and_slack(
+                now, 1, lane, None if timeout_s is None else now + timeout_s
+            )
+            if error is None:
+                self._admitted[lane] = backlog.changes
+                self._kept[lane] = None
+            else:
+                self._kept[lane] = _KeptRefusal(error, backlog.changes, now + slack_s)
+        return error
+
+    def still_admitted(self, lane: int) -> bool:
+        """Whether a one-row request with the default timeout admitted to ``lane`` at the
+        current change count would still be admitted now.
+
+        With the counts unchanged, time only relaxes admission: a wait ahead shrinks while the
+        running batches near their end and stays put once they are due, and a finish past the
+        deadline or budget gets no closer to it (both move with the clock once nothing is
+        running). So the edge's verdict (:meth:`verdict`) stands for the request's own
+        ``Scheduler.submit`` that follows in the same tick, which then skips the arithmetic;
+        any change to the queue, the running batches or the cost model bumps the count.
+        """
+        return self._admitted[lane] == self._backlog.changes
+
+    # -- the arithmetic (under the lock) -----------------------------------------------
+    def refusal(self, now: float, rows: int, lane: int, deadline: float | None) -> Overloaded | None:
+        """The refusal a request of ``rows`` rows ending by ``deadline`` gets now, or None."""
+        return self.refusal_and_slack(now, rows, lane, deadline)[0]
+
+    def refusal_and_slack(
+        self, now: float, rows: int, lane: int, deadline: float | None
+    ) -> tuple[Overloaded | None, float]:
+        """The refusal, and how long it stays right if the queue does not change.
+
+        A refusal by a count (queue bound, concurrency limit) stays right until the counts
+        change. One by a margin of time (the wait over the target, the finish past the
+        deadline or budget, which move with the clock) shrinks only while the instances are
+        all busy and the running batches get closer to done, by the time passed: right for
+        ``margin`` seconds, or until the counts change if the margin outlasts the busy time.
+        """
+        policy = self._policy
+        backlog = self._backlog
+        if backlog.queued_requests >= policy.max_queue_size:
+            full = Overloaded(
+                f"queue full ({policy.max_queue_size} requests waiting)",
+                retry_after_s=self._drain_estimate(now, backlog.queued_rows),
+            )
+            return full, math.inf
+        concurrency = self._concurrency
+        if (
+            concurrency is not None
+            and backlog.queued_requests + backlog.running_requests >= concurrency.limit
+        ):
+            held = Overloaded(
+                f"concurrency limit reached ({concurrency.limit} requests held)",
+                retry_after_s=self._drain_estimate(now, backlog.queued_rows),
+            )
+            return held, math.inf
+        if not self._cost_model.fitted:
+            return None, 0.0
+        ahead = sum(backlog.lanes[i].rows for i in range(lane + 1))
+        wait = self._drain_estimate(now, ahead)
+        target = queue_wait_target(policy, full_batch_s(policy, self._cost_model))
+        if wait > target:
+            late = Overloaded(
+                f"about {wait * 1e3:.1f} ms of work is queued ahead, more than the "
+                f"{target * 1e3:.1f} ms queue-wait target",
+                retry_after_s=wait,
+            )
+            return late, _slack(wait - target, self._busy_for(now))
+        limit = deadline
+        if policy.latency_budget_s is not None:
+            budget_end = now + policy.latency_budget_s
+            limit = budget_end if limit is None else min(limit, budget_end)
+        if limit is None:
+            return None, 0.0
+        finish = self._drain_estimate(now, ahead + rows, absolute=True)
+        if finish > limit:
+            missed = Overloaded(
+                f"cannot finish within the deadline: about {(finish - now) * 1e3:.1f} ms of work "
+                "is queued ahead",
+                retry_after_s=finish - now,
+            )
+            return missed, _slack(finish - limit, self._busy_for(now))
+        return None, 0.0
+
+    def _busy_for(self, now: float) -> float:
+        """How long until an instance is free, by the running batches' predicted ends."""
+        backlog = self._backlog
+        if backlog.busy < backlog.instances:
+            return 0.0
+        return max(0.0, min(backlog.busy_until, default=now) - now)
+
+    def _drain_estimate(self, now: float, rows: int, absolute: bool = False) -> float:
+        """When ``rows`` queued rows would be done, given the batches running now."""
+        instances = self._backlog.instances
+        free_at = now + self._busy_for(now)
+        per_batch = self._policy.max_batch_size or 1
+        batches = math.ceil(rows / per_batch) if rows else 0
+        full_cost = self._cost_model.predict(min(per_batch, max(rows, 1)))
+        work = batches * full_cost / instances
+        finish = free_at + work
+        return finish if absolute else max(0.0, finish - now)
+
+
+def full_batch_s(policy: SchedulingPolicy, cost_model: BatchCostModel) -> float:
+    """A full batch's predicted time, which the queue-wait target is counted in."""
+    return cost_model.predict(policy.max_batch_size or 1)
+
+
+def concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit | None:
+    """The limit on requests held, fixed or adaptive; None when the policy sets none."""
+    if policy.concurrency is not None:
+        fixed = policy.concurrency
+        return AdaptiveLimit(fixed, fixed, fixed)
+    if not policy.adaptive_concurrency:
+        return None
+    running = instances * max(1, policy.max_batch_size)
+    # At least a batch for each instance; at most the queue bound plus what runs at once;
+    # starting with two batches' worth each, which the first windows correct either way.
+    return AdaptiveLimit(2 * running, running, policy.max_queue_size + running)
+
+
+def _slack(margin_s: float, busy_for_s: float) -> float:
+    """How long a refusal by ``margin_s`` stays right: the margin shrinks with the clock only
+    while an instance is still busy (``busy_for_s``), and then no more."""
+    return math.inf if margin_s > busy_for_s else margin_s
