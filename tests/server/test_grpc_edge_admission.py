@@ -10,7 +10,7 @@ import numpy as np
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.model import ModelState, Servable, VersionInfo
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, ServerMetadata, TensorSpec
-from ortserve.errors import OrtServeError
+from ortserve.errors import ModelNotFound, OrtServeError
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.grpc.rpc import Deferred
@@ -111,3 +111,14 @@ def test_a_message_the_edge_cannot_peek_is_not_admitted_there() -> None:
     )
     assert service.refuse_infer(b"\x0a\x05abc") is False  # the name runs past the end
     assert model.asked == 0
+
+
+def test_an_unknown_model_is_left_to_the_handler_which_answers_before_decoding() -> None:
+    class NoModel(OneModel):
+        def resolve(self, name: str, version: str | None) -> Servable:
+            raise ModelNotFound(f"unknown model {name!r}")
+
+    service = InferenceService(
+        DataPlane(NoModel(AskedModel()), ServerMetadata("ortserve", "0", ())), TensorLimits()
+    )
+    assert service.refuse_infer(infer_request().SerializeToString()) is False

@@ -30,7 +30,7 @@ from ortserve.protocol.grpc.codec import (
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.edge import EncodedRefusals, load_refusal
+from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_for, log_internal
 from ortserve.server.grpc.headers import trailers_only
@@ -194,7 +194,8 @@ class InferenceService:
 
     def refuse_infer(self, message: bytes | bytearray | memoryview) -> bytes | bool:
         """An infer call refused under load from its message's first bytes, or whether it was
-        admitted there (False: not asked; the handler asks before decoding).
+        admitted there (False: not asked, or another error applies; the handler asks before
+        decoding and answers that error, e.g. NOT_FOUND for an unknown model).
 
         As HTTP's refusal from the path (``server/http/admission.py``): the verdict is the
         scheduler's kept one, its trailers are encoded once, the refusal is counted without a
@@ -209,9 +210,9 @@ class InferenceService:
             return False
         started = time.perf_counter()
         name, version = target
-        error = load_refusal(self._dataplane, name, version or None)
-        if error is None:
-            return True
+        error = edge_verdict(self._dataplane, name, version or None)
+        if isinstance(error, bool):
+            return error
         telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
         return self._refusals.answer(error)
 
