@@ -9,14 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from fake_executor import BatchRecorder
 from model_builders import bf16_model, serialized
 from ortserve.core.datatypes import bf16_from_float32, bf16_to_float32
 from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
-from ortserve.repository import loader
 from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.settings import ServerSettings
@@ -77,24 +75,3 @@ async def test_bf16_requests_batched_together_each_get_their_own_rows_as_bf16(tm
         np.testing.assert_array_equal(y.data, bf16_from_float32(doubled))
         assert y_f32.datatype == "FP32" and y_f32.data.dtype == np.float32
         np.testing.assert_array_equal(y_f32.data, doubled)
-
-
-async def test_a_server_with_one_usable_cpu_runs_batches_of_up_to_a_millisecond_inline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    folder = tmp_path / "bf16" / "1"
-    folder.mkdir(parents=True)
-    (folder / "model.onnx").write_bytes(serialized(bf16_model()))
-    settings = ServerSettings(model_repository=tmp_path, intra_op_threads=1)
-    limits = {}
-    for cpus in (1, 2):
-        monkeypatch.setattr(loader, "usable_cpus", lambda cpus=cpus: cpus)
-        served = await load_version(
-            "bf16", 1, folder / "model.onnx", load_model_config(tmp_path / "bf16"), settings, BatchRecorder()
-        )
-        assert served.runner is not None
-        limits[cpus] = served.runner.inline_below_s
-        await served.unload(5.0)
-    # One CPU: the worker thread could only take turns with the loop, so the hand-over buys
-    # nothing; with a spare CPU only runs shorter than the hand-over stay on the loop.
-    assert limits == {1: 1e-3, 2: 100e-6}

@@ -17,26 +17,9 @@ from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.ortvalues import OrtValueRun, needs_ort_values
 from ortserve.resilience.chain import FallbackChain
 
-__all__ = ["OrtRunner", "inline_limit_s"]
+__all__ = ["OrtRunner"]
 
 logger = logging.getLogger(__name__)
-
-INLINE_BELOW_S = 100e-6
-"""With a spare CPU a worker runs the batch while the loop reads the next requests: only a run
-shorter than the hand-over (two thread switches, a futex, a wake-up of the loop) goes inline."""
-INLINE_BELOW_ONE_CPU_S = 1e-3
-"""With one usable CPU the worker and the loop take turns on the same core, so the hand-over
-buys no overlap and only costs: runs go inline up to this stall of the loop. On one core,
-small_mlp's 16-31-row batches (80-110 us) sat astride the 100 us limit and each model's
-throughput at c=64 followed which side its gate had settled on (benchmarks/RESULTS.md,
-"resilience overhead"); past 1 ms the loop's pause would show in every other request's
-latency, so a long run still goes to a worker and the loop keeps answering meanwhile."""
-
-
-def inline_limit_s(usable_cpus: int) -> float:
-    """How short a run must be to run on the event loop's thread (see the constants)."""
-    return INLINE_BELOW_ONE_CPU_S if usable_cpus <= 1 else INLINE_BELOW_S
-
 
 Array = npt.NDArray[np.generic]
 
@@ -65,16 +48,9 @@ class OrtRunner:
         session: the built session, or the fallback chain standing in for it.
         instances: how many batches may run at the same time.
         name: used to name the worker threads.
-        inline_below_s: see :func:`inline_limit_s` (0: never inline).
     """
 
-    def __init__(
-        self,
-        session: ort.InferenceSession | FallbackChain,
-        instances: int,
-        name: str,
-        inline_below_s: float = INLINE_BELOW_S,
-    ) -> None:
+    def __init__(self, session: ort.InferenceSession | FallbackChain, instances: int, name: str) -> None:
         self._session = session
         self._instances = instances
         self._jobs: queue.SimpleQueue[BatchJob | None] = queue.SimpleQueue()
@@ -82,7 +58,7 @@ class OrtRunner:
         self._ort_values: OrtValueRun | None = None
         if not isinstance(session, FallbackChain) and needs_ort_values(session):
             self._ort_values = OrtValueRun(session, self.output_names)
-        self.inline_below_s = inline_below_s
+        self.inline_below_s = 100e-6
         self._threads = [
             threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)
             for index in range(instances)

@@ -14,12 +14,11 @@ import onnxruntime as ort
 
 from ortserve.core.clock import LoopClock
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.cpus import usable_cpus
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 from ortserve.core.model import ServedVersion, VersionInfo
 from ortserve.core.observer import SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
-from ortserve.core.runner import OrtRunner, inline_limit_s
+from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
@@ -164,12 +163,7 @@ def _prepare(
     parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup)
     guard = build_guard(parts, config, settings)
     chain = None if guard is None else guard.chain
-    runner = OrtRunner(
-        session if chain is None else chain,
-        config.instances,
-        f"{name}-{version}",
-        inline_limit_s(usable_cpus()),
-    )
+    runner = OrtRunner(session if chain is None else chain, config.instances, f"{name}-{version}")
     if chain is not None and settings.enable_fault_injection and config.faults:
         runner.inline_below_s = 0.0  # injected latency and hangs must not stall the event loop
     cost = BatchCostModel()
