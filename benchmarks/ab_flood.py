@@ -11,19 +11,14 @@ Medians over ``--rounds``. Writes benchmarks/out/ab_flood-<time>.json.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_overload import OUT, closed_native, repository
-from machine import stamp
-
-from ortserve.testing import run_server
+from side_by_side import old_and_new, write_medians
 
 
 def main() -> None:
@@ -36,33 +31,17 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     root = repository(OUT / "ab-flood-models")
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
-    rows: dict[str, list[dict]] = {"old": [], "new": []}
+    rounds: dict[str, list[dict]] = {"old": [], "new": []}
     with ExitStack() as stack:
-        servers = {
-            "old": stack.enter_context(
-                run_server(
-                    root, OUT / "ab-flood-old.log", server_args, {"PYTHONPATH": str(args.old_src)}, pin_cpu=0
-                )
-            ),
-            "new": stack.enter_context(run_server(root, OUT / "ab-flood-new.log", server_args, pin_cpu=0)),
-        }
+        servers = old_and_new(stack, root, OUT, "ab-flood", server_args, args.old_src)
         for _ in range(args.rounds):
             for label, server in servers.items():
                 print(label, end=" ", flush=True)
-                rows[label].append(
+                rounds[label].append(
                     closed_native(server, "small_mlp", "http-json", args.connections, args.seconds)
                 )
     keys = ("goodput", "timeouts", "server_cpu_us_per_answer", "admitted_p99_ms")
-    medians = {
-        label: {k: statistics.median(float(r[k] or 0.0) for r in found) for k in keys}
-        for label, found in rows.items()
-    }
-    report = {"machine": stamp(), "args": vars(args) | {"old_src": str(args.old_src)}, "rounds": rows}
-    report["medians"] = medians
-    path = OUT / f"ab_flood-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(medians, indent=2))
-    print(f"wrote {path}")
+    write_medians(OUT, "ab_flood", rounds, keys, args=vars(args) | {"old_src": str(args.old_src)})
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 ServerLive calls at c=1 (p50) and c=64 (req/s).
 
 Both servers run at once, pinned to CPU 0 with one intra-op thread; h2load runs on CPU 1 and
-loads them alternately (A, B, A, B, ...), so the machine's noise hits both alike; the
-server's CPU time per call is reported too, which a busy machine disturbs less than rates. A is the
-``--old-src`` tree (a ``src/`` folder, e.g. from ``git worktree add /tmp/base main``), B the
-installed package. Cells are medians over ``--rounds``. Writes JSON under benchmarks/out/.
+loads them alternately (old, new, old, new, ...), so the machine's noise hits both alike; the
+server's CPU time per call is reported too, which a busy machine disturbs less than rates.
+"old" is the ``--old-src`` tree (a ``src/`` folder, e.g. from ``git worktree add /tmp/base
+main``), "new" the installed package. Cells are medians over ``--rounds``. Writes JSON under
+benchmarks/out/.
 
     python benchmarks/ab_grpc.py --old-src /tmp/base/src --seconds 4 --rounds 5 [--model heavy_mlp]
 """
@@ -24,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_grpc import INFER, LIVE, WIDTHS, grpc_request, server_cpu_s
 from h2load import grpc_frame, run_h2load
 from machine import stamp as machine_stamp
+from side_by_side import old_and_new
 
 from ortserve.demo import write_demo_repository
-from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
 
@@ -43,16 +44,9 @@ def main() -> None:
     write_demo_repository(repo)
     payload = grpc_request(args.model, WIDTHS[args.model])
     server_args = ["--intra-op-threads", "1", "--metrics-port", "-1", "--log-level", "WARNING"]
-    runs: dict[str, dict[str, list[float]]] = {"A-old": {}, "B-new": {}}
+    runs: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
     with ExitStack() as stack:
-        servers = {
-            "A-old": stack.enter_context(
-                run_server(
-                    repo, OUT / "ab-grpc-old.log", server_args, {"PYTHONPATH": str(args.old_src)}, pin_cpu=0
-                )
-            ),
-            "B-new": stack.enter_context(run_server(repo, OUT / "ab-grpc-new.log", server_args, pin_cpu=0)),
-        }
+        servers = old_and_new(stack, repo, OUT, "ab-grpc", server_args, args.old_src)
         for server in servers.values():  # warm both
             run_h2load(f"http://{server.grpc_address}{INFER}", payload, 16, 1.0)
         for _ in range(args.rounds):
@@ -95,7 +89,7 @@ def main() -> None:
                     f"errors {errors}",
                 )
     medians = {label: {k: statistics.median(v) for k, v in cells.items()} for label, cells in runs.items()}
-    ratios = {k: medians["B-new"][k] / medians["A-old"][k] for k in medians["A-old"]}
+    ratios = {k: medians["new"][k] / medians["old"][k] for k in medians["old"]}
     report = {"machine": machine_stamp(), "args": vars(args) | {"old_src": str(args.old_src)}}
     report |= {"runs": runs, "medians": medians, "new_over_old": ratios}
     path = OUT / f"ab_grpc-{time.strftime('%Y%m%dT%H%M%S')}.json"

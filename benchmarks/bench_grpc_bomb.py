@@ -17,7 +17,6 @@ import gzip
 import json
 import os
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -30,10 +29,9 @@ import h2.events
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_flood import probe_http
-from machine import stamp as machine_stamp
+from side_by_side import old_and_new, write_medians
 
 from ortserve.demo import write_demo_repository
-from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -116,31 +114,16 @@ def main() -> None:
     repository = OUT / "bomb-models"
     write_demo_repository(repository)
     bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
-    runs: dict[str, list[dict[str, object]]] = {"A-old": [], "B-new": []}
+    runs: dict[str, list[dict[str, object]]] = {"old": [], "new": []}
     with ExitStack() as stack:
-        old_env = {"PYTHONPATH": str(args.old_src)}
-        servers = {
-            "A-old": stack.enter_context(
-                run_server(repository, OUT / "bomb-old.log", None, old_env, pin_cpu=0)
-            ),
-            "B-new": stack.enter_context(run_server(repository, OUT / "bomb-new.log", pin_cpu=0)),
-        }
+        servers = old_and_new(stack, repository, OUT, "bomb", None, args.old_src)
         for _ in range(args.repeats):
             for label, server in servers.items():
                 run = one_run(server.http_port, server.grpc_port, bomb, args.bombs)
                 runs[label].append(run)
                 print(label, json.dumps(run))
     keys = ("bombs_answered_s", "probe_max_ms", "probe_p99_ms")
-    medians = {
-        label: {key: statistics.median(float(run[key]) for run in cells) for key in keys}  # type: ignore[arg-type]
-        for label, cells in runs.items()
-    }
-    report = {"machine": machine_stamp(), "bomb_bytes": len(bomb), "bombs": args.bombs, "runs": runs}
-    report["medians"] = medians
-    path = OUT / f"grpc_bomb-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(medians, indent=2))
-    print(f"wrote {path}")
+    write_medians(OUT, "grpc_bomb", runs, keys, bomb_bytes=len(bomb), bombs=args.bombs)
 
 
 if __name__ == "__main__":
