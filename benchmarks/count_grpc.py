@@ -43,15 +43,16 @@ OUT = Path(__file__).parent / "out"
 MODEL = "small_mlp"
 
 
-def h2load_calls(url: str, body: bytes, calls: int) -> float:
-    """Send ``calls`` sequential calls on one connection; returns the seconds they took."""
+def h2load_calls(url: str, body: bytes, calls: int, concurrency: int = 1) -> float:
+    """Send ``calls`` calls over ``concurrency`` streams of one connection (1: sequential);
+    returns the seconds they took."""
     with tempfile.NamedTemporaryFile(prefix="count-grpc-", suffix=".bin") as file:
         file.write(body)
         file.flush()
-        command = ["taskset", "-c", "1", "h2load", "-t1", "-c1", "-m1", f"-n{calls}", "-d", file.name]
-        command += [arg for header in GRPC_HEADERS for arg in ("-H", header)]
+        command = ["taskset", "-c", "1", "h2load", "-t1", "-c1", f"-m{concurrency}", f"-n{calls}"]
+        command += ["-d", file.name, *(arg for header in GRPC_HEADERS for arg in ("-H", header))]
         started = time.monotonic()
-        done = subprocess.run([*command, url], capture_output=True, text=True, check=True, timeout=900)
+        done = subprocess.run([*command, url], capture_output=True, text=True, check=True, timeout=1800)
         elapsed = time.monotonic() - started
     match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", done.stdout)
     if match is None or int(match.group(2)) != calls:

@@ -18,37 +18,17 @@ Writes JSON under benchmarks/out/.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_resilience import ARMS, GUARDED_CONFIG, PLAIN_CONFIG, grpc_body, write_model
-from count_grpc import callgrind_server, counted, write_report
-from h2load import GRPC_HEADERS
+from count_grpc import callgrind_server, counted, h2load_calls, write_report
 
 OUT = Path(__file__).parent / "out"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
-
-
-def h2load_calls(url: str, body: bytes, calls: int, concurrency: int) -> float:
-    """Send ``calls`` calls over ``concurrency`` streams of one connection; returns seconds."""
-    with tempfile.NamedTemporaryFile(prefix="count-res-", suffix=".bin") as file:
-        file.write(body)
-        file.flush()
-        command = ["taskset", "-c", "1", "h2load", "-t1", "-c1", f"-m{concurrency}", f"-n{calls}"]
-        command += ["-d", file.name, *(arg for header in GRPC_HEADERS for arg in ("-H", header))]
-        started = time.monotonic()
-        done = subprocess.run([*command, url], capture_output=True, text=True, check=True, timeout=1800)
-        elapsed = time.monotonic() - started
-    match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", done.stdout)
-    if match is None or int(match.group(2)) != calls:
-        raise RuntimeError(f"h2load did not complete {calls} calls:\n{done.stdout}")
-    return elapsed
 
 
 def measure_tree(
