@@ -9,6 +9,7 @@ step stays one method call on ``self``.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import functools
 import logging
@@ -32,7 +33,7 @@ Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[A
 _MAX_PIPELINED = 32
 
 
-class Responder(asyncio.Protocol):
+class Responder(asyncio.Protocol, abc.ABC):
     """Runs the handler on each request read, and writes the answers in request order.
 
     Args:
@@ -92,9 +93,10 @@ class Responder(asyncio.Protocol):
         self._transport.resume_reading()
         self._reading = True
 
+    @abc.abstractmethod
     def _to_idle(self) -> None:
-        """Nothing is in progress: the connection waits for the next request head."""
-        raise NotImplementedError
+        """Nothing is in progress: the connection waits for the next request head (its
+        deadline and idle bookkeeping are the connection's)."""
 
     # -- request handling -------------------------------------------------------------
     def _enqueue(self, item: HttpRequest | CannedResponse, body_size: int) -> None:
