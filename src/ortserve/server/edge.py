@@ -14,25 +14,19 @@ from typing import Generic, TypeVar
 from ortserve.core.dataplane import DataPlane
 from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
 
-__all__ = ["EncodedRefusals", "edge_verdict", "load_refusal"]
+__all__ = ["EncodedRefusals", "edge_verdict"]
 
 _T = TypeVar("_T")
 _MAX_ANSWERS = 64  # encoded refusals kept (one per model and lane in force)
 _LOAD_REFUSALS = (Overloaded, ModelNotReady)
 
 
-def load_refusal(dataplane: DataPlane, name: str, version: str | None) -> OrtServeError | None:
-    """The load refusal (Overloaded, ModelNotReady) a request would get now, else None:
-    admitted, or refused for another reason the full path answers with its own error."""
-    # The most urgent lane: the body may ask for it, and it is refused last.
-    error = dataplane.refusal(name, version, priority=1)
-    return error if isinstance(error, _LOAD_REFUSALS) else None
-
-
 def edge_verdict(dataplane: DataPlane, name: str, version: str | None) -> OrtServeError | bool:
-    """As :func:`load_refusal`, but telling the two Nones apart: True when nothing refuses
-    the request now (the full path need not ask again before decoding it), False when
-    another error will (an unknown model: the full path answers it, before decoding)."""
+    """The load refusal (Overloaded, ModelNotReady) a request would get now, or whether the
+    full path takes it: True when nothing refuses it now (the full path need not ask again
+    before decoding it), False when another error will (an unknown model: the full path
+    answers it with its own status)."""
+    # The most urgent lane: the body may ask for it, and it is refused last.
     error = dataplane.refusal(name, version, priority=1)
     if error is None:
         return True

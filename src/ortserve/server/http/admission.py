@@ -15,7 +15,7 @@ import time
 from urllib.parse import unquote
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.server.edge import EncodedRefusals, load_refusal
+from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.telemetry import Telemetry, echoable_id
@@ -75,8 +75,8 @@ class EarlyRefusal:
             return None
         name, version = target
         started = time.perf_counter()
-        error = load_refusal(self._dataplane, name, version)
-        if error is None:
+        error = edge_verdict(self._dataplane, name, version)
+        if isinstance(error, bool):  # nothing refuses it for load: the full path answers
             return None
         answer = self._answers.answer(error)
         telemetry = self._telemetry
