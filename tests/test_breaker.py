@@ -97,14 +97,26 @@ def test_failures_while_open_do_not_reopen_or_move_the_probe() -> None:
     assert b.probe_at() == due
 
 
-def test_a_forced_reason_keeps_traffic_off_a_closed_breaker() -> None:
+def test_a_hold_keeps_traffic_off_a_closed_breaker_and_never_closes_an_open_one() -> None:
     clock = FakeClock()
-    held: list[str] = []
-    b = Breaker(BreakerPolicy(), clock.now, lambda: held[0] if held else None)
+    b = Breaker(BreakerPolicy(), clock.now)
     assert b.allows
-    held.append("GPU 0 temperature 90 C > 85 C for 3 samples")
-    assert not b.allows and b.reason.startswith("GPU 0 temperature")
-    held.clear()
+    b.hold("GPU 0 temperature 90 C > 85 C for 3 samples")
+    assert b.state is BreakerState.CLOSED and not b.allows and b.reason.startswith("GPU 0 temperature")
+    b.hold(None)
+    assert b.allows
+    for _ in range(3):
+        b.record(P)
+    assert b.state is BreakerState.OPEN and not b.allows
+    b.hold("GPU 0 memory 95% > 92%")
+    b.hold(None)
+    assert not b.allows  # only a good probe closes it
+    clock.advance(BreakerPolicy().open_s)
+    assert b.begin_probe()
+    b.hold("GPU 0 memory 95% > 92%")
+    b.end_probe(True)
+    assert b.state is BreakerState.CLOSED and not b.allows  # closed, but its device is still held
+    b.hold(None)
     assert b.allows
 
 

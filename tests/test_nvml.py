@@ -3,7 +3,7 @@ traffic held off an unhealthy device, and a clean skip without NVML."""
 
 from __future__ import annotations
 
-import functools
+import gc
 import logging
 import sys
 import types
@@ -21,7 +21,6 @@ from ortserve.resilience.marks import unmark
 from ortserve.resilience.nvml import (
     DeviceHealth,
     current_health,
-    device_reason,
     load_nvml,
     set_current_health,
     start_health,
@@ -141,7 +140,7 @@ def test_without_nvml_health_is_skipped_with_one_info_line(caplog: pytest.LogCap
         assert load_nvml("ortserve_no_such_nvml_module") is None
         assert start_health(CollectorRegistry(), "ortserve_no_such_nvml_module") is None
     assert "GPU health checks off: NVML not available" in caplog.text
-    assert current_health() is None and device_reason(0) is None
+    assert current_health() is None
 
 
 class Constant:
@@ -163,9 +162,9 @@ def test_an_unhealthy_device_moves_traffic_to_the_next_level_and_back() -> None:
     set_current_health(health)
     clock = FakeClock()
     levels: list[Level] = [Constant(0, 0.0), Constant(1, 1.0)]
-    breakers = [
-        Breaker(BreakerPolicy(), clock.now, functools.partial(device_reason, device)) for device in (0, 1)
-    ]
+    breakers = [Breaker(BreakerPolicy(), clock.now) for _ in (0, 1)]
+    for device, breaker in enumerate(breakers):
+        health.watch(device, breaker)
     chain = FallbackChain("m", None, levels, breakers)
     chain.armed = True
     gpus[0].utilization = 99
@@ -177,3 +176,19 @@ def test_an_unhealthy_device_moves_traffic_to_the_next_level_and_back() -> None:
     health.sample()
     outputs, degraded = unmark(chain.run([], {}))
     assert degraded is None and outputs[0][0, 0] == 0.0
+
+
+def test_a_breaker_watching_an_unhealthy_device_is_held_at_once_and_dropped_with_its_version() -> None:
+    gpus = [Gpu(temperature=90.0)]
+    health = DeviceHealth(fake_nvml(gpus))
+    for _ in range(3):
+        health.sample()
+    breaker = Breaker(BreakerPolicy(), FakeClock().now)
+    health.watch(0, breaker)  # a version loaded while its GPU is already unhealthy
+    assert not breaker.allows and breaker.reason.startswith("GPU 0: temperature 90 C > 85 C")
+    gpus[0].temperature = 60.0
+    health.sample()
+    assert breaker.allows
+    del breaker  # unloaded: the health monitor keeps no version alive
+    gc.collect()
+    assert not list(health._watchers[0])

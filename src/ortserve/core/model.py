@@ -97,13 +97,20 @@ class ServedVersion:
         self.scheduler = scheduler
         self.runner = runner
         self.guard = guard
+        self._breaker = None if guard is None else guard.primary
+        """Level 0's breaker, read for every request; the guard is asked only when it does not
+        allow."""
+        self._shapes = None if guard is None else guard.shapes
         self.state = ModelState.READY
         self._output_index = {spec.name: i for i, spec in enumerate(info.outputs)}
         self._validator = InputValidator(info.inputs, info.max_batch_size > 0, info.input_defaults)
 
     @property
     def ready(self) -> bool:
-        return self.state is ModelState.READY and (self.guard is None or self.guard.ready)
+        if self.state is not ModelState.READY:
+            return False
+        breaker = self._breaker
+        return breaker is None or breaker.allows or (self.guard is not None and self.guard.ready)
 
     def fallback_parameters(self) -> Parameters:
         """The fallback level and its reason (empty without a fallback chain)."""
@@ -120,7 +127,8 @@ class ServedVersion:
             return ModelNotReady(
                 f"model {self.info.name!r} version {self.info.version} is {self.state.value}"
             )
-        if self.guard is not None:
+        breaker = self._breaker
+        if breaker is not None and not breaker.allows and self.guard is not None:
             try:
                 self.guard.check_usable()
             except ModelNotReady as error:
@@ -141,8 +149,11 @@ class ServedVersion:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
         selected = select_outputs(request, self._output_index)
         feeds, rows = self._validator.validate(request.inputs)
-        if self.guard is not None:
-            self.guard.admit(feeds)
+        breaker = self._breaker
+        if breaker is not None and not breaker.allows and self.guard is not None:
+            self.guard.check_usable()  # ModelNotReady: no level can answer now (503)
+        if self._shapes is not None:
+            self._shapes.check_shapes(feeds)  # InvalidInput: over an input's max_shape
         queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
         answer: asyncio.Future[InferResponse] = queued.get_loop().create_future()
         queued.add_done_callback(functools.partial(self._answer, answer, selected, request.id))

@@ -46,21 +46,19 @@ class Breaker:
     probe's success closes it (a failed probe doubles the wait, up to ``max_open_s``). Live
     requests are never the probe: a request is answered at most once, by a level believed good.
 
-    Thread-safe: the worker threads record runs, the loop reads the state.
+    Thread-safe: the worker threads record runs, the loop reads :attr:`allows`. Every change
+    of state goes through the lock; :attr:`allows` is a plain attribute kept in step with the
+    state, because it is read several times per request.
 
     Args:
         policy: thresholds.
         now: monotonic seconds (tests pass a fake clock).
-        forced: returns a reason while something outside (device health) holds the level
-            open, else None.
     """
 
-    def __init__(
-        self, policy: BreakerPolicy, now: Callable[[], float], forced: Callable[[], str | None] | None = None
-    ) -> None:
+    def __init__(self, policy: BreakerPolicy, now: Callable[[], float]) -> None:
         self._policy = policy
         self._now = now
-        self._forced = forced
+        self._held: str | None = None
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
         self._consecutive = 0
@@ -74,21 +72,26 @@ class Breaker:
         self._opened_at = 0.0
         self._wait_s = policy.open_s
         self.reason = ""
-        """Why the breaker last opened ("" while it never has)."""
+        """Why the breaker last opened or was held ("" while it never has)."""
+        self.allows = True
+        """Whether live traffic may run on the level now: closed, and not held by :meth:`hold`."""
 
     @property
     def state(self) -> BreakerState:
         return self._state
 
-    @property
-    def allows(self) -> bool:
-        """Whether live traffic may run on the level now."""
-        if self._state is not BreakerState.CLOSED:
-            return False
-        if self._forced is not None and (reason := self._forced()) is not None:
-            self.reason = reason
-            return False
-        return True
+    def hold(self, reason: str | None) -> None:
+        """Keep live traffic off the level while ``reason`` is not None (its device is
+        unhealthy), whatever the state; None lets it back when the breaker is closed."""
+        with self._lock:
+            self._held = reason
+            if reason is not None:
+                self.reason = reason
+            self._settle()
+
+    def _settle(self) -> None:
+        """Under the lock, after any change of state or hold."""
+        self.allows = self._state is BreakerState.CLOSED and self._held is None
 
     def probe_at(self) -> float | None:
         """When the next probe is due (None while closed or probing)."""
@@ -123,6 +126,7 @@ class Breaker:
             if due is None or self._now() < due:
                 return False
             self._state = BreakerState.HALF_OPEN
+            self._settle()
             return True
 
     def end_probe(self, succeeded: bool, reason: str = "") -> None:
@@ -136,6 +140,7 @@ class Breaker:
                 self._runs_in_window = 0
                 self._failures_in_window = 0
                 self._wait_s = self._policy.open_s
+                self._settle()
                 return
             self._wait_s = min(self._wait_s * 2, self._policy.max_open_s)
             self._open(self._now(), reason or self.reason)
@@ -161,6 +166,7 @@ class Breaker:
         self._state = BreakerState.OPEN
         self._opened_at = now
         self.reason = reason
+        self._settle()
 
     def _next_slice(self, now: float) -> list[float]:
         """Start a slice at ``now`` and forget those that began a window or more ago (a run is

@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from ortserve.resilience.defaults import DefaultAnswers
 from ortserve.resilience.faults import FaultInjector
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
-from ortserve.resilience.nvml import device_reason
+from ortserve.resilience.nvml import current_health
 from ortserve.settings import ServerSettings
 
 __all__ = ["VersionParts", "build_guard", "plan_on_device"]
@@ -89,10 +88,8 @@ def build_guard(parts: VersionParts, config: ModelConfig, settings: ServerSettin
     levels = _levels(parts, config, fallback, injectors, settings)
     policy = BreakerPolicy(**fallback.breaker.model_dump())
     devices = [_device_of(parts.plan), *fallback.device_ids[1:]]
-    breakers = [
-        Breaker(policy, time.monotonic, _held_by_device(devices[i] if i < len(devices) else None))
-        for i in range(len(levels))
-    ]
+    breakers = [Breaker(policy, time.monotonic) for _ in levels]
+    _watch_devices(breakers, devices)
     defaults = levels[-1].answers if isinstance(levels[-1], DefaultLevel) else None
     chain = FallbackChain(parts.label, parts.session, levels, breakers, defaults, fallback.degraded_status)
     logger.info("%s: fallback levels %s", parts.label, ", ".join(level.name for level in levels))
@@ -190,9 +187,14 @@ def _device_of(plan: SessionPlan) -> int | None:
     return None
 
 
-def _held_by_device(device: int | None) -> Callable[[], str | None] | None:
+def _watch_devices(breakers: list[Breaker], devices: list[int | None]) -> None:
     """A level on a GPU is held open while NVML reports that GPU unhealthy."""
-    return None if device is None else functools.partial(device_reason, device)
+    health = current_health()
+    if health is None:
+        return
+    for breaker, device in zip(breakers, devices, strict=False):
+        if device is not None:
+            health.watch(device, breaker)
 
 
 def _same(session: ort.InferenceSession) -> ort.InferenceSession:

@@ -22,7 +22,7 @@ from ortserve.errors import InvalidInput, ModelNotReady
 from ortserve.resilience.breaker import Breaker, BreakerState
 from ortserve.resilience.classify import FailureKind, classify
 from ortserve.resilience.defaults import DefaultAnswers, NoDefaultAnswer
-from ortserve.resilience.levels import Level
+from ortserve.resilience.levels import Level, SessionLevel
 from ortserve.resilience.marks import mark
 
 __all__ = ["FallbackChain", "NoUsableLevel"]
@@ -64,6 +64,9 @@ class FallbackChain:
         self._primary = primary
         self.levels = list(levels)
         self.breakers = list(breakers)
+        first = self.levels[0]
+        self._first_session = first if isinstance(first, SessionLevel) else None
+        """Level 0 when a session backs it: run through its ``direct`` (one call, usually)."""
         self._remember = defaults if defaults is not None and defaults.remembers else None
         self._degraded_status = degraded_status
         self.on_open = on_open
@@ -100,7 +103,8 @@ class FallbackChain:
         # Level 0 with its breaker closed: the common case, kept short (every line here is
         # paid by every batch; a small model's run is ~30 us).
         try:
-            outputs = level.run(feeds)
+            first = self._first_session
+            outputs = level.run(feeds) if first is None else first.direct(feeds)
         except Exception as exc:
             self._failed(level, breaker, exc)
             return self._fall_back(feeds, [f"{level.name}: {exc}"])

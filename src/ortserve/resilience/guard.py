@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -43,9 +42,14 @@ class ResilienceGuard:
         self.chain = chain
         self.sandbox = sandbox
         self.ready_when_degraded = ready_when_degraded
-        self._primary = None if chain is None else chain.breakers[0]
-        """Level 0's breaker, asked on every request (the other levels only when it is open)."""
-        self._shaped = sandbox if sandbox is not None and sandbox.limits_shapes else None
+        self.primary = None if chain is None else chain.breakers[0]
+        """Level 0's breaker. While it allows, the version is usable and ready: the served
+        version reads it for every request and asks the guard only when it does not."""
+        self.shapes = sandbox if sandbox is not None and sandbox.limits_shapes else None
+        """The sandbox when it limits shapes (checked per request, before queueing), else None.
+        Its value limits are checked once per assembled batch, by the scheduler
+        (``Scheduler(screen=guard.sandbox)``): per request they cost more than a small
+        model's share of its batch run."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock: Clock | None = None
         self._timer: TimerHandle | None = None
@@ -62,26 +66,9 @@ class ResilienceGuard:
             self._schedule()
 
     # -- admission and readiness -----------------------------------------------------
-    def admit(self, feeds: Mapping[str, Array]) -> None:
-        """Before the request is queued: a level can answer it, and its inputs' shapes fit.
-
-        The sandbox's value limits are checked once per assembled batch, by the scheduler
-        (``Scheduler(screen=guard.sandbox)``): per request they cost more than a small
-        model's share of its batch run.
-
-        Raises:
-            ModelNotReady: no level can answer now (503, with the reason).
-            InvalidInput: an input is larger than its ``max_shape``.
-        """
-        primary = self._primary  # check_usable's lines, inline: this runs for every request
-        if primary is not None and not primary.allows:
-            self._check_levels()
-        if self._shaped is not None:
-            self._shaped.check_shapes(feeds)
-
     def check_usable(self) -> None:
         """Raises ModelNotReady (503, with the reason) when no level can answer now."""
-        primary = self._primary
+        primary = self.primary
         if primary is not None and not primary.allows:
             self._check_levels()
 
@@ -95,9 +82,9 @@ class ResilienceGuard:
 
     @property
     def ready(self) -> bool:
-        """Read on every request (the registry picks the latest ready version): level 0's
-        breaker alone answers while it is closed."""
-        primary = self._primary
+        """Whether the version may be reported ready (level 0's breaker alone answers while
+        it allows)."""
+        primary = self.primary
         if primary is None or primary.allows:
             return True
         assert self.chain is not None

@@ -3,6 +3,7 @@ default answers."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -64,10 +65,30 @@ class SessionLevel:
         self._build = build
         self._output_names = output_names
         self._warmup = warmup
-        self.faults = faults
+        self._faults = faults
         self._chunk_rows = chunk_rows
         self._session = session
         self._lock = threading.Lock()
+        self.direct: Callable[[Feeds], list[Array]] = self.run
+        """:meth:`run`, or one call into the session when run has nothing else to do (built,
+        no faults, no chunks): the primary's run is paid by every batch."""
+        self._settle_direct()
+
+    @property
+    def faults(self) -> FaultInjector | None:
+        return self._faults
+
+    @faults.setter
+    def faults(self, faults: FaultInjector | None) -> None:
+        self._faults = faults
+        self._settle_direct()
+
+    def _settle_direct(self) -> None:
+        session = self._session
+        if session is None or self._faults is not None or self._chunk_rows:
+            self.direct = self.run
+        else:
+            self.direct = functools.partial(session.run, self._output_names)
 
     @property
     def built(self) -> bool:
@@ -90,6 +111,7 @@ class SessionLevel:
                     raise InjectedFault(
                         FailureKind.PERSISTENT, f"{self.name} could not be built: {exc}"
                     ) from exc
+                self._settle_direct()
             return self._session
 
     def run(self, feeds: Feeds) -> list[Array]:

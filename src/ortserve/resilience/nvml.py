@@ -10,9 +10,11 @@ import asyncio
 import importlib
 import logging
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -22,8 +24,8 @@ __all__ = [
     "DeviceSample",
     "GpuCollector",
     "HealthThresholds",
+    "Holdable",
     "current_health",
-    "device_reason",
     "load_nvml",
     "monitor",
     "set_current_health",
@@ -56,6 +58,12 @@ class DeviceSample:
     """Volatile uncorrected ECC errors; None where the device has no ECC."""
 
 
+class Holdable(Protocol):
+    """What a device's health is pushed to (a level's circuit breaker)."""
+
+    def hold(self, reason: str | None) -> None: ...
+
+
 @dataclass(slots=True)
 class _Device:
     handle: object
@@ -85,6 +93,16 @@ class DeviceHealth:
         self._lock = threading.Lock()
         count = int(nvml.nvmlDeviceGetCount())
         self._devices = {i: _Device(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)}
+        self._watchers: dict[int, weakref.WeakSet[Holdable]] = {}
+
+    def watch(self, device_id: int, watcher: Holdable) -> None:
+        """Push ``device_id``'s health to ``watcher`` now and at every change, so levels read
+        a flag per request instead of asking. Held weakly: an unloaded version's breakers go
+        with it."""
+        with self._lock:
+            self._watchers.setdefault(device_id, weakref.WeakSet()).add(watcher)
+            reason = self.reason(device_id)
+        watcher.hold(reason)
 
     @property
     def device_ids(self) -> list[int]:
@@ -141,20 +159,29 @@ class DeviceHealth:
 
     def _judge(self, index: int, device: _Device, reading: DeviceSample | None, problem: str) -> None:
         with self._lock:
-            device.samples += 1
-            if reading is not None:
-                device.last = reading
-                if reading.ecc_errors is not None:
-                    device.ecc_seen = reading.ecc_errors
-            if not problem:
-                if device.unhealthy is not None:
-                    logger.warning("GPU %d healthy again", index)
-                device.bad_in_a_row, device.unhealthy = 0, None
-                return
-            device.bad_in_a_row += 1
-            if device.bad_in_a_row >= self.thresholds.samples and device.unhealthy is None:
-                device.unhealthy = f"{problem} ({device.bad_in_a_row} samples in a row)"
-                logger.warning("%s: traffic moves off it", device.unhealthy)
+            was = device.unhealthy
+            self._update(index, device, reading, problem)
+            now = device.unhealthy
+            watchers = list(self._watchers.get(index, ())) if now != was else []
+        for watcher in watchers:
+            watcher.hold(now)
+
+    def _update(self, index: int, device: _Device, reading: DeviceSample | None, problem: str) -> None:
+        """Under the lock: count the sample and judge the device."""
+        device.samples += 1
+        if reading is not None:
+            device.last = reading
+            if reading.ecc_errors is not None:
+                device.ecc_seen = reading.ecc_errors
+        if not problem:
+            if device.unhealthy is not None:
+                logger.warning("GPU %d healthy again", index)
+            device.bad_in_a_row, device.unhealthy = 0, None
+            return
+        device.bad_in_a_row += 1
+        if device.bad_in_a_row >= self.thresholds.samples and device.unhealthy is None:
+            device.unhealthy = f"{problem} ({device.bad_in_a_row} samples in a row)"
+            logger.warning("%s: traffic moves off it", device.unhealthy)
 
 
 class GpuCollector(Collector):
@@ -242,9 +269,3 @@ def set_current_health(health: DeviceHealth | None) -> None:
 
 def current_health() -> DeviceHealth | None:
     return _current[0] if _current else None
-
-
-def device_reason(device_id: int) -> str | None:
-    """Why a device's levels are held open now (None: healthy or health checks off)."""
-    health = current_health()
-    return None if health is None else health.reason(device_id)
