@@ -15,9 +15,15 @@ measured in rotating order with h2load over gRPC: c=1 p50 latency, c=64 requests
 per call and rows per batch (from the statistics extension); the median over rounds of each
 round's ratio to plain. The A/A ratio says how far two identical models differ in this run.
 
+``interleaved``: c=1 latency of the same three models with their calls interleaved one by
+one (plain, plain2, guarded, plain, ...) from one gRPC client (grpcio, CPU 1): every arm sees
+the same moments of the machine, so the slow drift of a shared VM, which moves whole h2load
+windows by +-10%, cancels. Per arm the p50 over all calls, and the median over blocks of each
+block's p50 ratio to plain (A/A: plain2).
+
 ``micro``: microseconds per call of each piece the guard adds (chain, sandbox, checks).
 
-Usage: ``python benchmarks/bench_resilience.py [switch|overhead|micro|both] [--rounds 5]``
+Usage: ``python benchmarks/bench_resilience.py [switch|overhead|interleaved|micro|both] [--rounds 5]``
 Writes benchmarks/out/resilience.json.
 """
 
@@ -240,6 +246,61 @@ def overhead(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def interleaved(args: argparse.Namespace) -> dict[str, object]:
+    """c=1 latency per arm, calls interleaved across the arms (see the module docstring)."""
+    import grpc  # the test extra's client; only this measurement needs it
+
+    blocks, per_block = args.rounds, args.calls_per_block
+    latencies: dict[str, list[list[float]]] = {m: [] for m in ARMS}
+    with tempfile.TemporaryDirectory(prefix="ortserve-interleaved-") as tmp:
+        root = Path(tmp)
+        write_model(root / "models", "plain", PLAIN_CONFIG)
+        write_model(root / "models", "plain2", PLAIN_CONFIG)
+        write_model(root / "models", "guarded", GUARDED_CONFIG)
+        with run_server(
+            root / "models", root / "server.log", ["--intra-op-threads", "1"], pin_cpu=0
+        ) as server:
+            os.sched_setaffinity(0, {1})
+            with grpc.insecure_channel(server.grpc_address) as channel:
+                call = channel.unary_unary(INFER)  # bytes in, bytes out: no protobuf work per call
+                bodies = {m: grpc_body(m)[5:] for m in ARMS}  # the message without gRPC's framing
+                for _ in range(300):
+                    for model in ARMS:
+                        call(bodies[model], timeout=10)
+                clock = time.perf_counter
+                for block in range(blocks):
+                    found: dict[str, list[float]] = {m: [] for m in ARMS}
+                    shift = block % len(ARMS)
+                    order = ARMS[shift:] + ARMS[:shift]
+                    for _ in range(per_block):
+                        for model in order:
+                            started = clock()
+                            call(bodies[model], timeout=10)
+                            found[model].append(clock() - started)
+                    for model in ARMS:
+                        latencies[model].append(found[model])
+
+    def p50_ms(values: list[float]) -> float:
+        return 1e3 * statistics.median(values)
+
+    def block_ratio(arm: str) -> float:
+        return round(
+            statistics.median(
+                p50_ms(a) / p50_ms(b) for a, b in zip(latencies[arm], latencies["plain"], strict=True)
+            ),
+            4,
+        )
+
+    return {
+        "blocks": blocks,
+        "calls_per_block": per_block,
+        "p50_ms": {m: round(p50_ms([v for b in latencies[m] for v in b]), 4) for m in ARMS},
+        "block_p50_ms": {m: [round(p50_ms(b), 4) for b in latencies[m]] for m in ARMS},
+        "guarded_over_plain_block_median": block_ratio("guarded"),
+        "aa_plain2_over_plain_block_median": block_ratio("plain2"),
+    }
+
+
 def micro(args: argparse.Namespace) -> dict[str, object]:
     """Microseconds per call of each piece the guard adds, in this process (steadier than
     end-to-end figures on a shared machine): medians of 7 repeats of 20,000 calls."""
@@ -274,9 +335,14 @@ def micro(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", default="both", choices=["switch", "overhead", "micro", "both"])
+    parser.add_argument(
+        "what", nargs="?", default="both", choices=["switch", "overhead", "interleaved", "micro", "both"]
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--calls-per-block", type=int, default=2000, help="interleaved: calls per arm per block"
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     result: dict[str, object] = {**machine_stamp()}
@@ -289,6 +355,9 @@ def main() -> None:
         assert isinstance(found, dict)
         for key in ("medians", "guarded_over_plain_paired_median", "aa_plain2_over_plain_paired_median"):
             print(key, json.dumps(found[key]))
+    if args.what == "interleaved":
+        result["interleaved"] = found = interleaved(args)
+        print(json.dumps({k: v for k, v in found.items() if k != "block_p50_ms"}, indent=1))
     if args.what in ("micro", "both"):
         result["micro"] = micro(args)
         print("micro", json.dumps(result["micro"]))
