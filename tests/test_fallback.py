@@ -4,6 +4,8 @@ failed twice, input faults never blamed on a level, probes on a fake clock."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +237,33 @@ def test_a_bfloat16_graph_refuses_a_fallback_chain(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="not supported for bfloat16 graphs"):
         build_guard(parts, ModelConfig.model_validate({"fallback": {}}), ServerSettings(tmp_path))
+
+
+async def test_a_closed_guard_and_its_chain_go_with_their_last_reference_not_a_collection() -> None:
+    """Startup versions are frozen out of the collector (``gc.freeze``), so an unloaded version
+    must be freed by reference counting alone: no cycle through the guard, the chain or a level."""
+    primary = session(2.0)
+    level = SessionLevel(0, "L0 primary", lambda: session(2.0), ["y"], WARMUP, session=primary)
+    chunked = SessionLevel(2, "L2 model light", lambda: session(3.0), ["y"], WARMUP, chunk_rows=2)
+    clock = FakeClock()
+    breakers = [Breaker(BreakerPolicy(), clock.now) for _ in range(2)]
+    chain = FallbackChain("m", primary, [level, chunked], breakers)
+    guard = ResilienceGuard(chain, None)
+    guard.start(asyncio.get_running_loop(), clock)
+    assert level.direct is not None  # the common path: one call into the session
+    assert chunked.direct is None  # its run chunks the batch
+    outputs, _ = unmark(chain.run(["y"], rows(2)))
+    np.testing.assert_array_equal(outputs[0], rows(2)["x"] * 2)
+    level.faults = FaultInjector(BROKEN)
+    outputs, degraded = unmark(chain.run(["y"], rows(3)))  # answered by the chunked level
+    assert degraded is not None and degraded.level == 2
+    np.testing.assert_array_equal(outputs[0], rows(3)["x"] * 3)
+    await guard.close()
+    gone = [weakref.ref(o) for o in (guard, chain, level, chunked, primary)]
+    del guard, chain, level, chunked, primary, breakers
+    gc.disable()
+    try:
+        await asyncio.sleep(0)  # what the loop still held of the guard (its probe timer) is released
+        assert [ref() is None for ref in gone] == [True] * 5
+    finally:
+        gc.enable()

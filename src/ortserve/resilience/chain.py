@@ -103,8 +103,8 @@ class FallbackChain:
         # Level 0 with its breaker closed: the common case, kept short (every line here is
         # paid by every batch; a small model's run is ~30 us).
         try:
-            first = self._first_session
-            outputs = level.run(feeds) if first is None else first.direct(feeds)
+            direct = None if self._first_session is None else self._first_session.direct
+            outputs = level.run(feeds) if direct is None else direct(feeds)
         except Exception as exc:
             self._failed(level, breaker, exc)
             return self._fall_back(feeds, [f"{level.name}: {exc}"])

@@ -136,8 +136,12 @@ class ResilienceGuard:
         self._schedule()
 
     async def close(self) -> None:
-        """Stop probing (unload); waits for a probe in progress."""
+        """Stop probing (unload); waits for a probe in progress. Also unhooks the chain's
+        ``on_open`` (a bound method of this guard: a reference cycle), so the version goes
+        with its last reference; startup versions are frozen out of the collector."""
         self._closed = True
+        if self.chain is not None:
+            self.chain.on_open = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -69,9 +69,11 @@ class SessionLevel:
         self._chunk_rows = chunk_rows
         self._session = session
         self._lock = threading.Lock()
-        self.direct: Callable[[Feeds], list[Array]] = self.run
-        """:meth:`run`, or one call into the session when run has nothing else to do (built,
-        no faults, no chunks): the primary's run is paid by every batch."""
+        self.direct: Callable[[Feeds], list[Array]] | None = None
+        """One call into the session when :meth:`run` has nothing else to do (built, no
+        faults, no chunks), else None: the primary's run is paid by every batch. (Not
+        ``self.run`` as the fallback: a bound method kept on its own instance is a reference
+        cycle, and an unloaded version must go with its last reference, not with a collection.)"""
         self._settle_direct()
 
     @property
@@ -86,7 +88,7 @@ class SessionLevel:
     def _settle_direct(self) -> None:
         session = self._session
         if session is None or self._faults is not None or self._chunk_rows:
-            self.direct = self.run
+            self.direct = None
         else:
             self.direct = functools.partial(session.run, self._output_names)
 
