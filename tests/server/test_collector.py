@@ -12,6 +12,8 @@ import pytest
 
 from ortserve.core.model import ServedVersion
 from ortserve.demo import DEMO_MODELS, build_mlp
+from ortserve.llm.demo import write_demo_llm
+from ortserve.llm.servable import LlmVersion
 from ortserve.resilience.chain import FallbackChain
 from ortserve.resilience.levels import SessionLevel
 from ortserve.server.lifecycle import Server
@@ -31,17 +33,23 @@ async def test_a_started_server_has_frozen_its_startup_objects(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     "config",
-    ["batching: {max_batch_size: 8}\n", "fallback: {session: cpu}\ninputs: {input: {min: -100, max: 100}}\n"],
-    ids=["plain", "guarded"],
+    [
+        "batching: {max_batch_size: 8}\n",
+        "fallback: {session: cpu}\ninputs: {input: {min: -100, max: 100}}\n",
+        "llm",
+    ],
+    ids=["plain", "guarded", "llm"],
 )
 async def test_an_unloaded_startup_version_is_freed_with_its_sessions(tmp_path: Path, config: str) -> None:
     """Startup objects are frozen out of the collector, so an unloaded version must go with its
-    last reference. A reference cycle through a guarded version's guard and chain kept the
-    chain and every level's session (the weights) alive for good."""
-    sizes, seed = DEMO_MODELS["small_mlp"]
-    (tmp_path / "m" / "1").mkdir(parents=True)
-    onnx.save(build_mlp(sizes, seed, "m"), str(tmp_path / "m" / "1" / "model.onnx"))
-    (tmp_path / "m" / "config.yaml").write_text(config, encoding="utf-8")
+    last reference. Cycles kept them for good: a guarded version's guard and chain (with every
+    level's session: the weights), an LLM version and its engine (through the engine's sink)."""
+    name = write_demo_llm(tmp_path) if config == "llm" else "m"
+    if config != "llm":
+        sizes, seed = DEMO_MODELS["small_mlp"]
+        (tmp_path / name / "1").mkdir(parents=True)
+        onnx.save(build_mlp(sizes, seed, name), str(tmp_path / name / "1" / "model.onnx"))
+        (tmp_path / name / "config.yaml").write_text(config, encoding="utf-8")
     gc.unfreeze()
     settings = ServerSettings(
         tmp_path,
@@ -49,24 +57,14 @@ async def test_an_unloaded_startup_version_is_freed_with_its_sessions(tmp_path: 
         grpc_port=-1,
         metrics_port=-1,
         model_control_mode="explicit",
-        load_models=("m",),
+        load_models=(name,),
     )
     server = Server(settings)
     try:
         await server.start()
         assert gc.get_freeze_count() > 1000
-        served = server.registry.entry("m").versions[1]
-        assert isinstance(served, ServedVersion) and served.runner is not None
-        session = served.runner._session
-        kept: list[object] = [served, served.runner, served.scheduler, session]
-        if isinstance(session, FallbackChain):
-            kept += list(session.levels)
-            kept += [
-                level._session for level in session.levels if isinstance(level, SessionLevel) and level.built
-            ]
-        refs = [weakref.ref(o) for o in kept]
-        del served, session, kept
-        await server.manager.unload("m")
+        refs = [weakref.ref(o) for o in _parts(server.registry.entry(name).versions[1])]
+        await server.manager.unload(name)
         for _ in range(100):  # the drain runs on the loop
             if all(ref() is None for ref in refs):
                 break
@@ -75,3 +73,18 @@ async def test_an_unloaded_startup_version_is_freed_with_its_sessions(tmp_path: 
     finally:
         await server.stop()
         gc.unfreeze()
+
+
+def _parts(served: object) -> list[object]:
+    """The version and what holds its weights or threads."""
+    if isinstance(served, LlmVersion):
+        return [served, served.engine, served.engine.decoder]
+    assert isinstance(served, ServedVersion) and served.runner is not None
+    session = served.runner._session
+    found: list[object] = [served, served.runner, served.scheduler, session]
+    if isinstance(session, FallbackChain):
+        found += list(session.levels)
+        found += [
+            level._session for level in session.levels if isinstance(level, SessionLevel) and level.built
+        ]
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +74,14 @@ async def load_llm_version(
     )
     limits = EngineLimits(llm.max_num_seqs, llm.max_waiting, context, llm.prefill_tokens_per_step)
     cache = PrefixCache(llm.kv_cache_bytes, llm.context_ttl_s, time.monotonic, llm.prefix_block_tokens)
-    holder: list[LlmVersion] = []
+    holder: list[weakref.ref[LlmVersion]] = []
 
     def sink(events: list[tuple[Sequence, GenerationEvent]]) -> None:
-        holder[0].sink(events)
+        # Weakly: the engine holds this sink and the version holds the engine; a cycle would
+        # keep an unloaded startup version (frozen out of the collector) and its weights for good.
+        served = holder[0]() if holder else None
+        if served is not None:
+            served.sink(events)
 
     engine = GenerationEngine(prepared.decoder, limits, cache, sink)
     await asyncio.to_thread(engine.warm_up)
@@ -93,7 +98,7 @@ async def load_llm_version(
         _default_max_tokens(prepared.files, config),
         loop,
     )
-    holder.append(served)
+    holder.append(weakref.ref(served))
     engine.start(f"{name}-{version}")
     logger.info(
         "loaded llm %s version %d: %d layers, %d kv heads x %d, context %d, max_num_seqs %d, "
