@@ -24,7 +24,8 @@ block's p50 ratio to plain (A/A: plain2).
 ``micro``: microseconds per call of each piece the guard adds (chain, sandbox, checks).
 
 Usage: ``python benchmarks/bench_resilience.py [switch|overhead|interleaved|micro|both] [--rounds 5]``
-Writes benchmarks/out/resilience.json.
+Writes benchmarks/out/resilience.json (each measurement under its own key; a later run of one
+measurement replaces that key and keeps the others).
 """
 
 from __future__ import annotations
@@ -361,7 +362,9 @@ def main() -> None:
     if args.what in ("micro", "both"):
         result["micro"] = micro(args)
         print("micro", json.dumps(result["micro"]))
-    (OUT / "resilience.json").write_text(json.dumps(result, indent=2))
+    path = OUT / "resilience.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**kept, **result}, indent=2))
 
 
 if __name__ == "__main__":
