@@ -41,7 +41,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,8 +188,35 @@ def grpc_body(model: str) -> bytes:
     return grpc_frame(message.SerializeToString())
 
 
-ARMS = ("plain", "plain2", "guarded")
-"""``plain2`` is the A/A control: a second plain model in the same server, measured alike."""
+ARM_CONFIGS = {"plain": PLAIN_CONFIG, "plain2": PLAIN_CONFIG, "guarded": GUARDED_CONFIG}
+"""Each arm's config; ``plain2`` is the A/A control: a second plain model in the same server,
+measured alike."""
+ARMS = tuple(ARM_CONFIGS)
+
+
+def rotated(index: int) -> tuple[str, ...]:
+    """The arms in round ``index``'s order: rotated each round, so no arm always follows the
+    same one."""
+    shift = index % len(ARMS)
+    return ARMS[shift:] + ARMS[:shift]
+
+
+def write_arms(models: Path) -> None:
+    """small_mlp as each arm of :data:`ARM_CONFIGS`, in the repository ``models``."""
+    for name, config in ARM_CONFIGS.items():
+        write_model(models, name, config)
+
+
+@contextmanager
+def arms_server(label: str) -> Iterator[ServerProcess]:
+    """One server (CPU 0, one intra-op thread) serving every arm, in a temporary repository."""
+    with tempfile.TemporaryDirectory(prefix=f"ortserve-{label}-") as tmp:
+        root = Path(tmp)
+        write_arms(root / "models")
+        with run_server(
+            root / "models", root / "server.log", ["--intra-op-threads", "1"], pin_cpu=0
+        ) as server:
+            yield server
 
 
 def stats_counts(server: ServerProcess, model: str) -> tuple[int, int]:
@@ -201,32 +229,24 @@ def stats_counts(server: ServerProcess, model: str) -> tuple[int, int]:
 def overhead(args: argparse.Namespace) -> dict[str, object]:
     keys = ("c1_p50_ms", "c64_rps", "c64_cpu_ms_per_call", "c64_rows_per_batch")
     figures: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ARMS}
-    with tempfile.TemporaryDirectory(prefix="ortserve-overhead-") as tmp:
-        root = Path(tmp)
-        write_model(root / "models", "plain", PLAIN_CONFIG)
-        write_model(root / "models", "plain2", PLAIN_CONFIG)
-        write_model(root / "models", "guarded", GUARDED_CONFIG)
-        extra = ["--intra-op-threads", "1"]
-        with run_server(root / "models", root / "server.log", extra, pin_cpu=0) as server:
-            url = f"http://{server.grpc_address}{INFER}"
-            for model in ARMS:
-                run_h2load(url, grpc_body(model), 16, 1.0)  # warm
-            for index in range(args.rounds):
-                # Rotate the order each round, so no arm always follows the same one.
-                shift = index % len(ARMS)
-                for model in ARMS[shift:] + ARMS[:shift]:
-                    one = run_h2load(url, grpc_body(model), 1, args.seconds)
-                    before = server_cpu_s(server.process.pid)
-                    counts = stats_counts(server, model)
-                    many = run_h2load(url, grpc_body(model), 64, args.seconds)
-                    cpu_s = server_cpu_s(server.process.pid) - before
-                    after = stats_counts(server, model)
-                    figures[model]["c1_p50_ms"].append(one.p50_ms)
-                    figures[model]["c64_rps"].append(many.requests_per_s)
-                    figures[model]["c64_cpu_ms_per_call"].append(1e3 * cpu_s / max(1, many.completed))
-                    figures[model]["c64_rows_per_batch"].append(
-                        (after[0] - counts[0]) / max(1, after[1] - counts[1])
-                    )
+    with arms_server("overhead") as server:
+        url = f"http://{server.grpc_address}{INFER}"
+        for model in ARMS:
+            run_h2load(url, grpc_body(model), 16, 1.0)  # warm
+        for index in range(args.rounds):
+            for model in rotated(index):
+                one = run_h2load(url, grpc_body(model), 1, args.seconds)
+                before = server_cpu_s(server.process.pid)
+                counts = stats_counts(server, model)
+                many = run_h2load(url, grpc_body(model), 64, args.seconds)
+                cpu_s = server_cpu_s(server.process.pid) - before
+                after = stats_counts(server, model)
+                figures[model]["c1_p50_ms"].append(one.p50_ms)
+                figures[model]["c64_rps"].append(many.requests_per_s)
+                figures[model]["c64_cpu_ms_per_call"].append(1e3 * cpu_s / max(1, many.completed))
+                figures[model]["c64_rows_per_batch"].append(
+                    (after[0] - counts[0]) / max(1, after[1] - counts[1])
+                )
     medians = {m: {k: statistics.median(v) for k, v in f.items()} for m, f in figures.items()}
 
     def paired(arm: str) -> dict[str, float]:
@@ -253,33 +273,24 @@ def interleaved(args: argparse.Namespace) -> dict[str, object]:
 
     blocks, per_block = args.rounds, args.calls_per_block
     latencies: dict[str, list[list[float]]] = {m: [] for m in ARMS}
-    with tempfile.TemporaryDirectory(prefix="ortserve-interleaved-") as tmp:
-        root = Path(tmp)
-        write_model(root / "models", "plain", PLAIN_CONFIG)
-        write_model(root / "models", "plain2", PLAIN_CONFIG)
-        write_model(root / "models", "guarded", GUARDED_CONFIG)
-        with run_server(
-            root / "models", root / "server.log", ["--intra-op-threads", "1"], pin_cpu=0
-        ) as server:
-            os.sched_setaffinity(0, {1})
-            with grpc.insecure_channel(server.grpc_address) as channel:
-                call = channel.unary_unary(INFER)  # bytes in, bytes out: no protobuf work per call
-                bodies = {m: grpc_body(m)[5:] for m in ARMS}  # the message without gRPC's framing
-                for _ in range(300):
-                    for model in ARMS:
+    with arms_server("interleaved") as server:
+        os.sched_setaffinity(0, {1})
+        with grpc.insecure_channel(server.grpc_address) as channel:
+            call = channel.unary_unary(INFER)  # bytes in, bytes out: no protobuf work per call
+            bodies = {m: grpc_body(m)[5:] for m in ARMS}  # the message without gRPC's framing
+            for _ in range(300):
+                for model in ARMS:
+                    call(bodies[model], timeout=10)
+            clock = time.perf_counter
+            for block in range(blocks):
+                found: dict[str, list[float]] = {m: [] for m in ARMS}
+                for _ in range(per_block):
+                    for model in rotated(block):
+                        started = clock()
                         call(bodies[model], timeout=10)
-                clock = time.perf_counter
-                for block in range(blocks):
-                    found: dict[str, list[float]] = {m: [] for m in ARMS}
-                    shift = block % len(ARMS)
-                    order = ARMS[shift:] + ARMS[:shift]
-                    for _ in range(per_block):
-                        for model in order:
-                            started = clock()
-                            call(bodies[model], timeout=10)
-                            found[model].append(clock() - started)
-                    for model in ARMS:
-                        latencies[model].append(found[model])
+                        found[model].append(clock() - started)
+                for model in ARMS:
+                    latencies[model].append(found[model])
 
     def p50_ms(values: list[float]) -> float:
         return 1e3 * statistics.median(values)

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_resilience import ARMS, GUARDED_CONFIG, PLAIN_CONFIG, grpc_body, write_model
+from bench_resilience import ARMS, grpc_body, write_arms
 from count_grpc import callgrind_server, counted, h2load_calls, write_report
 
 OUT = Path(__file__).parent / "out"
@@ -74,9 +74,7 @@ def main() -> None:
     out_dir = OUT / f"count_resilience-{stamp}"
     out_dir.mkdir()
     repo = out_dir / "models"
-    write_model(repo, "plain", PLAIN_CONFIG)
-    write_model(repo, "plain2", PLAIN_CONFIG)
-    write_model(repo, "guarded", GUARDED_CONFIG)
+    write_arms(repo)
     trees = dict(item.split("=", 1) for item in args.tree)
     results = {
         label: measure_tree(label, Path(src).resolve(), repo, args.calls, out_dir, args.concurrency)
