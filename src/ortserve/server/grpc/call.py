@@ -1,8 +1,8 @@
 """One gRPC call on one HTTP/2 stream: length-prefixed messages in, the handler, messages and status out.
 
 The HTTP/2 engine (:mod:`~ortserve.server.http2`) owns the stream; the connection hands its
-DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message"),
-decompresses them, runs the method's handler (an :class:`~ortserve.server.grpc.rpc.Rpc`) and
+DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message", through
+its :class:`~ortserve.server.grpc.framing.MessageFramer`), decompresses them, runs the method's handler (an :class:`~ortserve.server.grpc.rpc.Rpc`) and
 answers through its :class:`CallOwner`. A unary handler may answer at once, with a
 :class:`~ortserve.server.grpc.rpc.Deferred` (a future plus the function
 that turns its result into the answer, so the common inference path needs no task), or
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from google.protobuf.message import Message
 
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode, abort_from
+from ortserve.server.grpc.framing import MessageFramer
 from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, trailers, trailers_only
 from ortserve.server.grpc.inflate import InflateJob, Inflater
 from ortserve.server.grpc.messages import framed, parse_message, wbits
@@ -27,7 +28,6 @@ from ortserve.server.grpc.rpc import Deferred, Rpc, StreamHandler
 
 __all__ = ["CallOwner", "GrpcCall"]
 
-_PREFIX = 5
 # The call's own deadline timer is a backstop for handlers that do not watch the deadline;
 # it fires a little late so a handler that does (the scheduler) answers and accounts first.
 _DEADLINE_SLACK_S = 0.005
@@ -66,21 +66,18 @@ class GrpcCall:
     __slots__ = (
         "_after",
         "_after_bytes",
-        "_compressed",
         "_deadline",
         "_ended",
         "_failed",
+        "_framer",
         "_headers_sent",
         "_inbox",
         "_inflater",
         "_inflating",
         "_input_ended",
-        "_length",
         "_loop",
         "_max_message",
         "_owner",
-        "_partial",
-        "_prefix",
         "_reader",
         "_request",
         "_rpc",
@@ -113,10 +110,7 @@ class GrpcCall:
         self._ended = False
         self._headers_sent = False
         self._deadline = None if head.timeout_s is None else loop.time() + head.timeout_s
-        self._prefix = b""
-        self._length = -1
-        self._partial = bytearray()  # copied: a view would pin the whole read buffer it came in
-        self._compressed = False
+        self._framer = MessageFramer(max_message)
         self._inflater = inflater
         self._inflating: InflateJob | None = None
         self._after: deque[tuple[bytes, bool]] | None = None
@@ -192,7 +186,7 @@ class GrpcCall:
         """Request bytes received but not yet handed to the handler (a partial message, or a
         unary request waiting for the end of the stream)."""
         request = self._request
-        held = len(self._prefix) + len(self._partial) + self._after_bytes
+        held = self._framer.held + self._after_bytes
         return held + (0 if request is None else len(request))
 
     @property
@@ -219,7 +213,7 @@ class GrpcCall:
             return
         try:
             if payload:
-                self._parse(payload)
+                self._framer.feed(payload, self._complete)
             if end_stream:
                 self._end_of_input()
         except GrpcAbort as abort:
@@ -244,51 +238,14 @@ class GrpcCall:
         self._fail(abort)
 
     # -- inbound messages -------------------------------------------------------------
-    def _parse(self, payload: memoryview) -> None:
-        pos, end = 0, len(payload)
-        while pos < end:
-            if self._length < 0:
-                need = _PREFIX - len(self._prefix)
-                self._prefix += bytes(payload[pos : pos + need])
-                pos += need
-                if len(self._prefix) < _PREFIX:
-                    return
-                self._begin_message(self._prefix)
-                self._prefix = b""
-                if self._length == 0:
-                    self._complete(b"")
-                continue
-            take = min(self._length - len(self._partial), end - pos)
-            if take == self._length:  # the whole message is in this frame: no copy
-                self._complete(payload[pos : pos + take])
-            else:
-                self._partial += payload[pos : pos + take]
-                if len(self._partial) == self._length:
-                    data, self._partial = self._partial, bytearray()
-                    self._complete(data)
-            pos += take
-
-    def _begin_message(self, prefix: bytes) -> None:
-        length = int.from_bytes(prefix[1:], "big")
-        if prefix[0] > 1:
-            raise GrpcAbort(StatusCode.INTERNAL, f"invalid message compression flag {prefix[0]}")
-        if length > self._max_message:
-            raise GrpcAbort(
-                StatusCode.RESOURCE_EXHAUSTED,
-                f"received message larger than max ({length} vs. {self._max_message})",
-            )
-        self._compressed = prefix[0] == 1
-        self._length = length
-
-    def _complete(self, data: bytes | bytearray | memoryview) -> None:
+    def _complete(self, data: bytes | bytearray | memoryview, compressed: bool) -> None:
         """One whole message arrived: in order behind one still inflating, else accepted now."""
-        self._length = -1
         if self._inflating is not None:
             if self._after is None:
                 self._after = deque()
-            self._after.append((bytes(data), self._compressed))
+            self._after.append((bytes(data), compressed))
             self._after_bytes += len(data)
-        elif self._compressed:
+        elif compressed:
             self._accept(data, True)
         else:
             self._deliver(data)
@@ -339,7 +296,7 @@ class GrpcCall:
         self._after_bytes = 0
 
     def _end_of_input(self) -> None:
-        if self._length >= 0 or self._prefix:
+        if self._framer.inside_message:
             raise GrpcAbort(StatusCode.INTERNAL, "the stream ended inside a message")
         if self._inflating is None:
             self._input_complete()
