@@ -14,7 +14,6 @@ from ortserve.core.model import ServedVersion
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.llm.demo import write_demo_llm
 from ortserve.llm.servable import LlmVersion
-from ortserve.resilience.chain import FallbackChain
 from ortserve.resilience.levels import SessionLevel
 from ortserve.server.lifecycle import Server
 from ortserve.settings import ServerSettings
@@ -80,11 +79,11 @@ def _parts(served: object) -> list[object]:
     if isinstance(served, LlmVersion):
         return [served, served.engine, served.engine.decoder]
     assert isinstance(served, ServedVersion) and served.runner is not None
-    session = served.runner._session
-    found: list[object] = [served, served.runner, served.scheduler, session]
-    if isinstance(session, FallbackChain):
-        found += list(session.levels)
+    found: list[object] = [served, served.runner, served.scheduler, served.runner._session]
+    chain = None if served.guard is None else served.guard.chain
+    if chain is not None:
+        found += list(chain.levels)
         found += [
-            level._session for level in session.levels if isinstance(level, SessionLevel) and level.built
+            level.session() for level in chain.levels if isinstance(level, SessionLevel) and level.built
         ]
     return found
