@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.errors import InvalidInput
@@ -49,6 +51,15 @@ def test_inputs_without_limits_and_strings_are_not_checked() -> None:
     sandbox = InputSandbox({"x": InputLimits(max=1)})
     sandbox.check({"other": np.array([1e30])})
     check(InputLimits(max=1), np.array(["zzz"], dtype=object))
+
+
+def test_a_limit_is_compared_exactly_not_rounded_to_the_input_type() -> None:
+    """1e-50 rounds to 0.0 as a float32: the float32 0.0 is still below it (found by the
+    property test below)."""
+    with pytest.raises(InvalidInput, match="below the minimum 1e-50"):
+        check(InputLimits(min=1e-50), np.zeros(2, dtype=np.float32))
+    with pytest.raises(InvalidInput, match="above the maximum -1e-50"):
+        check(InputLimits(max=-1e-50), np.zeros(2, dtype=np.float32))
 
 
 def test_allowed_nan_does_not_hide_a_value_out_of_range() -> None:
@@ -104,6 +115,47 @@ def test_infinities_pass_where_allowed_and_nan_where_allowed_is_not_refused() ->
     with_nan = {"x": np.array([np.nan, 1.0])}
     assert not allowed_nan.passes(with_nan)  # not proven ...
     allowed_nan.check(with_nan)  # ... and not refused either
+
+
+_LIMIT = st.one_of(st.none(), st.floats(-1e6, 1e6), st.sampled_from([0.0, 1.0, -1.0, 100.0, -100.0]))
+_ELEMENT = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.floats(-200.0, 200.0, width=32),
+    st.sampled_from([100.0, -100.0, 0.0, np.nextafter(np.float32(100), np.float32(200))]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    dtype=st.sampled_from([np.float32, np.float64]),
+    values=st.lists(_ELEMENT, min_size=1, max_size=300),
+    lowest=_LIMIT,
+    highest=_LIMIT,
+    allow_nan=st.booleans(),
+    allow_inf=st.booleans(),
+)
+def test_the_batch_proof_agrees_with_the_exact_check(
+    dtype: type,
+    values: list[float],
+    lowest: float | None,
+    highest: float | None,
+    allow_nan: bool,
+    allow_inf: bool,
+) -> None:
+    """Whatever the values and limits: a batch proven fine has nothing the exact check refuses,
+    and a batch without NaN is proven exactly when the exact check passes it."""
+    sandbox = InputSandbox({"x": InputLimits(lowest, highest, allow_nan, allow_inf)})
+    feeds: dict[str, np.ndarray] = {"x": np.array(values, dtype=dtype)}
+    try:
+        sandbox.check(feeds)
+        refused = False
+    except InvalidInput:
+        refused = True
+    proven = sandbox.passes(feeds)
+    if proven:
+        assert not refused
+    if not np.isnan(feeds["x"]).any():
+        assert proven == (not refused)
 
 
 def test_shapes_are_checked_alone_before_queueing() -> None:

@@ -129,11 +129,13 @@ def _check_one(name: str, array: Array, limits: InputLimits) -> None:
             _refuse_where(name, np.isnan(values), values, "NaN is not allowed")
         if not limits.allow_inf:
             _refuse_where(name, np.isinf(values), values, "infinity is not allowed")
+    # The limits as float64 scalars: a plain float would be rounded to the array's own type
+    # first (NEP 50), and a float32 0.0 would pass a minimum of 1e-50.
     if limits.min is not None:
-        below = values < limits.min
+        below = values < np.float64(limits.min)
         _refuse_where(name, below, values, f"below the minimum {limits.min:g}")
     if limits.max is not None:
-        above = values > limits.max
+        above = values > np.float64(limits.max)
         _refuse_where(name, above, values, f"above the maximum {limits.max:g}")
 
 
