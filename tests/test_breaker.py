@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from ortserve.resilience.breaker import Breaker, BreakerPolicy, BreakerState
 from ortserve.resilience.classify import FailureKind, InjectedFault, classify
 from ortserve.testing import FakeClock
@@ -144,3 +146,23 @@ def test_classification_of_run_failures() -> None:
     assert classify(MemoryError()) is FailureKind.TRANSIENT
     assert classify(RuntimeError("something nobody foresaw")) is FailureKind.PERSISTENT
     assert classify(InjectedFault(FailureKind.INPUT, "x")) is FailureKind.INPUT
+
+
+def test_successes_counted_without_the_lock_are_not_lost_across_threads() -> None:
+    """Four threads count 20,000 successes outside the lock; the window must hold them all:
+    with 20,000 failures on top, the rate opens exactly at the 20,000th (half of the runs)."""
+    clock = FakeClock()
+    b = breaker(clock, consecutive_failures=10**9, failure_rate=0.5, min_runs=1, window_s=10.0)
+
+    def count() -> None:
+        for _ in range(5000):
+            b.succeeded()
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not any(b.record(T) for _ in range(19_999))
+    assert b.record(T)
+    assert "20000 of 40000 runs failed" in b.reason

@@ -47,8 +47,9 @@ class Breaker:
     requests are never the probe: a request is answered at most once, by a level believed good.
 
     Thread-safe: the worker threads record runs, the loop reads :attr:`allows`. Every change
-    of state goes through the lock; :attr:`allows` is a plain attribute kept in step with the
-    state, because it is read several times per request.
+    of state and every failure goes through the lock; a success only counts itself
+    (:meth:`succeeded`). :attr:`allows` is a plain attribute kept in step with the state,
+    because it is read several times per request.
 
     Args:
         policy: thresholds.
@@ -63,12 +64,11 @@ class Breaker:
         self._state = BreakerState.CLOSED
         self._consecutive = 0
         # The window as slices of window_s / _SLICES, [start, runs, failures] each: a success
-        # costs two increments, not a tuple kept per run (20,000 of them at 2,000 runs/s).
+        # costs an increment, not a tuple kept per run (20,000 of them at 2,000 runs/s); the
+        # window's totals are summed over the slices when a failure needs them.
         self._slices: deque[list[float]] = deque()
         self._current: list[float] | None = None
         self._slice_s = policy.window_s / _SLICES
-        self._runs_in_window = 0
-        self._failures_in_window = 0
         self._opened_at = 0.0
         self._wait_s = policy.open_s
         self.reason = ""
@@ -101,23 +101,38 @@ class Breaker:
 
     def record(self, failure: FailureKind | None) -> bool:
         """One live run's outcome (None: success); True when this run opened the breaker."""
+        if failure is None:
+            self.succeeded()
+            return False
         now = self._now()
         with self._lock:
             current = self._current
             if current is None or now - current[0] >= self._slice_s:
                 current = self._next_slice(now)
             current[1] += 1
-            self._runs_in_window += 1
-            if failure is None:
-                self._consecutive = 0
-                return False
             current[2] += 1
-            self._failures_in_window += 1
             if failure is FailureKind.PERSISTENT:
                 self._consecutive += 1
             if self._state is not BreakerState.CLOSED:
                 return False
             return self._maybe_open(now)
+
+    def succeeded(self) -> None:
+        """One live run's success: every good batch pays this, so it takes the lock only to
+        start a slice (once per ``window_s / 20``).
+
+        The two updates outside the lock are safe enough by design: under the GIL an
+        increment is not interleaved with another thread's in practice, and if it were, the
+        window would count one run fewer; a success racing a failure may leave the failure's
+        consecutive count in place, as if the failure had come second.
+        """
+        now = self._now()
+        current = self._current
+        if current is None or now - current[0] >= self._slice_s:
+            with self._lock:
+                current = self._next_slice(now)
+        current[1] += 1
+        self._consecutive = 0
 
     def begin_probe(self) -> bool:
         """Claim the due probe; False when none is due or another thread took it."""
@@ -137,8 +152,6 @@ class Breaker:
                 self._consecutive = 0
                 self._slices.clear()
                 self._current = None
-                self._runs_in_window = 0
-                self._failures_in_window = 0
                 self._wait_s = self._policy.open_s
                 self._settle()
                 return
@@ -156,9 +169,12 @@ class Breaker:
         if self._consecutive >= p.consecutive_failures:
             self._open(now, f"{self._consecutive} consecutive persistent failures")
             return True
-        runs = self._runs_in_window
-        if runs >= p.min_runs and self._failures_in_window >= p.failure_rate * runs:
-            self._open(now, f"{self._failures_in_window} of {runs} runs failed in {p.window_s:g} s")
+        runs = failures = 0
+        for _, slice_runs, slice_failures in self._slices:  # at most ~21 slices, on a failure only
+            runs += int(slice_runs)
+            failures += int(slice_failures)
+        if runs >= p.min_runs and failures >= p.failure_rate * runs:
+            self._open(now, f"{failures} of {runs} runs failed in {p.window_s:g} s")
             return True
         return False
 
@@ -174,9 +190,7 @@ class Breaker:
         horizon = now - self._policy.window_s
         slices = self._slices
         while slices and slices[0][0] < horizon:
-            _, runs, failures = slices.popleft()
-            self._runs_in_window -= int(runs)
-            self._failures_in_window -= int(failures)
+            slices.popleft()
         current = [now, 0, 0]
         slices.append(current)
         self._current = current

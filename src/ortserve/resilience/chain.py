@@ -108,7 +108,7 @@ class FallbackChain:
         except Exception as exc:
             self._failed(level, breaker, exc)
             return self._fall_back(feeds, [f"{level.name}: {exc}"])
-        breaker.record(None)
+        breaker.succeeded()
         if self.answered_level == 0 and self._remember is None:
             return outputs
         return self._answered(level, feeds, outputs, [])
@@ -128,7 +128,7 @@ class FallbackChain:
                 self._failed(level, breaker, exc)
                 reasons.append(f"{level.name}: {exc}")
                 continue
-            breaker.record(None)
+            breaker.succeeded()
             return self._answered(level, feeds, outputs, reasons)
         raise NoUsableLevel(f"{self.label} has no usable execution level: " + "; ".join(reasons))
 
