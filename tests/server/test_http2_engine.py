@@ -377,6 +377,44 @@ def test_a_settings_change_that_overflows_a_stream_window_is_a_connection_error(
     assert code == ErrorCode.FLOW_CONTROL_ERROR
 
 
+def test_one_settings_frame_walks_the_streams_once_with_its_last_initial_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame may repeat INITIAL_WINDOW_SIZE 170,000 times (a megabyte): every entry is
+    checked, the streams are walked once, with the last value, and a waiting answer moves."""
+    from ortserve.server.http2.outbound import Outbound
+
+    walks: list[int] = []
+    original = Outbound.set_initial_window
+
+    def counted(self: Outbound, value: int, streams: object) -> bool:
+        walks.append(value)
+        return original(self, value, streams)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Outbound, "set_initial_window", counted)
+    peer = Peer().handshake()
+    peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 0)), *(peer.request(2 * i + 1, True) for i in range(50)))
+    peer.engine.send_response(1, b"\x88", bytes(300), b"\x00\x01a\x010")
+    peer.read()
+    entries = b"".join(setting(4, value) for value in [7, 0, 65_535] * 20_000 + [200])
+    peer.send(raw_frame(SETTINGS, 0, 0, entries))
+    assert walks == [0, 200]
+    data = [len(f.payload) for f in peer.read() if f.kind == DATA and f.stream == 1]
+    assert data == [200]
+    bad_then_good = setting(4, 2**31) + setting(4, 100)
+    assert connection_error(peer, raw_frame(SETTINGS, 0, 0, bad_then_good)) == ErrorCode.FLOW_CONTROL_ERROR
+
+
+def test_a_settings_flood_ends_the_connection_and_a_few_a_second_never_do() -> None:
+    peer = Peer().handshake()
+    for _ in range(200):  # 20 a second, for ten seconds: well within the budget
+        assert peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 65_535))) == []
+        peer.now += 0.05
+    flood = raw_frame(SETTINGS, 0, 0) * 200
+    assert connection_error(peer, flood) == ErrorCode.ENHANCE_YOUR_CALM
+    assert peer.goaway().payload[8:] == b"too many SETTINGS frames"  # type: ignore[union-attr]
+
+
 # -- RST_STREAM, PRIORITY, PING, GOAWAY ------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("frame", "code"),

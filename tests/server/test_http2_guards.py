@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ortserve.server.http2.guards import Keepalive, KeepaliveStep, PingStrikes, ResetBudget
+from ortserve.server.http2.guards import FrameBudget, Keepalive, KeepaliveStep, PingStrikes
 
 
 def test_pings_spaced_by_the_interval_never_strike() -> None:
@@ -35,12 +35,12 @@ def test_opening_a_call_forgives_the_strikes() -> None:
 
 
 def test_resets_within_the_burst_pass_and_one_more_does_not() -> None:
-    budget = ResetBudget(rate=10.0, burst=5.0)
+    budget = FrameBudget(rate=10.0, burst=5.0)
     assert [budget.charge(50.0) for _ in range(6)] == [False] * 5 + [True]
 
 
 def test_the_bucket_refills_at_its_rate_up_to_the_burst() -> None:
-    budget = ResetBudget(rate=10.0, burst=5.0)
+    budget = FrameBudget(rate=10.0, burst=5.0)
     for _ in range(5):
         budget.charge(50.0)
     assert not budget.charge(50.1)  # 0.1 s at 10/s gave one token back

@@ -18,6 +18,7 @@ from ortserve.server.http2.events import StreamReset
 from ortserve.server.http2.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_WINDOW,
+    MAX_WINDOW,
     ErrorCode,
     Flag,
     FrameType,
@@ -28,7 +29,7 @@ from ortserve.server.http2.frames import (
     settings_frame,
     window_update_frame,
 )
-from ortserve.server.http2.guards import Keepalive, PingStrikes, ResetBudget
+from ortserve.server.http2.guards import FrameBudget, Keepalive, PingStrikes
 from ortserve.server.http2.streams import StreamTable
 
 __all__ = ["ControlFrames"]
@@ -36,6 +37,10 @@ __all__ = ["ControlFrames"]
 _H = TypeVar("_H")
 _U32 = struct.Struct(">L")
 _SETTING = struct.Struct(">HL")
+_SETTINGS_PER_S = 20.0
+_SETTINGS_BURST = 100.0
+"""A peer's SETTINGS frames: clients send one at the start and a few more at most (gRPC's
+window tuning); a hundred at once and twenty a second after that is far beyond any."""
 
 
 class ControlFrames(StreamTable[_H]):
@@ -51,7 +56,8 @@ class ControlFrames(StreamTable[_H]):
         self._last_read = now
         self._keepalive = Keepalive(config.keepalive_time_s, config.keepalive_timeout_s)
         self._pings = PingStrikes()
-        self._resets = ResetBudget()
+        self._resets = FrameBudget()
+        self._settings = FrameBudget(rate=_SETTINGS_PER_S, burst=_SETTINGS_BURST)
 
     def initiate(self) -> None:
         """Queue our SETTINGS and the connection window's growth (the connection just opened)."""
@@ -138,20 +144,28 @@ class ControlFrames(StreamTable[_H]):
             return
         if len(payload) % 6:
             raise Http2Error(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of the wrong size")
-        grown = False
+        if self._settings.charge(self._last_read):
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "too many SETTINGS frames")
+        # Every entry is checked, but the streams are walked once per frame, with the last
+        # INITIAL_WINDOW_SIZE: a frame may repeat it 170,000 times (a megabyte), and walking
+        # 100 streams for each entry made a frame cost O(entries x streams).
+        window: int | None = None
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
-            grown = self._apply_setting(key, value) or grown
+            if key == Setting.INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
+                window = value
+            else:
+                self._apply_setting(key, value)
+        grown = window is not None and self._out.set_initial_window(window, self._streams.values())
         # The ACK goes first: the peer counts on the new values only once it has it.
         self._out.write(frame(FrameType.SETTINGS, Flag.ACK, 0))
         if grown:
-            for stream in list(self._streams.values()):
-                self._out.flush(stream)
+            self._out.flush_blocked()
 
-    def _apply_setting(self, key: int, value: int) -> bool:
-        """Apply one setting; True when stream send windows grew."""
-        if key == Setting.INITIAL_WINDOW_SIZE:
-            return self._out.set_initial_window(value, self._streams.values())
+    def _apply_setting(self, key: int, value: int) -> None:
+        """Apply one setting other than INITIAL_WINDOW_SIZE."""
         if key == Setting.MAX_FRAME_SIZE:
             if not DEFAULT_MAX_FRAME_SIZE <= value <= 16_777_215:
                 raise Http2Error(ErrorCode.PROTOCOL_ERROR, "MAX_FRAME_SIZE out of range")
@@ -159,7 +173,6 @@ class ControlFrames(StreamTable[_H]):
         elif key == Setting.ENABLE_PUSH and value > 1:
             raise Http2Error(ErrorCode.PROTOCOL_ERROR, "ENABLE_PUSH must be 0 or 1")
         # HEADER_TABLE_SIZE: answers never index headers. Others do not concern a server.
-        return False
 
     def _rst_stream(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:

@@ -1,10 +1,11 @@
-"""What a peer may make one connection do for nothing (ping and reset floods), and keepalive."""
+"""What a peer may make one connection do for nothing (ping, reset and settings floods), and
+keepalive."""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Keepalive", "KeepaliveStep", "PingStrikes", "ResetBudget"]
+__all__ = ["FrameBudget", "Keepalive", "KeepaliveStep", "PingStrikes"]
 
 
 class PingStrikes:
@@ -39,12 +40,14 @@ class PingStrikes:
         return self._strikes > self._max_strikes
 
 
-class ResetBudget:
-    """A token bucket of stream resets, against "rapid reset" floods (CVE-2023-44487).
+class FrameBudget:
+    """A token bucket of frames a peer may make the connection work for, per kind.
 
-    Every stream the peer resets, and every stream it makes the server reset, costs a token;
-    tokens come back at ``rate`` per second up to ``burst``. Cancelled work is cheap but not
-    free, so a peer that outruns the bucket loses the connection.
+    Stream resets, against "rapid reset" floods (CVE-2023-44487): every stream the peer resets,
+    and every stream it makes the server reset, costs a token. SETTINGS frames, against
+    settings floods (CVE-2019-9515): each one is answered with an ACK and may walk every open
+    stream. Tokens come back at ``rate`` per second up to ``burst``; a peer that outruns the
+    bucket loses the connection.
     """
 
     def __init__(self, rate: float = 1000.0, burst: float = 2000.0) -> None:

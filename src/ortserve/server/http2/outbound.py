@@ -163,6 +163,11 @@ class Outbound:
         self.window += increment
         if self.window > MAX_WINDOW:
             raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+        self.flush_blocked()
+
+    def flush_blocked(self) -> None:
+        """Send what grown windows now allow of the streams waiting for window (only those:
+        a window change must not cost a walk over every open stream)."""
         for blocked in list(self._blocked.values()):
             self.flush(blocked)
 
