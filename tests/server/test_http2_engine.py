@@ -288,6 +288,26 @@ def test_a_stream_whose_answers_pile_up_gets_no_more_window() -> None:
     assert [f for f in peer.read() if f.kind == WINDOW_UPDATE and f.stream == 1] == []
 
 
+def test_no_connection_window_is_given_back_while_answers_pile_up_waiting_for_the_peers() -> None:
+    """A peer that reads but grants no window: once answers waiting for it pass the connection
+    window (16 MiB), the DATA it sends is not credited back, so it cannot go on sending
+    requests whose answers pile up; the credit comes as soon as the answers leave."""
+    peer = Peer().handshake()
+    peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 0)), peer.request(1, end_stream=True))
+    peer.engine.send_headers(1, b"\x88")
+    peer.engine.send_data(1, bytes(17 << 20))
+    peer.read()
+    chunk = bytes(1 << 20)
+    for stream in (3, 5, 7):
+        peer.send(peer.request(stream), *(raw_frame(DATA, 0, stream, chunk) for _ in range(3)))
+    assert [f for f in peer.read() if f.kind == WINDOW_UPDATE and f.stream == 0] == []
+    peer.send(raw_frame(WINDOW_UPDATE, 0, 0, u32(32 << 20)), raw_frame(WINDOW_UPDATE, 0, 1, u32(32 << 20)))
+    frames = peer.read()
+    assert sum(len(f.payload) for f in frames if f.kind == DATA and f.stream == 1) == 17 << 20
+    [credit] = [f for f in frames if f.kind == WINDOW_UPDATE and f.stream == 0]
+    assert int.from_bytes(credit.payload, "big") == 9 << 20
+
+
 # -- the send side -------------------------------------------------------------------------------
 def test_a_small_answer_leaves_as_headers_data_and_trailers_and_ends_the_stream() -> None:
     peer = Peer().handshake()

@@ -207,6 +207,9 @@ class Harness:
         assert engine.open_stream_ids <= self.open | self.queued
         assert engine.open_streams <= CONFIG["max_concurrent_streams"]
         assert engine.buffered_bytes <= self.bound
+        # The running total the connection window's credit reads matches the streams' queues.
+        waiting = sum(stream.outbound_bytes for stream in engine._streams.values())
+        assert engine._out.waiting == waiting
         if engine.closed:
             assert engine.receive_data(raw_frame(PING, 0, 0, bytes(8))) == []
 

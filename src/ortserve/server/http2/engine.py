@@ -34,7 +34,6 @@ from ortserve.server.http2.frames import (
     frame,
     goaway_frame,
     unpad,
-    window_update_frame,
 )
 from ortserve.server.http2.guards import KeepaliveStep
 from ortserve.server.http2.header_block import SELF_DEPENDENT, OpenHeaderBlock, head_fragment
@@ -75,7 +74,6 @@ class Http2Engine(ControlFrames[_H]):
         # The config's figures read on every frame, kept as plain attributes.
         self._max_streams = config.max_concurrent_streams
         self._stream_window = config.stream_window
-        self._window_refresh = config.connection_window // 2
         self._decoder = HeaderBlockDecoder(config.max_header_list_bytes, interpret)
         # Bytes of an incomplete frame, kept as a list and joined once the frame is whole, so a
         # large frame arriving in many reads is copied once rather than once per read.
@@ -84,8 +82,6 @@ class Http2Engine(ControlFrames[_H]):
         self._partial_needed = 0
         self._preface_seen = False
         self._open_block: OpenHeaderBlock | None = None
-        self._recv_window = config.connection_window
-        self._recv_unacked = 0
         self._pings_sent = 0
 
     @property
@@ -93,8 +89,7 @@ class Http2Engine(ControlFrames[_H]):
         """Bytes the engine holds for the peer: a partial frame, an open header block, answers
         waiting for window, and bytes not yet taken by :meth:`data_to_send`."""
         block = 0 if self._open_block is None else self._open_block.size
-        waiting = sum(stream.outbound_bytes for stream in self._streams.values())
-        return self._partial_size + block + waiting
+        return self._partial_size + block + self._out.waiting
 
     # -- reading ------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> list[Event[_H]]:
@@ -188,9 +183,7 @@ class Http2Engine(ControlFrames[_H]):
             raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         self._recv_unacked += size
         if self._recv_unacked >= self._window_refresh:
-            self._out.write(window_update_frame(0, self._recv_unacked))
-            self._recv_window += self._recv_unacked
-            self._recv_unacked = 0
+            self.credit_connection()
         if flags & _PADDED:
             payload = unpad(payload)
         stream = self._streams.get(stream_id)

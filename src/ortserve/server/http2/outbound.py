@@ -63,6 +63,9 @@ class Outbound:
         self.initial_window = DEFAULT_WINDOW
         """The peer's SETTINGS_INITIAL_WINDOW_SIZE: each new stream's send window."""
         self.max_frame = DEFAULT_MAX_FRAME_SIZE
+        self.waiting = 0
+        """DATA bytes of every stream waiting for the peer's windows (the sum of the streams'
+        ``outbound_bytes``, kept as they change: read for every DATA frame received)."""
         self._blocked: dict[int, Stream] = {}
 
     def write(self, data: bytes) -> None:
@@ -104,6 +107,7 @@ class Outbound:
         queue = _queue(stream)
         queue.append((payload, False))
         stream.outbound_bytes += size
+        self.waiting += size
         queue.append((trailers, True))
         self.flush(stream)
         return False
@@ -123,6 +127,7 @@ class Outbound:
     def data(self, stream: Stream, payload: bytes | memoryview) -> None:
         _queue(stream).append((payload, False))
         stream.outbound_bytes += len(payload)
+        self.waiting += len(payload)
         self.flush(stream)
 
     def flush(self, stream: Stream) -> None:
@@ -145,6 +150,7 @@ class Outbound:
             stream.send_window -= len(chunk)
             self.window -= len(chunk)
             stream.outbound_bytes -= len(chunk)
+            self.waiting -= len(chunk)
             self.out.extend(data_frame(stream.stream_id, chunk, False))
             if len(chunk) == len(payload):
                 outbound.popleft()
@@ -198,11 +204,13 @@ class Outbound:
     def forget(self, stream: Stream) -> None:
         """The stream was reset: drop what it still had to send."""
         stream.outbound = None
+        self.waiting -= stream.outbound_bytes
         stream.outbound_bytes = 0
         self._blocked.pop(stream.stream_id, None)
 
     def clear(self) -> None:
         self._blocked.clear()
+        self.waiting = 0
 
 
 def _queue(stream: Stream) -> deque[tuple[bytes | memoryview, bool]]:

@@ -39,6 +39,11 @@ class StreamTable(Generic[_H]):
         (An attribute, not a property: it is read after every read and every answer.)"""
         self._going_away = False
         self._out = Outbound(self)
+        # The connection's receive window: what the peer may still send, what it sent that we
+        # have not yet given back, and how much we give back at once.
+        self._recv_window = config.connection_window
+        self._recv_unacked = 0
+        self._window_refresh = config.connection_window // 2
 
     # -- state --------------------------------------------------------------------------
     @property
@@ -120,6 +125,18 @@ class StreamTable(Generic[_H]):
         self._out.write(goaway_frame(self._last_stream_id, ErrorCode.NO_ERROR))
         self._close_if_done()
 
+    def credit_connection(self) -> None:
+        """Give the peer back the connection window its DATA used, unless answers wait for its
+        windows beyond ``connection_window`` bytes: a peer that reads our answers but grants
+        no window could otherwise send requests without end and make their answers pile up
+        here (each stream's own window stops only that stream). Granted again as they leave.
+        """
+        unacked = self._recv_unacked
+        if unacked >= self._window_refresh and self._out.waiting <= self._config.connection_window:
+            self._out.write(window_update_frame(0, unacked))
+            self._recv_window += unacked
+            self._recv_unacked = 0
+
     # -- SendOwner ------------------------------------------------------------------------
     def grant(self, stream: Stream) -> None:
         """Reopen a stream's receive window, unless the application is behind on it.
@@ -127,6 +144,8 @@ class StreamTable(Generic[_H]):
         A stream whose data the application has not consumed, or whose answers wait for the
         peer's window, gets no more: flow control, not memory, makes the peer wait.
         """
+        if self._recv_unacked:
+            self.credit_connection()
         window = self._config.stream_window
         if (
             stream.remote_closed
