@@ -6,6 +6,7 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError, Message
 
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.grpc.field_budget import FieldBudgetExceeded, check_field_budget, field_budget
 from ortserve.server.grpc.headers import ACCEPT_ENCODING
 
 __all__ = ["framed", "parse_message", "wbits"]
@@ -39,9 +40,19 @@ def wbits(encoding: bytes) -> int:
 def parse_message(kind: type[Message], data: bytes | bytearray | memoryview) -> Message:
     """A request message of type ``kind``.
 
+    A large message's fields are counted first (:mod:`~ortserve.server.grpc.field_budget`):
+    parsing one made of millions of tiny fields would cost the loop seconds and gigabytes.
+
     Raises:
-        GrpcAbort: INVALID_ARGUMENT, the bytes are not such a message.
+        GrpcAbort: INVALID_ARGUMENT, the bytes are not such a message; RESOURCE_EXHAUSTED,
+            more fields than the message's size allows.
     """
+    budget = field_budget(len(data))
+    if budget is not None:
+        try:
+            check_field_budget(data, kind.DESCRIPTOR, budget)
+        except FieldBudgetExceeded as exc:
+            raise GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
     message = kind()
     try:
         message.ParseFromString(data)
