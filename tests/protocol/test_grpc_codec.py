@@ -82,6 +82,32 @@ def test_raw_bytes_elements_carry_four_byte_length_prefixes() -> None:
     assert list(data) == [b"hello", b"", b"w\xc3\xb6rld"]
 
 
+def test_a_bytes_shape_its_data_cannot_hold_is_refused_before_anything_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four bytes declared as 2^19 BYTES elements: refused by arithmetic (each element has a
+    4-byte length), not after an object array of the declared size was made (2^26 elements,
+    the server's default limit, made 512 MiB for a 40-byte request)."""
+    made: list[object] = []
+    real_empty = np.empty
+
+    def counting_empty(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", counting_empty)
+    request = pb.ModelInferRequest(
+        model_name="m",
+        inputs=[Tensor(name="x", datatype="BYTES", shape=[1 << 19])],
+        raw_input_contents=[bytes(4)],
+    )
+    with pytest.raises(
+        InvalidInput, match="4 bytes of BYTES data hold at most 1 elements, the shape declares 524288"
+    ):
+        decode_infer_request(request, LIMITS)
+    assert made == []
+
+
 @pytest.mark.parametrize(
     ("datatype", "field", "values", "dtype"),
     [

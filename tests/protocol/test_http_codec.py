@@ -146,10 +146,14 @@ def test_binary_bytes_elements_are_bounds_checked() -> None:
     tensor = {"name": "s", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": len(good)}}
     request = decode({"inputs": [tensor]}, good)
     assert list(request.inputs[0].data) == [b"hi", b""]
-    lying = struct.pack("<I", 1_000_000) + b"hi"
+    lying = struct.pack("<I", 1_000_000) + b"hi" + struct.pack("<I", 0)
     tensor["parameters"] = {"binary_data_size": len(lying)}
     with pytest.raises(InvalidInput, match="longer than the limit|past the end"):
         decode({"inputs": [tensor]}, lying)
+    too_few = struct.pack("<I", 2) + b"hi"  # 6 bytes cannot hold two 4-byte lengths
+    tensor["parameters"] = {"binary_data_size": len(too_few)}
+    with pytest.raises(InvalidInput, match="6 bytes of BYTES data hold at most 1 elements"):
+        decode({"inputs": [tensor]}, too_few)
 
 
 def test_header_length_larger_than_body_is_refused() -> None:

@@ -186,9 +186,16 @@ def array_from_json(
 
 
 def _split_bytes_elements(name: str, buffer: memoryview, count: int, limits: TensorLimits) -> Array:
+    size = len(buffer)
+    # Every element has a 4-byte length: a shape the data cannot hold is refused before an
+    # array of its declared size is made (a 40-byte request declaring 2^26 elements cost 512 MiB).
+    if count > size // 4:
+        raise InvalidInput(
+            f"input {name!r}: {size} bytes of BYTES data hold at most {size // 4} elements, "
+            f"the shape declares {count}"
+        )
     out = np.empty(count, dtype=object)
     offset = 0
-    size = len(buffer)
     for index in range(count):
         if offset + 4 > size:
             raise InvalidInput(f"input {name!r}: BYTES data ends inside element {index}'s length")
