@@ -156,6 +156,25 @@ def test_a_header_block_larger_than_twice_the_header_list_limit_is_refused_as_it
     assert connection_error(peer, *frames) == ErrorCode.ENHANCE_YOUR_CALM
 
 
+def test_a_header_block_of_one_frame_is_bounded_like_an_assembled_one() -> None:
+    """A single HEADERS frame may be a megabyte; the block's bound (twice the header list
+    limit) holds for it as for a block assembled from CONTINUATION frames."""
+    peer = Peer(max_header_list_bytes=1000).handshake()
+    padded = b"\x20" * 2 + b"\x82" * 1999  # within 2,001 bytes of HPACK
+    assert connection_error(peer, raw_frame(HEADERS, END_HEADERS, 1, padded)) == ErrorCode.ENHANCE_YOUR_CALM
+    assert peer.goaway().payload[8:] == b"header block too large"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("updates", "ends"), [(2, False), (3, True), (20_000, True)])
+def test_at_most_two_table_size_updates_may_open_a_block(updates: int, ends: bool) -> None:
+    """RFC 7541 4.2: two size updates (the smallest, then the final size); more is a
+    COMPRESSION_ERROR, not work for the decoder that adds no field to the header list."""
+    peer = Peer().handshake()
+    block = b"\x3f\xe1\x1f" * updates + peer.block()  # each: size 4,096 (5-bit prefix, 2 more bytes)
+    code = connection_error(peer, raw_frame(HEADERS, END_HEADERS, 1, block))
+    assert code == (ErrorCode.COMPRESSION_ERROR if ends else None)
+
+
 @pytest.mark.parametrize(
     "fields",
     [

@@ -74,6 +74,7 @@ class Http2Engine(ControlFrames[_H]):
         # The config's figures read on every frame, kept as plain attributes.
         self._max_streams = config.max_concurrent_streams
         self._stream_window = config.stream_window
+        self._max_block = 2 * config.max_header_list_bytes
         self._decoder = HeaderBlockDecoder(config.max_header_list_bytes, interpret)
         # Bytes of an incomplete frame, kept as a list and joined once the frame is whole, so a
         # large frame arriving in many reads is copied once rather than once per read.
@@ -216,6 +217,12 @@ class Http2Engine(ControlFrames[_H]):
             self._open_block = OpenHeaderBlock(stream_id, flags, bytes(fragment), self._config)
 
     def _header_block(self, flags: int, stream_id: int, block: bytes) -> None:
+        # The bound an assembled block keeps as it grows (OpenHeaderBlock), for a block of one
+        # frame too: a single HEADERS frame may be as large as a frame (1 MiB), and HPACK
+        # instructions that add no field (table size updates) cost the decoder time without
+        # counting against the header list's size.
+        if len(block) > self._max_block:
+            raise Http2Error(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
         end_stream = bool(flags & _END_STREAM)
         streams = self._streams
         if stream_id <= self._last_stream_id:

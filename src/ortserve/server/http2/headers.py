@@ -126,6 +126,10 @@ class HeaderBlockDecoder(Generic[_H]):
 
     def _decode(self, block: bytes) -> tuple[Fields, bool]:
         """The fields, and True when the block left the dynamic table as it was."""
+        if block and block[0] & 0xE0 == 0x20 and _leading_size_updates(block) > 2:
+            # RFC 7541 4.2 allows two (the smallest size, then the final one); the decoder
+            # would take any number, each an instruction that adds no field to the list.
+            raise HeaderError("more than two dynamic table size updates at the start of a block")
         try:
             fields = cast("list[tuple[bytes, bytes]]", self._decoder.decode(block, raw=True))
         except HPACKError as exc:
@@ -159,6 +163,19 @@ def _leaves_table_alone(block: bytes) -> bool:
     except IndexError:
         return False
     return i == end
+
+
+def _leading_size_updates(block: bytes) -> int:
+    """How many dynamic table size updates open the block, counted up to three."""
+    count = i = 0
+    end = len(block)
+    while i < end and block[i] & 0xE0 == 0x20 and count < 3:
+        count += 1
+        try:
+            i = _skip_integer(block, i, 5)
+        except IndexError:
+            break
+    return count
 
 
 def _skip_integer(block: bytes, i: int, prefix_bits: int) -> int:
