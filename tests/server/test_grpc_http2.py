@@ -699,6 +699,33 @@ async def test_a_compressed_message_inflating_over_several_ticks_keeps_its_place
     assert [bytes(a.raw_output_contents[0]) for a in answers] == [big, b"second"]
 
 
+async def test_a_stream_runs_a_bounded_number_of_requests_and_reads_the_rest_as_slots_free(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests on one ModelStreamInfer call beyond STREAM_IN_FLIGHT stay unread (and
+    unparsed) until one finishes; every one is answered in the end."""
+    from ortserve.server.grpc import service
+
+    monkeypatch.setattr(service, "STREAM_IN_FLIGHT", 8)
+    client = await server.connect()
+    stream_id = client.start(STREAM_INFER)
+    for index in range(30):
+        client.send(stream_id, framed(infer_request("held", bytes([index]))))
+    client.send(stream_id, b"", end_stream=True)
+    await client.sync()
+    assert len(server.held.requests) == 8
+    released = 0
+    while released < 30:
+        await client.until(lambda seen=released: len(server.held.pending) > seen)  # type: ignore[misc]
+        released = len(server.held.pending)
+        server.held.release()
+    stream = await client.response(stream_id)
+    assert stream.status == StatusCode.OK, stream.message
+    answers = [pb.ModelStreamInferResponse.FromString(m).infer_response for m in stream.messages()]
+    assert sorted(bytes(a.raw_output_contents[0]) for a in answers) == [bytes([i]) for i in range(30)]
+    await assert_serves(client)
+
+
 # -- refusals and malformed requests --------------------------------------------------------
 @pytest.mark.parametrize(
     ("method", "path", "content_type", "http_status", "code"),

@@ -48,6 +48,10 @@ __all__ = ["INFERENCE_SERVICE", "InferenceService"]
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 
+STREAM_IN_FLIGHT = 256
+"""Requests of one ModelStreamInfer call answered at once at most. A client streaming faster
+waits under flow control; the scheduler's own queue bounds are per model, not per stream."""
+
 
 class InferenceService:
     """The Open Inference Protocol's gRPC calls on the server's one DataPlane.
@@ -251,16 +255,23 @@ class InferenceService:
         gets ``error_message`` while the stream stays open for the next ones. On drain the
         call stops reading, answers what it holds, and ends with OK.
         """
+        slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
         async with asyncio.TaskGroup() as in_flight:
-            while (request := await call.read()) is not None:
+            # Reading waits for a free slot: the messages behind stay unread, so flow control
+            # (no window for unread data) holds the client back, not a task per message.
+            while await slots.acquire() and (request := await call.read()) is not None:
                 assert isinstance(request, pb.ModelInferRequest)
-                in_flight.create_task(self._answer_on_stream(request, call))
+                in_flight.create_task(self._answer_on_stream(request, call, slots))
 
-    async def _answer_on_stream(self, request: pb.ModelInferRequest, call: GrpcCall) -> None:
+    async def _answer_on_stream(
+        self, request: pb.ModelInferRequest, call: GrpcCall, slots: asyncio.Semaphore
+    ) -> None:
         try:
             answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
         except OrtServeError as error:
             answer = _stream_error(request, error.message)
+        finally:
+            slots.release()
         call.write(answer)
 
     async def _infer(self, request: pb.ModelInferRequest, call: GrpcCall) -> pb.ModelInferResponse:
