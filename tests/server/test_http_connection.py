@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -90,3 +91,29 @@ def test_http_1_0_without_keep_alive_is_closed_after_the_answer(server: ServerPr
         while chunk := sock.recv(4096):
             data += chunk
     assert data.startswith(b"HTTP/1.1 200") and b"connection: close" in data.lower()
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_pipelined_answers_a_client_does_not_read_are_not_made_until_it_reads(server: ServerProcess) -> None:
+    """1,000 pipelined GETs of the metrics page (made anew for each) from a client that reads
+    nothing: the server stops answering once its send buffer is full (it made every answer
+    before: +32 MiB for 2,000, +1 MiB now), and every answer comes, in
+    order, once the client reads."""
+    count = 1000
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    before = rss_bytes(server.process.pid)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.connect((server.host, server.http_port))
+        sock.sendall(request * count)
+        time.sleep(3.0)
+        grown = rss_bytes(server.process.pid) - before
+        responses = read_responses(sock, count)
+    assert grown < 8 << 20, f"the server grew by {grown >> 20} MiB for answers nobody read"
+    assert len(responses) == count and all(status.startswith(b"HTTP/1.1 200") for status, _ in responses)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +105,25 @@ def test_a_slowloris_head_is_answered_408_and_closed(capped: ServerProcess) -> N
         while chunk := sock.recv(4096):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer
+
+
+def test_a_client_that_reads_no_answers_for_a_keepalive_timeout_is_dropped(
+    demo_repository: Path, tmp_path: Path
+) -> None:
+    """Pipelined requests and no reads: the server holds back its answers, and once the client
+    has read nothing for the keep-alive timeout it is dropped, not kept with its unsent
+    answers for as long as it keeps its window shut."""
+    env = {"ORTSERVE_KEEPALIVE_TIMEOUT": "1", "ORTSERVE_HEADER_TIMEOUT": "0.5"}
+    with run_server(demo_repository, tmp_path / "server.log", env=env) as process:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((process.host, process.http_port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 1000)
+            time.sleep(3.0)  # past the timeout: the server has given up on this client
+            sock.settimeout(10)
+            received = bytearray()
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(1 << 16):
+                    received += chunk
+        assert received.count(b"HTTP/1.1 200") < 1000  # dropped, not answered in full
+        assert http_infer(process).shape == (1, 16)

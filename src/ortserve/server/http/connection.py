@@ -338,6 +338,14 @@ class HttpConnection(Responder):
         if self._closed:
             return
         remaining = self._deadline - self._loop.time()
+        if (
+            self._write_paused
+            and self._loop.time() - self._write_paused_at >= self._limits.keepalive_timeout_s
+        ):
+            # The client has read none of our answers for a keep-alive timeout: drop it (a
+            # close would wait, holding the unsent answers, for reads that do not come).
+            self.abort()
+            return
         if self._parked:  # the server stopped reading, not the client: its clock restarts
             self._deadline = self._loop.time() + self._tick
             remaining = self._tick

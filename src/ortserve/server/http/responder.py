@@ -65,6 +65,7 @@ class Responder(asyncio.Protocol, abc.ABC):
         self._closed = False
         self._reading = True
         self._write_paused = False
+        self._write_paused_at = 0.0
         self._parked = False  # the intake governor paused reading (the loop is saturated)
         self._drained: asyncio.Future[None] | None = None  # a stream waits here for the client
         self._held = 0  # body bytes of this connection's requests not yet answered
@@ -75,6 +76,7 @@ class Responder(asyncio.Protocol, abc.ABC):
         # The client is not reading its responses: stop reading its requests until it does,
         # so an unread peer cannot make the server buffer without bound.
         self._write_paused = True
+        self._write_paused_at = self._loop.time()
         if self._transport is not None and self._reading and not self._closed:
             self._transport.pause_reading()
             self._reading = False
@@ -85,6 +87,8 @@ class Responder(asyncio.Protocol, abc.ABC):
             self._drained.set_result(None)
         if not self._queue:
             self._resume_reading()
+        elif not self._busy:
+            self._next()  # answers held back while the client was not reading
 
     def _resume_reading(self) -> None:
         """Read again, unless the client is not reading us or the loop is saturated."""
@@ -110,6 +114,12 @@ class Responder(asyncio.Protocol, abc.ABC):
 
     def _next(self) -> None:
         while self._queue and not self._closed:
+            if self._write_paused:
+                # The client is not reading its answers: answer nothing more until it does.
+                # One read may hold thousands of pipelined requests, and answering them all
+                # into the transport's buffer made 0.7 MB of GETs hold 380 MB of answers.
+                self._busy = False
+                return
             request, keep_alive, self._answering = self._queue.popleft()
             if isinstance(request, CannedResponse):  # refused from its headers
                 self._write_canned(request, keep_alive)
