@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -117,3 +118,30 @@ def test_pipelined_answers_a_client_does_not_read_are_not_made_until_it_reads(se
         responses = read_responses(sock, count)
     assert grown < 8 << 20, f"the server grew by {grown >> 20} MiB for answers nobody read"
     assert len(responses) == count and all(status.startswith(b"HTTP/1.1 200") for status, _ in responses)
+
+
+def test_an_offer_to_switch_protocols_is_ignored_and_the_request_served_as_http_1_1(
+    server: ServerProcess,
+) -> None:
+    """curl --http2 and Java's RestClient offer h2c on every request: the request is served as
+    if the offer were not there (RFC 9110 7.8), body included, even one arriving after the
+    head, and the connection goes on; a WebSocket offer too. Each gets exactly one answer."""
+    body = body_for(7.0)
+    offer = (
+        b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+    )
+    request = post(body, offer)
+    with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
+        sock.sendall(request[: -len(body)])
+        time.sleep(0.2)  # the body comes in a later read
+        sock.sendall(
+            request[-len(body) :]
+            + b"GET /v2/health/live HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+        )
+        sock.sendall(post(body_for(8.0)))
+        responses = read_responses(sock, 3)
+        sock.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):
+            assert sock.recv(1) == b""  # nothing more: no second answer to any of them
+    assert [status[:12] for status, _ in responses] == [b"HTTP/1.1 200"] * 3
+    assert json.loads(responses[0][1])["id"] == "7.0" and json.loads(responses[2][1])["id"] == "8.0"

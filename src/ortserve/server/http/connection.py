@@ -109,6 +109,7 @@ class HttpConnection(Responder):
         self._deadline = self._now + limits.header_timeout_s
         self._body_started = 0.0
         self._discard_left: int | None = None
+        self._upgrade_offered = False
         # Member and evictable from the listener's accept on: a loop may accept a burst of
         # sockets before any connection_made runs, and a real client in the same burst must
         # still be able to take a silent socket's place.
@@ -161,8 +162,19 @@ class HttpConnection(Responder):
         self._now = self._loop.time()
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._reject(400, "protocol upgrades are not supported")
+        except httptools.HttpParserUpgrade as upgrade:
+            if not self._upgrade_offered:  # CONNECT: a tunnel, which this server is not
+                self._reject(400, "protocol upgrades are not supported")
+                return
+            # An offer to switch protocols (h2c from curl --http2 or Java's RestClient, a
+            # WebSocket): served as plain HTTP/1.1 (RFC 9110 7.8). The parser stopped after
+            # the head as if the rest were another protocol; a fresh one reads the head again
+            # without the offer, then the body and whatever follows.
+            self._upgrade_offered = False
+            head = self._head_without_upgrade()
+            self._parser = httptools.HttpRequestParser(self)
+            self.data_received(head + data[upgrade.args[0] :])
+            return
         except httptools.HttpParserError as exc:
             cause = exc.__context__
             if isinstance(cause, _TooLarge):
@@ -209,6 +221,10 @@ class HttpConnection(Responder):
         self._headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        if self._parser.should_upgrade() and self._parser.get_method() != b"CONNECT":
+            self._upgrade_offered = True  # read again without the offer (data_received)
+            return
         length = self._headers.get(b"content-length")
         if length is not None and length.isdigit():
             size = int(length)
@@ -255,6 +271,8 @@ class HttpConnection(Responder):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._upgrade_offered:  # the head is read again, with the body (data_received)
+            return
         self._receiving = False
         self._phase = _BUSY
         if self._parser is None:
@@ -283,6 +301,23 @@ class HttpConnection(Responder):
             self._budget.freed(self._body_size)  # the pieces, now joined
         self._body = []  # the request owns the body now; nothing else may keep it alive
         self._enqueue(request, self._body_size)
+
+    def _head_without_upgrade(self) -> bytes:
+        """The request head just read, without its protocol-switch offer (the Upgrade and
+        HTTP2-Settings fields, and their tokens in Connection)."""
+        assert self._parser is not None
+        version = self._parser.get_http_version().encode("ascii")
+        lines = [b"%s %s HTTP/%s\r\n" % (self._parser.get_method(), self._url, version)]
+        for name, value in self._headers.items():
+            if name in (b"upgrade", b"http2-settings"):
+                continue
+            if name == b"connection":
+                tokens = [t.strip() for t in value.split(b",")]
+                value = b", ".join(t for t in tokens if t.lower() not in (b"upgrade", b"http2-settings"))
+                if not value:
+                    continue
+            lines.append(name + b": " + value + b"\r\n")
+        return b"".join(lines) + b"\r\n"
 
     # -- failures ---------------------------------------------------------------------
     def _reject(self, status: int, message: str) -> None:
