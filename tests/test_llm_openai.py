@@ -140,6 +140,22 @@ def test_errors_come_in_openai_shape(client: openai.OpenAI, llm_server: ServerPr
     assert raw.value.code == 400 and "error" in json.loads(raw.value.read())
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"prompt": [-1]}, "token ids must be in"),  # decoded before its range was checked: 500
+        ({"prompt": [10**9]}, "token ids must be in"),
+        ({"prompt": "x", "seed": -1}, "seed must be between"),  # NumPy refused the seed: 500
+    ],
+)
+def test_out_of_range_token_ids_and_seeds_are_a_400(
+    client: openai.OpenAI, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=DEMO_LLM_NAME, max_tokens=2, **fields)  # type: ignore[call-overload]
+    assert isinstance(bad.value.body, dict) and message in bad.value.body["message"]
+
+
 def test_models_lists_the_generation_models(client: openai.OpenAI) -> None:
     assert {m.id for m in client.models.list()} == {DEMO_LLM_NAME, "one_slot"}
 

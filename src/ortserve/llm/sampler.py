@@ -53,6 +53,8 @@ class SamplingParams:
                 raise InvalidInput(f"{name} must be between -2 and 2")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise InvalidInput("stop takes at most 4 non-empty strings")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise InvalidInput("seed must be between 0 and 2^64 - 1")
 
 
 class TokenSampler:

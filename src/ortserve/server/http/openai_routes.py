@@ -131,9 +131,10 @@ class _OpenAiRoutes:
             if isinstance(parsed.prompt, str):
                 prompt, echo = llm.tokenizer.encode(parsed.prompt), parsed.prompt
             else:
-                prompt, echo = parsed.prompt, llm.tokenizer.decode(parsed.prompt)
-                if any(not 0 <= t < llm.tokenizer.vocab_size for t in prompt):
+                prompt = parsed.prompt
+                if any(not 0 <= t < llm.tokenizer.vocab_size for t in prompt):  # before decoding them
                     raise InvalidInput(f"prompt: token ids must be in [0, {llm.tokenizer.vocab_size})")
+                echo = llm.tokenizer.decode(prompt)
             stream = llm.generate(prompt, params)
             ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
             echoed = echo if parsed.echo else ""
