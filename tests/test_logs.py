@@ -119,3 +119,14 @@ def test_text_log_tracebacks_are_indented_so_an_exception_message_cannot_start_a
         "failed with x\\x0a2026-01-01 00:00:00,000 CRITICAL ortserve: forged\\x0d\\x1b[2J\\u2028"
     )
     assert rest and all(line.startswith("  | ") for line in rest)
+
+
+def test_json_lines_escape_what_log_readers_break_lines_on(captured: io.StringIO) -> None:
+    """C1 controls (NEL, CSI), U+2028/U+2029 and lone surrogates from a client's id: written
+    as JSON escapes, so the entry stays one line to every reader and decodes back the same."""
+    configure("json", captured)
+    hostile = "id\x85next\x9b[31m\u2028\u2029\ud800 é"
+    logging.getLogger("ortserve.test").warning("request %s", hostile)
+    line = captured.getvalue()
+    assert line.count("\n") == 1 and not any(c in line for c in "\x85\x9b\u2028\u2029\ud800")
+    assert json.loads(line)["message"] == f"request {hostile}"

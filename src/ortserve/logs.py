@@ -35,6 +35,13 @@ class _RequestContext(logging.Filter):
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _json_escaped(char: re.Match[str]) -> str:
+    return f"\\u{ord(char.group()):04x}"
+
+
 def _escaped(char: re.Match[str]) -> str:
     code = ord(char.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
@@ -89,7 +96,10 @@ class _JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        line = json.dumps(entry, ensure_ascii=False)
+        # JSON leaves C1 controls, the Unicode line separators and lone surrogates as they
+        # are; log readers break lines on some of them (the text format escapes them too).
+        return _JSON_UNSAFE.sub(_json_escaped, line) if _JSON_UNSAFE.search(line) else line
 
 
 def make_formatter(fmt: str) -> logging.Formatter:

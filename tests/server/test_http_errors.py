@@ -97,6 +97,7 @@ def test_invalid_requests_are_400_and_named(
         "/v2/models/failing/versions/x/infer",
         "/v2/models/failing/versions/%C2%B2/infer",  # "²": a digit to str.isdigit, not to int()
         "/v2/models/failing/versions/%D9%A3/infer",  # "٣": int() reads it as 3; not a version here
+        "/v2/models/failing/versions/" + "9" * 5000 + "/infer",  # int() refuses it: it was a 500
         "/v2/nothing",
         "/v3",
     ],
@@ -107,6 +108,19 @@ def test_unknown_models_versions_and_routes_are_404(
     status, _, raw = post(error_repository_server, path, failing_body())
     assert status == 404
     assert json.loads(raw)["error"]
+    good_request(error_repository_server)
+
+
+def test_a_binary_header_length_of_thousands_of_digits_is_a_400(
+    error_repository_server: ServerProcess,
+) -> None:
+    """int() refuses strings over 4,300 digits: the header was a 500 with a traceback."""
+    head = b"Inference-Header-Content-Length: " + b"9" * 5000 + b"\r\n"
+    raw = request_raw(
+        error_repository_server,
+        b"POST /v2/models/failing/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n" + head + b"\r\n{}",
+    )
+    assert raw.startswith(b"HTTP/1.1 400") and b"Inference-Header-Content-Length" in raw
     good_request(error_repository_server)
 
 

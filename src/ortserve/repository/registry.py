@@ -169,7 +169,9 @@ class ModelRegistry:
                 # log at load time, and the client learns only the model's state.
                 raise ModelNotReady(f"model {name!r} is {entry.state.value}{_SEE_LOG if entry.error else ''}")
             return served
-        found = versions.get(int(version)) if version.isascii() and version.isdigit() else None
+        # A version is an int64: longer digit strings name none (and int() refuses > 4,300 digits).
+        numeric = version.isascii() and version.isdigit() and len(version) <= 19
+        found = versions.get(int(version)) if numeric else None
         if found is None:
             raise ModelNotFound(f"model {name!r} has no served version {version!r}")
         return found

@@ -309,9 +309,10 @@ def _header_length(request: HttpRequest) -> int | None:
     raw = request.headers.get(_HEADER_LENGTH)
     if raw is None:
         return None
-    if not raw.strip().isdigit():
+    digits = raw.strip()
+    if not digits.isdigit() or len(digits) > 19:  # int() refuses over 4,300 digits: a 500
         raise InvalidInput("Inference-Header-Content-Length must be a non-negative integer")
-    return int(raw)
+    return int(digits)
 
 
 async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
