@@ -69,6 +69,16 @@ def test_broken_or_unknown_codings_are_invalid_input(body: bytes, coding: bytes,
         inflate(body, coding)
 
 
+def test_gzip_members_one_after_another_inflate_as_one_body_up_to_a_few() -> None:
+    """RFC 1952 2.2 (``cat a.gz b.gz``), also when a member ends at an input slice's end; a
+    flood of empty members (each inflating to nothing) is refused at the 65th."""
+    assert inflate(gzip.compress(b"hello ") + gzip.compress(b"world")) == b"hello world"
+    assert inflate(gzip.compress(RANDOM) + gzip.compress(b"tail"), limit=2 * MIB) == RANDOM + b"tail"
+    assert inflate(gzip.compress(b"") * 64) == b""
+    with pytest.raises(InvalidInput, match="data follows"):
+        inflate(gzip.compress(b"") * 65)
+
+
 def test_an_unknown_coding_is_unsupported_and_names_the_codings_taken() -> None:
     with pytest.raises(UnsupportedEncoding, match="'br' is not supported") as caught:
         inflate(b"anything", b"br")

@@ -124,6 +124,26 @@ def test_a_binary_header_length_of_thousands_of_digits_is_a_400(
     good_request(error_repository_server)
 
 
+def test_a_transfer_coding_other_than_chunked_is_501(error_repository_server: ServerProcess) -> None:
+    """RFC 9112 6.1: "gzip, chunked" was read as chunked and the gzip silently ignored."""
+    raw = request_raw(
+        error_repository_server,
+        b"POST /v2/models/failing/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n",
+    )
+    assert raw.startswith(b"HTTP/1.1 501") and b"chunked" in raw
+    good_request(error_repository_server)
+
+
+def test_expect_100_continue_without_a_body_gets_no_interim_answer(
+    error_repository_server: ServerProcess,
+) -> None:
+    raw = request_raw(
+        error_repository_server, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n"
+    )
+    assert raw.startswith(b"HTTP/1.1 200") and b"100 Continue" not in raw
+
+
 def test_wrong_method_is_405(error_repository_server: ServerProcess) -> None:
     status, _, _ = post(error_repository_server, "/v2/health/ready", b"")
     assert status == 405

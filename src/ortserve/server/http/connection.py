@@ -77,6 +77,10 @@ class _OverBudget(Exception):
     pass
 
 
+class _UnknownCoding(Exception):
+    """A transfer coding other than chunked (RFC 9112 6.1: 501)."""
+
+
 class HttpConnection(Responder):
     """Parses requests within the limits and deadlines; :class:`Responder`, its base, answers them."""
 
@@ -183,6 +187,8 @@ class HttpConnection(Responder):
                 self._reject_and_discard(429, "the server holds too many request bytes", _RETRY_AFTER)
             elif isinstance(cause, _BadRequest):
                 self._reject(400, str(cause))
+            elif isinstance(cause, _UnknownCoding):
+                self._reject(501, "only the chunked transfer coding is supported")
             elif cause is not None and not isinstance(cause, httptools.HttpParserError):
                 logger.error("HTTP connection failed", exc_info=cause)
                 self._reject(500, "internal server error")
@@ -225,6 +231,9 @@ class HttpConnection(Responder):
         if self._parser.should_upgrade() and self._parser.get_method() != b"CONNECT":
             self._upgrade_offered = True  # read again without the offer (data_received)
             return
+        coding = self._headers.get(b"transfer-encoding")
+        if coding is not None and coding.strip().lower() != b"chunked":
+            raise _UnknownCoding()  # "gzip, chunked" was read as chunked, the gzip ignored
         length = self._headers.get(b"content-length")
         if length is not None and length.isdigit():
             size = int(length)
@@ -254,7 +263,11 @@ class HttpConnection(Responder):
                     assert self._transport is not None
                     self._transport.write(refusal.wire(keep_alive=True))
                 return
-        if self._headers.get(b"expect", b"").lower() == b"100-continue" and self._transport:
+        if (
+            self._headers.get(b"expect", b"").lower() == b"100-continue"
+            and self._transport
+            and (coding is not None or (length is not None and length != b"0"))  # a body to wait for
+        ):
             self._transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:

@@ -78,6 +78,8 @@ class Inflation:
                 f"Content-Encoding {name!r} is not supported (gzip, deflate, identity)", SUPPORTED_CODINGS
             )
         self._coding = coding.decode("latin-1")
+        self._wbits = wbits
+        self._members = 1
         self._inflater = zlib.decompressobj(wbits)
         self._body = memoryview(body)
         self._read = 0
@@ -111,9 +113,19 @@ class Inflation:
             if chunk:
                 self._chunks.append(chunk)
             if self._inflater.eof:
-                if self._inflater.unused_data or self._read < len(self._body):
+                rest = self._inflater.unused_data
+                if not rest and self._read == len(self._body):
+                    return True
+                following = (
+                    rest[:2] if len(rest) >= 2 else bytes(self._body[self._read - len(rest) : self._read + 2])
+                )
+                if self._coding != "gzip" or self._members >= _MAX_MEMBERS or following[:2] != _GZIP_MAGIC:
                     raise InvalidInput(f"data follows the end of the {self._coding} request body")
-                return True
+                # gzip allows members one after another (RFC 1952 2.2: `cat a.gz b.gz`); a
+                # few, not a flood of empty ones that inflate to nothing each.
+                self._members += 1
+                self._inflater = zlib.decompressobj(self._wbits)
+                self._pending = rest
             if not chunk and not self._pending and self._read == len(self._body):
                 raise InvalidInput(f"the {self._coding} request body is cut short")
         return False
@@ -121,6 +133,11 @@ class Inflation:
     def body(self) -> bytes:
         """The inflated body (after :meth:`run` returned True)."""
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+
+
+_MAX_MEMBERS = 64
+"""gzip members a body may hold, one after another."""
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def inflate_then_route(
