@@ -18,7 +18,10 @@ when the connection closes, so neither waits for the cyclic garbage collector).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -39,6 +42,8 @@ Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "CannedResponse | None"
 """``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_RESET = struct.pack("ii", 1, 0)
+"""SO_LINGER on with a zero timeout: closing the socket resets it and drops what it holds."""
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
@@ -390,8 +395,14 @@ class HttpConnection(Responder):
             self._write_paused
             and self._loop.time() - self._write_paused_at >= self._limits.keepalive_timeout_s
         ):
-            # The client has read none of our answers for a keep-alive timeout: drop it (a
-            # close would wait, holding the unsent answers, for reads that do not come).
+            # The client has read none of our answers for a keep-alive timeout: reset it. A
+            # close, even an abort, left the unsent answers (megabytes) in the kernel's send
+            # queue for as long as the client kept its window shut (FIN-WAIT-1).
+            if self._transport is not None:
+                with contextlib.suppress(OSError, AttributeError):
+                    self._transport.get_extra_info("socket").setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, _RESET
+                    )
             self.abort()
             return
         if self._parked:  # the server stopped reading, not the client: its clock restarts
