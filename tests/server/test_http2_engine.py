@@ -361,6 +361,31 @@ def test_an_answer_larger_than_the_windows_waits_for_window_updates_and_trailers
     assert [(f.kind, f.flags) for f in peer.read()] == [(DATA, 0), (HEADERS, END_HEADERS | END_STREAM)]
 
 
+def test_a_one_byte_connection_window_update_moves_one_waiting_stream_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fifty answers wait for the connection window; a flood of one-byte WINDOW_UPDATEs on
+    stream 0 must cost work per frame, not a walk over every waiting stream per frame."""
+    from ortserve.server.http2.outbound import Outbound
+
+    peer = Peer().handshake()
+    peer.send(*(peer.request(2 * i + 1, True) for i in range(50)))
+    for i in range(50):
+        peer.engine.send_response(2 * i + 1, b"\x88", bytes(2000), b"\x00\x01a\x010")  # 100 KB > 65,535
+    peer.read()
+    flushes: list[int] = []
+    original = Outbound.flush
+
+    def counted(self: Outbound, stream: object) -> None:
+        flushes.append(1)
+        original(self, stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Outbound, "flush", counted)
+    peer.send(*(raw_frame(WINDOW_UPDATE, 0, 0, u32(1)) for _ in range(100)))
+    assert len(flushes) <= 100 * 2
+    assert sum(len(f.payload) for f in peer.read() if f.kind == DATA) == 100
+
+
 def test_data_frames_never_exceed_the_peers_max_frame_size() -> None:
     peer = Peer().handshake()
     peer.send(raw_frame(WINDOW_UPDATE, 0, 0, u32(1 << 20)), raw_frame(SETTINGS, 0, 0, setting(4, 1 << 20)))

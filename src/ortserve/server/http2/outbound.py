@@ -173,9 +173,14 @@ class Outbound:
 
     def flush_blocked(self) -> None:
         """Send what grown windows now allow of the streams waiting for window (only those:
-        a window change must not cost a walk over every open stream)."""
+        a window change must not cost a walk over every open stream), until the connection's
+        window is spent: a WINDOW_UPDATE of one byte moves one stream, not all of them."""
+        if self.window <= 0:
+            return
         for blocked in list(self._blocked.values()):
             self.flush(blocked)
+            if self.window <= 0:
+                return
 
     def grow_stream_window(self, stream: Stream, increment: int) -> bool:
         """A WINDOW_UPDATE on a stream; False when its window overflowed (reset it)."""
