@@ -531,6 +531,37 @@ def test_a_ping_is_answered_with_its_payload_and_a_ping_flood_without_streams_st
     assert peer.goaway().payload[8:] == b"too_many_pings"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("unfinished", ["frame", "header block"])
+def test_a_frame_or_header_block_left_unfinished_ends_the_connection_even_trickled(unfinished: str) -> None:
+    """Half a frame, then a byte every 5 s: dropped 30 s after the frame began (it was held
+    until keepalive gave up, two hours, and a connection that has spoken is never evicted)."""
+    peer = Peer(frame_timeout_s=30.0).handshake()
+    assert peer.engine.tick() == 30.0  # no frame pending: the next check comes anyway
+    if unfinished == "frame":
+        begun, trickle = raw_frame(DATA, 0, 1, bytes(1000))[:100], [b"\x00"] * 10
+    else:
+        begun, trickle = raw_frame(HEADERS, 0, 1, b"\x82"), [raw_frame(CONTINUATION, 0, 1)] * 10
+    peer.send_raw(begun)
+    for piece in trickle:
+        peer.now += 5.0
+        if peer.now >= 30.0:
+            break
+        peer.send_raw(piece)
+        assert peer.engine.tick() == pytest.approx(30.0 - peer.now)
+    assert peer.engine.tick() is None and peer.engine.closed
+    peer.read()
+    assert peer.goaway().payload[8:] == b"a frame was left unfinished"  # type: ignore[union-attr]
+
+
+def test_whole_frames_sent_slowly_never_count_as_unfinished() -> None:
+    peer = Peer(frame_timeout_s=30.0, keepalive_time_s=7200.0).handshake()
+    for _ in range(20):
+        peer.now += 10.0
+        peer.send(raw_frame(PING, 0, 0, bytes(8)))
+        peer.send(peer.request(1 + 2 * _, end_stream=True))  # calls open: pings are fine
+        assert peer.engine.tick() == 30.0 and not peer.engine.closed
+
+
 def test_keepalive_pings_a_quiet_peer_and_drops_one_that_does_not_answer() -> None:
     peer = Peer(keepalive_time_s=5.0, keepalive_timeout_s=2.0).handshake()
     assert peer.engine.tick() == 5.0

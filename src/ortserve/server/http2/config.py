@@ -34,6 +34,9 @@ class EngineConfig:
     keepalive_timeout_s: float = 20.0
     """Seconds our ping may go unanswered before the connection is dropped."""
     preface_timeout_s: float = 10.0
+    frame_timeout_s: float = 30.0
+    """Seconds a frame (or a header block of several) may take to arrive whole once begun: a
+    1 MiB frame at 35 KB/s; a peer that stops halfway is dropped, not held until keepalive."""
 
     def __post_init__(self) -> None:
         if not 0 < self.connection_window <= MAX_WINDOW or not 0 < self.stream_window <= MAX_WINDOW:

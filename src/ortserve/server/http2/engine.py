@@ -84,6 +84,8 @@ class Http2Engine(ControlFrames[_H]):
         self._preface_seen = False
         self._open_block: OpenHeaderBlock | None = None
         self._pings_sent = 0
+        self._unfinished_since: float | None = None
+        """When the frame or header block still unfinished began to arrive (None: none is)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -132,6 +134,10 @@ class Http2Engine(ControlFrames[_H]):
             rest = buffer[pos:]
             length = (rest[0] << 16 | rest[1] << 8 | rest[2]) if len(rest) >= 9 else 0
             self._keep_partial(rest, 9 + length)
+        if not self._partial and self._open_block is None:
+            self._unfinished_since = None
+        elif self._unfinished_since is None:
+            self._unfinished_since = self._last_read
         return events
 
     def _keep_partial(self, rest: bytes, needed: int) -> None:
@@ -285,8 +291,10 @@ class Http2Engine(ControlFrames[_H]):
             self._fail(code, message)
 
     def tick(self) -> float | None:
-        """Timers: the preface deadline, then keepalive (ping a quiet peer, drop one that does not
-        answer). Returns the seconds until the next tick, or None once the connection is over."""
+        """Timers: the preface deadline, a frame or header block left unfinished, then keepalive
+        (ping a quiet peer, drop one that does not answer). Returns the seconds until the next
+        tick (at most ``frame_timeout_s``: a frame may be begun at any time), or None once the
+        connection is over."""
         if self.closed:
             return None
         now = self._clock()
@@ -297,6 +305,13 @@ class Http2Engine(ControlFrames[_H]):
                 self._fail(ErrorCode.PROTOCOL_ERROR, "no connection preface")
                 return None
             return min(left, config.keepalive_time_s)
+        since = self._unfinished_since
+        if since is not None and now - since >= config.frame_timeout_s:
+            # Half a frame, then nothing (or a byte now and then): the connection would be held
+            # until keepalive gives up (two hours), and a connection that has spoken is never
+            # evicted for a new one.
+            self._fail(ErrorCode.NO_ERROR, "a frame was left unfinished")
+            return None
         step, delay = self._keepalive.step(now, self._last_read)
         if step is KeepaliveStep.CLOSE:
             self._fail(ErrorCode.NO_ERROR, "keepalive ping not answered")
@@ -304,7 +319,9 @@ class Http2Engine(ControlFrames[_H]):
         if step is KeepaliveStep.PING:
             self._pings_sent += 1
             self._out.write(frame(FrameType.PING, 0, 0, self._pings_sent.to_bytes(8, "big")))
-        return delay
+        if since is not None:
+            return min(delay, since + config.frame_timeout_s - now)
+        return min(delay, config.frame_timeout_s)
 
     def _fail(self, code: ErrorCode, message: str) -> None:
         self._out.write(goaway_frame(self._last_stream_id, code, message))
