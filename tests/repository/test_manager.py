@@ -15,6 +15,8 @@ from model_builders import write_scaled_version
 from ortserve.core.model import ModelState, ServedVersion
 from ortserve.core.types import InferInput, InferRequest, InferResponse
 from ortserve.errors import ModelLoadFailed, ModelNotFound, ModelNotReady
+from ortserve.repository.config import ModelConfig
+from ortserve.repository.config_source import ModelSource
 from ortserve.repository.index import repository_index
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
@@ -112,6 +114,30 @@ async def test_a_failed_reload_leaves_the_serving_version_untouched(
     rows = {(r.version, r.state) for r in repository_index(manager.registry, tmp_path, False)}
     assert rows == {("1", "READY"), ("2", "UNAVAILABLE")}
     assert ("failed", "m", "2") in events(manager)
+
+
+async def test_a_reload_with_a_bad_config_keeps_the_serving_version_and_is_not_remembered(
+    manager: LifecycleManager, tmp_path: Path
+) -> None:
+    """A load request whose config contradicts the graph fails; the version built from the
+    files keeps serving (it was withdrawn on the next pass), polls leave it alone, and a load
+    without a config builds from the files again (it reused the bad config)."""
+    write_scaled_version(tmp_path, "m", 1, 1.0)
+    await manager.start()
+    bad = ModelSource(
+        ModelConfig.model_validate({"inputs": {"nope": {"min": 0}}}), "request"
+    )  # no such input
+    with pytest.raises(ModelLoadFailed, match="still serving version"):
+        await manager.load("m", override=bad)
+    assert await infer(manager) == 1.0
+    watcher = RepositoryWatcher(manager, "poll", 1.0)
+    await watcher.scan()
+    await watcher.scan()
+    assert await infer(manager) == 1.0
+    await manager.load("m")
+    assert await infer(manager) == 1.0
+    rows = {(r.version, r.state) for r in repository_index(manager.registry, tmp_path, False)}
+    assert rows == {("1", "READY")}
 
 
 async def test_the_same_broken_files_are_not_retried_until_they_change(

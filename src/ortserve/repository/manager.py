@@ -231,6 +231,7 @@ class LifecycleManager:
         built = dict(before.versions) if before else {}
         attempted: set[int] = set()
         failures: list[str] = []
+        failed_serving: set[int] = set()
         while True:
             usable = {
                 n: p
@@ -254,15 +255,25 @@ class LifecycleManager:
                     built[number] = snapshot.versions[number].files
                 else:
                     failures.append(f"version {number}: {reason}")
+                    if number in entry.versions:
+                        # Its files serve: what failed is this load's rebuild (a bad config in
+                        # the request, say), so the version keeps serving and is not marked
+                        # broken, or the next pass would withdraw it.
+                        failed_serving.add(number)
+                        self._failed.pop((name, number), None)
         # A serving version whose folder is being re-copied keeps serving until it settles.
         keep = set(wanted) | {n for n in entry.versions if n in snapshot.versions and n not in candidates}
         for number in sorted(set(entry.versions) - keep):
             self._retire(name, number, "the version policy no longer selects it")
-        self._loaded[name] = LoadedModel(
+        config_seen, kept_override, kept_source = (
             snapshot.config,
             override,
-            {n: built[n] for n in entry.versions if n in built},
             None if override is not None else source,
+        )
+        if failed_serving and before is not None:  # what serves was built by the load before
+            config_seen, kept_override, kept_source = before.config, before.override, before.source
+        self._loaded[name] = LoadedModel(
+            config_seen, kept_override, {n: built[n] for n in entry.versions if n in built}, kept_source
         )
         if not entry.versions:
             reason = "; ".join(failures) or "no complete version folder matches the version policy"
