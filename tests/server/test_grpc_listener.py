@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import h2.config
+import h2.connection
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -114,6 +116,40 @@ async def test_health_watch_follows_readiness_and_ends_on_drain(
         assert await watch.code() == grpc.StatusCode.OK
 
 
+def open_call() -> bytes:
+    """A client's preface and a call it opens and never ends (HEADERS without END_STREAM)."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    path = "/inference.GRPCInferenceService/ModelInfer"
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x")]
+    client.send_headers(1, [*fields, ("content-type", "application/grpc"), ("te", "trailers")])
+    return client.data_to_send()
+
+
+async def test_a_connection_with_no_call_open_makes_room_at_the_cap() -> None:
+    """A client that sent the preface and then nothing used to hold its place until keepalive
+    (two hours): at the cap it now goes, with GOAWAY, for a client that wants a call."""
+    dataplane = DataPlane(FakeResolver(), ServerMetadata("ortserve", "test", ()))
+    grpc_listener = GrpcListener(dataplane, TensorLimits(), options(), connection_limit=ConnectionLimit(1))
+    port = await grpc_listener.start("127.0.0.1", 0)
+    try:
+        quiet = await asyncio.open_connection("127.0.0.1", port)
+        quiet[1].write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        await quiet[0].readexactly(9)  # the server's SETTINGS: it has spoken and is served
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            # Answered (the fake models are not all ready), not refused for the cap.
+            answer = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+            assert answer.status in (SERVING, NOT_SERVING)
+        rest = await asyncio.wait_for(quiet[0].read(), 5)  # the quiet one was closed
+        assert b"closed to make room for a new connection" in rest
+        quiet[1].close()
+    finally:
+        grpc_listener.stop_accepting(0.5)
+        await grpc_listener.wait_closed()
+
+
 async def test_over_the_cap_calls_fail_unavailable_and_a_flood_of_refusals_gets_a_bare_goaway(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -123,7 +159,7 @@ async def test_over_the_cap_calls_fail_unavailable_and_a_flood_of_refusals_gets_
     port = await grpc_listener.start("127.0.0.1", 0)
     try:
         occupant = await asyncio.open_connection("127.0.0.1", port)
-        occupant[1].write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # has spoken: not evictable
+        occupant[1].write(open_call())  # a call open: not evictable
         await occupant[0].readexactly(9)  # the server's SETTINGS: it is being served
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:

@@ -70,6 +70,7 @@ class Http2Connection(asyncio.Protocol):
         self._inflater = inflater
         self._settings = settings
         self._connections = connections
+        self._evictable = False  # no call open: registered with the cap as evictable
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         config = settings.engine()
@@ -270,6 +271,28 @@ class Http2Connection(asyncio.Protocol):
         if out:
             self._transport.writelines(out)
         if self._engine.closed:
+            self._closed = True
+            self._transport.close()
+            return
+        quiet = self._engine.open_streams == 0
+        if quiet != self._evictable:
+            # A connection with no call open may make room for a new one at the cap, as an
+            # HTTP/1.1 keep-alive connection does: 10,000 connections that sent the preface
+            # and then nothing held every place for two hours (until keepalive).
+            self._evictable = quiet
+            if quiet:
+                self._connections.limit.idle(self)
+            else:
+                self._connections.limit.busy(self)
+
+    def evict(self) -> None:
+        """The connection cap needs this quiet connection's place: GOAWAY, then close."""
+        self._connections.discard(self)
+        if self._transport is not None and not self._closed:
+            self._engine.close(ErrorCode.NO_ERROR, "closed to make room for a new connection")
+            out = self._engine.data_to_send()
+            if out:
+                self._transport.writelines(out)
             self._closed = True
             self._transport.close()
 
