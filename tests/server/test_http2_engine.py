@@ -386,6 +386,33 @@ def test_a_one_byte_connection_window_update_moves_one_waiting_stream_not_all(
     assert sum(len(f.payload) for f in peer.read() if f.kind == DATA) == 100
 
 
+def test_connection_window_updates_never_walk_streams_waiting_for_their_own_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """INITIAL_WINDOW_SIZE 0: every answer waits for its stream's window. A flood of one-byte
+    connection WINDOW_UPDATEs walked all of them per frame (40 us a frame with 1,000 streams);
+    they move when their own windows open."""
+    from ortserve.server.http2.outbound import Outbound
+
+    peer = Peer().handshake()
+    peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 0)), *(peer.request(2 * i + 1, True) for i in range(50)))
+    for i in range(50):
+        peer.engine.send_response(2 * i + 1, b"\x88", b"answer", b"\x00\x01a\x010")
+    peer.read()
+    flushes: list[int] = []
+    original = Outbound.flush
+
+    def counted(self: Outbound, stream: object) -> None:
+        flushes.append(1)
+        original(self, stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Outbound, "flush", counted)
+    peer.send(*(raw_frame(WINDOW_UPDATE, 0, 0, u32(1)) for _ in range(200)))
+    assert flushes == [] and [f for f in peer.read() if f.kind == DATA] == []
+    peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 100)))
+    assert sum(1 for f in peer.read() if f.kind == DATA and f.payload == b"answer") == 50
+
+
 def test_data_frames_never_exceed_the_peers_max_frame_size() -> None:
     peer = Peer().handshake()
     peer.send(raw_frame(WINDOW_UPDATE, 0, 0, u32(1 << 20)), raw_frame(SETTINGS, 0, 0, setting(4, 1 << 20)))

@@ -162,6 +162,7 @@ class ControlFrames(StreamTable[_H]):
         # The ACK goes first: the peer counts on the new values only once it has it.
         self._out.write(frame(FrameType.SETTINGS, Flag.ACK, 0))
         if grown:
+            self._out.flush_starved()
             self._out.flush_blocked()
 
     def _apply_setting(self, key: int, value: int) -> None:

@@ -66,7 +66,12 @@ class Outbound:
         self.waiting = 0
         """DATA bytes of every stream waiting for the peer's windows (the sum of the streams'
         ``outbound_bytes``, kept as they change: read for every DATA frame received)."""
+        # Streams whose queued payload waits: for the connection's window (a connection
+        # WINDOW_UPDATE moves them) or for their own (only their own WINDOW_UPDATE or a larger
+        # INITIAL_WINDOW_SIZE does). Kept apart, so a flood of one-byte connection updates
+        # never walks streams that could not send anyway.
         self._blocked: dict[int, Stream] = {}
+        self._starved: dict[int, Stream] = {}
 
     def write(self, data: bytes) -> None:
         self.out.append(data)
@@ -138,12 +143,14 @@ class Outbound:
             if closing:
                 outbound.popleft()
                 self.out.append(header_frames(stream.stream_id, bytes(payload), True, self.max_frame))
-                self._blocked.pop(stream.stream_id, None)
+                self._unblock(stream)
                 self._owner.local_done(stream)
                 return
             room = min(stream.send_window, self.window, self.max_frame)
             if room <= 0:
-                self._blocked[stream.stream_id] = stream
+                self._unblock(stream)
+                waiting = self._starved if stream.send_window <= 0 else self._blocked
+                waiting[stream.stream_id] = stream
                 self._owner.grant(stream)
                 return
             chunk = payload if len(payload) <= room else memoryview(payload)[:room]
@@ -156,7 +163,7 @@ class Outbound:
                 outbound.popleft()
             else:
                 outbound[0] = (memoryview(payload)[room:], False)
-        self._blocked.pop(stream.stream_id, None)
+        self._unblock(stream)
         self._owner.grant(stream)
 
     # -- window changes ---------------------------------------------------------------
@@ -170,6 +177,15 @@ class Outbound:
         if self.window > MAX_WINDOW:
             raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
         self.flush_blocked()
+
+    def _unblock(self, stream: Stream) -> None:
+        self._blocked.pop(stream.stream_id, None)
+        self._starved.pop(stream.stream_id, None)
+
+    def flush_starved(self) -> None:
+        """Send what grown stream windows (a larger INITIAL_WINDOW_SIZE) now allow."""
+        for starved in list(self._starved.values()):
+            self.flush(starved)
 
     def flush_blocked(self) -> None:
         """Send what grown windows now allow of the streams waiting for window (only those:
@@ -211,10 +227,11 @@ class Outbound:
         stream.outbound = None
         self.waiting -= stream.outbound_bytes
         stream.outbound_bytes = 0
-        self._blocked.pop(stream.stream_id, None)
+        self._unblock(stream)
 
     def clear(self) -> None:
         self._blocked.clear()
+        self._starved.clear()
         self.waiting = 0
 
 
