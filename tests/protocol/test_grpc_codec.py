@@ -85,7 +85,7 @@ def test_raw_bytes_elements_carry_four_byte_length_prefixes() -> None:
 def test_a_bytes_shape_its_data_cannot_hold_is_refused_before_anything_is_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Four bytes declared as 2^19 BYTES elements: refused by arithmetic (each element has a
+    """Four bytes declared as 2^17 BYTES elements: refused by arithmetic (each element has a
     4-byte length), not after an object array of the declared size was made (2^26 elements,
     the server's default limit, made 512 MiB for a 40-byte request)."""
     made: list[object] = []
@@ -98,14 +98,35 @@ def test_a_bytes_shape_its_data_cannot_hold_is_refused_before_anything_is_made(
     monkeypatch.setattr(np, "empty", counting_empty)
     request = pb.ModelInferRequest(
         model_name="m",
-        inputs=[Tensor(name="x", datatype="BYTES", shape=[1 << 19])],
+        inputs=[Tensor(name="x", datatype="BYTES", shape=[1 << 17])],
         raw_input_contents=[bytes(4)],
     )
     with pytest.raises(
-        InvalidInput, match="4 bytes of BYTES data hold at most 1 elements, the shape declares 524288"
+        InvalidInput, match="4 bytes of BYTES data hold at most 1 elements, the shape declares 131072"
     ):
         decode_infer_request(request, LIMITS)
     assert made == []
+
+
+def test_tensors_made_of_python_objects_are_bounded_in_elements() -> None:
+    """BYTES and typed contents become a Python object per element on the loop: 15 million
+    empty BYTES elements (60 KB deflated) held it 8 s. Beyond the bound: raw binary."""
+    small = TensorLimits(max_object_elements=8)
+    raw = struct.pack("<I", 0) * 9
+    request = pb.ModelInferRequest(
+        model_name="m", inputs=[Tensor(name="x", datatype="BYTES", shape=[9])], raw_input_contents=[raw]
+    )
+    with pytest.raises(InvalidInput, match="9 BYTES elements, at most 8 in one tensor"):
+        decode_infer_request(request, small)
+    with pytest.raises(InvalidInput, match="at most 8 elements .* raw_input_contents"):
+        decode_infer_request(typed_request("INT64", [9], int64_contents=list(range(9))), small)
+    assert decode_infer_request(typed_request("INT64", [8], int64_contents=list(range(8))), small)
+
+
+def test_a_shape_of_more_than_64_dims_is_refused_by_its_length() -> None:
+    request = typed_request("INT64", [1] * 100, int64_contents=[1])
+    with pytest.raises(InvalidInput, match="rank 100 exceeds 64"):
+        decode_infer_request(request, LIMITS)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import empty_pb2
-from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +15,14 @@ from ortserve.server.grpc.field_budget import FieldBudgetExceeded, check_field_b
 from ortserve.server.grpc.messages import parse_message
 
 REQUEST = pb.ModelInferRequest.DESCRIPTOR
+VARINT_CPP_TYPES = {
+    FieldDescriptor.CPPTYPE_INT32,
+    FieldDescriptor.CPPTYPE_INT64,
+    FieldDescriptor.CPPTYPE_UINT32,
+    FieldDescriptor.CPPTYPE_UINT64,
+    FieldDescriptor.CPPTYPE_BOOL,
+    FieldDescriptor.CPPTYPE_ENUM,
+}
 
 
 def counted(data: bytes, descriptor: Descriptor) -> int:
@@ -25,9 +33,13 @@ def counted(data: bytes, descriptor: Descriptor) -> int:
     total = 0
     for field in UnknownFieldSet(holder):
         total += 1
-        sub = descriptor.fields_by_number.get(field.field_number)
-        if field.wire_type == 2 and sub is not None and sub.message_type is not None:
-            total += counted(field.data, sub.message_type)
+        known = descriptor.fields_by_number.get(field.field_number)
+        if field.wire_type != 2 or known is None:
+            continue
+        if known.message_type is not None:
+            total += counted(field.data, known.message_type)
+        elif known.label == FieldDescriptor.LABEL_REPEATED and known.cpp_type in VARINT_CPP_TYPES:
+            total += len(field.data) // 8  # packed varints: charged a field per 8 bytes
     return total
 
 
@@ -103,6 +115,16 @@ def test_the_count_stops_at_the_budget_whatever_the_message_holds() -> None:
     empty_inputs = b"\x0a\x01m" + b"\x2a\x00" * 3_000_000  # 6 MB of empty `inputs`
     with pytest.raises(FieldBudgetExceeded, match="more than 1,000 fields"):
         check_field_budget(empty_inputs, REQUEST, 1_000)
+
+
+def test_packed_numbers_are_charged_for_what_they_become() -> None:
+    """63 MiB of one-byte varints in a packed shape is one field on the wire and 63 million
+    8-byte numbers parsed (1 GiB and a second of the loop): charged a field per 8 bytes."""
+    tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="INT64", shape=[1] * 800_000)
+    data = pb.ModelInferRequest(model_name="m", inputs=[tensor]).SerializeToString()
+    with pytest.raises(FieldBudgetExceeded):
+        check_field_budget(data, REQUEST, 99_999)
+    check_field_budget(data, REQUEST, 100_010)
 
 
 def test_small_messages_are_not_counted_and_large_ones_by_their_size() -> None:

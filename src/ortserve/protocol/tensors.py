@@ -26,6 +26,7 @@ from ortserve.core.datatypes import (
 from ortserve.errors import InvalidInput
 
 __all__ = [
+    "MAX_RANK",
     "TensorLimits",
     "array_from_binary",
     "array_from_json",
@@ -41,6 +42,9 @@ _FLOAT_KINDS = "fiu"
 _INT_KINDS = "iu"
 
 
+MAX_RANK = 64
+
+
 @dataclass(frozen=True, slots=True)
 class TensorLimits:
     """Bounds on what one tensor may declare or carry."""
@@ -48,14 +52,18 @@ class TensorLimits:
     max_elements: int = 64 * 1024 * 1024
     max_depth: int = 32
     max_bytes_element: int = 16 * 1024 * 1024
+    max_object_elements: int = 1 << 18
+    """Elements of a tensor that become Python objects one by one on the event loop (BYTES,
+    and gRPC's typed contents): ~0.5 us each, so 2^18 is about 0.1 s of the loop. 15 million
+    empty BYTES elements (60 KB deflated) held it 8 s; large tensors go as raw binary."""
 
 
 def checked_shape(name: str, shape: object, limits: TensorLimits) -> tuple[int, ...]:
     """Validate a wire shape: a list of non-negative integers, bounded in rank and size."""
     if not isinstance(shape, (list, tuple)):
         raise InvalidInput(f"input {name!r}: 'shape' must be a list of integers")
-    if len(shape) > 64:
-        raise InvalidInput(f"input {name!r}: rank {len(shape)} exceeds 64")
+    if len(shape) > MAX_RANK:
+        raise InvalidInput(f"input {name!r}: rank {len(shape)} exceeds {MAX_RANK}")
     for dim in shape:
         if type(dim) is not int or dim < 0:
             raise InvalidInput(f"input {name!r}: shape {shape} must hold non-negative integers")
@@ -186,6 +194,10 @@ def array_from_json(
 
 
 def _split_bytes_elements(name: str, buffer: memoryview, count: int, limits: TensorLimits) -> Array:
+    if count > limits.max_object_elements:
+        raise InvalidInput(
+            f"input {name!r}: {count} BYTES elements, at most {limits.max_object_elements} in one tensor"
+        )
     size = len(buffer)
     # Every element has a 4-byte length: a shape the data cannot hold is refused before an
     # array of its declared size is made (a 40-byte request declaring 2^26 elements cost 512 MiB).

@@ -24,6 +24,7 @@ from ortserve.errors import DeadlineExceeded, InvalidInput
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.schedule import schedule_fields
 from ortserve.protocol.tensors import (
+    MAX_RANK,
     TensorLimits,
     array_from_binary,
     array_to_binary,
@@ -108,8 +109,15 @@ def request_timeout(parameter_timeout_s: float | None, call_remaining_s: float |
     return min(parameter_timeout_s, call_remaining_s)
 
 
-def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> Array:
+def _typed_contents(
+    tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], limits: TensorLimits
+) -> Array:
     name, datatype = tensor.name, tensor.datatype
+    if element_count(shape) > limits.max_object_elements:
+        raise InvalidInput(
+            f"input {name!r}: InferTensorContents carries at most {limits.max_object_elements} "
+            "elements (each becomes a Python object); send larger tensors in raw_input_contents"
+        )
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         numpy_dtype(datatype)  # an unknown datatype is named as such
@@ -151,7 +159,10 @@ def _decode_input(
     name = tensor.name
     if not name:
         raise InvalidInput("an input has no 'name'")
-    shape = checked_shape(name, list(tensor.shape), limits)
+    dims = tensor.shape
+    if len(dims) > MAX_RANK:  # before list(): a packed shape of 63 MiB is 63 million dims
+        raise InvalidInput(f"input {name!r}: rank {len(dims)} exceeds {MAX_RANK}")
+    shape = checked_shape(name, list(dims), limits)
     parameters = decode_parameters(tensor.parameters, f"input {name!r}")
     shared = regions.view(parameters, f"input {name!r}") if parameters and regions is not None else None
     if shared is not None:
@@ -159,7 +170,7 @@ def _decode_input(
             raise InvalidInput(f"input {name!r}: has both contents and a shared-memory region")
         data = array_from_binary(name, tensor.datatype, shape, shared, limits)
     elif not raws:
-        data = _typed_contents(tensor, shape)
+        data = _typed_contents(tensor, shape, limits)
     elif tensor.HasField("contents"):
         raise InvalidInput(f"input {name!r}: has both contents and raw_input_contents")
     elif index >= len(raws):

@@ -49,20 +49,16 @@ def check_field_budget(data: bytes | bytearray | memoryview, descriptor: Descrip
     view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     left = budget
     # (start, end, sub-message field numbers -> their descriptor) of each message being read.
-    stack = [(0, len(view), _sub_messages(descriptor))]
+    stack = [(0, len(view), *_field_kinds(descriptor))]
     while stack:
-        pos, end, subs = stack.pop()
+        pos, end, subs, packed = stack.pop()
         while pos < end:
             tag, pos = _varint(view, pos, end)
             if tag < 0:
                 return
             left -= 1
             if left < 0:
-                raise FieldBudgetExceeded(
-                    f"the request message holds more than {budget:,} fields (a message of "
-                    f"{len(view):,} bytes may hold {budget:,}); send large tensors as "
-                    "raw_input_contents"
-                )
+                raise _exceeded(budget, len(view))
             wire = tag & 7
             if wire == 0:
                 _, pos = _varint(view, pos, end)
@@ -77,24 +73,60 @@ def check_field_budget(data: bytes | bytearray | memoryview, descriptor: Descrip
                 if length < 0 or start + length > end:
                     return
                 pos = start + length
-                sub = subs.get(tag >> 3)
+                number = tag >> 3
+                if number in packed:
+                    # Packed varints: a byte on the wire may be an 8-byte number once parsed
+                    # (63 MiB of shape took 1 GiB); a field's worth of memory per 8 bytes.
+                    left -= length // 8
+                    if left < 0:
+                        raise _exceeded(budget, len(view))
+                    continue
+                sub = subs.get(number)
                 if sub is not None:
                     if len(stack) >= _MAX_DEPTH:
                         return
-                    stack.append((pos, end, subs))  # the rest of this message, after the sub
-                    pos, end, subs = start, start + length, _sub_messages(sub)
+                    stack.append((pos, end, subs, packed))  # the rest of this message, after the sub
+                    pos, end, (subs, packed) = start, start + length, _field_kinds(sub)
             else:  # groups: not in proto3; the parser rejects or skips them
                 return
 
 
+_VARINTS = frozenset(
+    {
+        FieldDescriptor.TYPE_INT32,
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT32,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_BOOL,
+        FieldDescriptor.TYPE_ENUM,
+    }
+)
+
+
+def _exceeded(budget: int, size: int) -> FieldBudgetExceeded:
+    return FieldBudgetExceeded(
+        f"the request message holds more than {budget:,} fields (a message of {size:,} bytes "
+        f"may hold {budget:,}); send large tensors as raw_input_contents"
+    )
+
+
 @cache
-def _sub_messages(descriptor: Descriptor) -> dict[int, Descriptor]:
-    """Field number -> message type, for the message-typed fields (map entries included)."""
-    return {
+def _field_kinds(descriptor: Descriptor) -> tuple[dict[int, Descriptor], frozenset[int]]:
+    """Field number -> message type for the message-typed fields (map entries included), and
+    the numbers of the repeated varint fields (packed on the wire)."""
+    subs = {
         field.number: field.message_type
         for field in descriptor.fields
         if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None
     }
+    packed = frozenset(
+        field.number
+        for field in descriptor.fields
+        if field.label == FieldDescriptor.LABEL_REPEATED and field.type in _VARINTS
+    )
+    return subs, packed
 
 
 def _varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
