@@ -60,7 +60,7 @@ class ProviderConfig(_Strict):
 class BatchingConfig(_Strict):
     """Dynamic batching and queueing for one served version."""
 
-    max_batch_size: Annotated[int, Field(ge=0)] | None = None
+    max_batch_size: Annotated[int, Field(ge=0, le=1 << 20)] | None = None
     """Rows per execution; 0 turns batching off. Default: 32 when dim 0 is dynamic, else 0."""
     max_queue_delay_ms: Annotated[float, Field(ge=0)] = 1.0
     """Longest a request waits for company once the runner is busy."""
@@ -102,8 +102,10 @@ class ModelConfig(_Strict):
     """Concurrent executions of one version (one shared session, N runner threads)."""
     providers: list[str | ProviderConfig] | None = None
     """Execution providers in order of preference; default: TensorRT, CUDA, CPU as available."""
-    intra_op_threads: Annotated[int, Field(ge=1)] | None = None
-    inter_op_threads: Annotated[int, Field(ge=1)] | None = None
+    # Bounded: each is an OS thread, and a load request's config may set them (3,000 made
+    # 3,000 threads).
+    intra_op_threads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    inter_op_threads: Annotated[int, Field(ge=1, le=1024)] | None = None
     cpu_affinity: str | None = None
     """ONNX Runtime intra-op thread affinity string, e.g. ``"1;2"`` (see session options)."""
     graph_optimization_level: Literal["disabled", "basic", "extended", "all"] = "all"

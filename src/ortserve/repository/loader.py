@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,19 @@ def _max_batch_size(config: ModelConfig, specs: tuple[TensorSpec, ...], where: P
             "on every input and output of the graph"
         )
     return wanted
+
+
+_WARMUP_BYTES = 64 << 20
+"""The default warm-up's feeds for its large batch stay within this (a row at least)."""
+
+
+def _warmup_rows_within(specs: tuple[TensorSpec, ...], budget: int) -> int:
+    """The most batch rows whose warm-up feeds fit ``budget`` bytes (at least 1)."""
+    row = sum(
+        math.prod(max(dim, 1) for dim in spec.shape[1:]) * max(numpy_dtype(spec.datatype).itemsize, 8)
+        for spec in specs
+    )
+    return max(1, budget // max(row, 1))
 
 
 def _warmup_feeds(specs: tuple[TensorSpec, ...], rows: int, rng: np.random.Generator) -> dict[str, Array]:
@@ -167,7 +181,10 @@ def _prepare(
     if chain is not None and settings.enable_fault_injection and config.faults:
         runner.inline_below_s = 0.0  # injected latency and hangs must not stall the event loop
     cost = BatchCostModel()
-    sizes = config.warmup_batch_sizes or ([1, max_batch] if max_batch else [1])
+    # The default warm-up's large batch is bounded in bytes: warm-up feeds are made whole, and a
+    # max_batch_size of two million (a config in a load request) made 4.8 GB of them.
+    largest = min(max_batch, _warmup_rows_within(inputs, _WARMUP_BYTES))
+    sizes = config.warmup_batch_sizes or ([1, largest] if max_batch else [1])
     rng = np.random.default_rng(0)
     for rows in sizes:
         if max_batch and rows > max_batch:
