@@ -122,6 +122,16 @@ def test_a_request_malformed_as_a_whole_is_rejected_naming_the_field(
         (order("bad", created_at=1.5), r"orders\[1\]\.created_at"),
         ({"id": "bad", "created_at": NOW, "deadline": NOW + 1}, r"orders\[1\].*address"),
         ({"id": "bad", "address": "火星基地1号", "created_at": NOW, "deadline": NOW + 1}, "cannot place"),
+        # The gazetteer scans the whole text per name: a million characters held the loop 1 s.
+        (
+            {
+                "id": "bad",
+                "address": "北京市朝阳区" + "x" * 1_000_000,
+                "created_at": NOW,
+                "deadline": NOW + 1,
+            },
+            r"orders\[1\]\.address' is longer than 512 characters",
+        ),
     ],
 )
 def test_an_order_with_a_bad_field_is_rejected_alone_with_the_reason(

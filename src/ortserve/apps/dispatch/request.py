@@ -32,6 +32,8 @@ DEFAULT_MIN_ON_TIME = 0.5
 """A courier is eligible for an order only when its on-time probability reaches this; a
 request may ask for another floor with ``min_on_time`` (0 to 1)."""
 _TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_system"})
+MAX_ADDRESS = 512
+"""Characters of an order's address; real ones are tens."""
 _ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
 _COURIER = frozenset({"id", "lat", "lon", "capacity", "load"})
 
@@ -169,6 +171,11 @@ def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | 
 
 def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order | Rejected:
     item = _object(value, field, _ORDER)
+    address = item.get("address")
+    if isinstance(address, str) and len(address) > MAX_ADDRESS:
+        # The gazetteer scans the whole text for every name it knows: a million characters
+        # held the event loop a second per order.
+        raise InvalidInput(f"field '{field}.address' is longer than {MAX_ADDRESS} characters")
     unplaced: InvalidInput | None = None
     try:
         lat, lon, place = _position(item, field, frame)
