@@ -117,3 +117,13 @@ def test_a_bare_ortserve_shows_its_help_not_an_error_line() -> None:
     result = invoke()
     assert result.exit_code == 2
     assert result.output.startswith("Usage: ") and "ERROR" not in result.output
+
+
+def test_shared_memory_with_several_workers_is_refused_naming_both_flags(tmp_path: Path) -> None:
+    """Each worker is a process with its own registry: a region registered through one was a
+    400 on the others' connections. Refused at start rather than half working."""
+    result = invoke(
+        "serve", "--model-repository", str(tmp_path), "--workers", "2", "--shared-memory-regions", "4"
+    )
+    assert result.exit_code == 2
+    assert "--shared-memory-regions" in result.stderr and "--workers above 1" in result.stderr

@@ -68,6 +68,11 @@ def serve(
 
     if require_signed and trusted_keys is None:
         raise click.BadParameter("needs --trusted-keys", param_hint="--require-signed")
+    if workers > 1 and shared_memory_regions:
+        # Each worker is a process with its own registry: a region registered through one
+        # connection was unknown to the other workers (a 400 on their connections).
+        message = "is not available with --workers above 1 (each worker would have its own regions)"
+        raise click.BadParameter(message, param_hint="--shared-memory-regions")
     if max_inflight_bytes < 2 * max_body_bytes:
         message = "must be at least twice --max-body-bytes (bodies held, and one being joined)"
         raise click.BadParameter(message, param_hint="--max-inflight-bytes")
