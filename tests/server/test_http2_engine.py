@@ -361,18 +361,10 @@ def test_an_answer_larger_than_the_windows_waits_for_window_updates_and_trailers
     assert [(f.kind, f.flags) for f in peer.read()] == [(DATA, 0), (HEADERS, END_HEADERS | END_STREAM)]
 
 
-def test_a_one_byte_connection_window_update_moves_one_waiting_stream_not_all(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Fifty answers wait for the connection window; a flood of one-byte WINDOW_UPDATEs on
-    stream 0 must cost work per frame, not a walk over every waiting stream per frame."""
+def counted_flushes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one for every stream the send side is asked to flush."""
     from ortserve.server.http2.outbound import Outbound
 
-    peer = Peer().handshake()
-    peer.send(*(peer.request(2 * i + 1, True) for i in range(50)))
-    for i in range(50):
-        peer.engine.send_response(2 * i + 1, b"\x88", bytes(2000), b"\x00\x01a\x010")  # 100 KB > 65,535
-    peer.read()
     flushes: list[int] = []
     original = Outbound.flush
 
@@ -381,6 +373,20 @@ def test_a_one_byte_connection_window_update_moves_one_waiting_stream_not_all(
         original(self, stream)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Outbound, "flush", counted)
+    return flushes
+
+
+def test_a_one_byte_connection_window_update_moves_one_waiting_stream_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fifty answers wait for the connection window; a flood of one-byte WINDOW_UPDATEs on
+    stream 0 must cost work per frame, not a walk over every waiting stream per frame."""
+    peer = Peer().handshake()
+    peer.send(*(peer.request(2 * i + 1, True) for i in range(50)))
+    for i in range(50):
+        peer.engine.send_response(2 * i + 1, b"\x88", bytes(2000), b"\x00\x01a\x010")  # 100 KB > 65,535
+    peer.read()
+    flushes = counted_flushes(monkeypatch)
     peer.send(*(raw_frame(WINDOW_UPDATE, 0, 0, u32(1)) for _ in range(100)))
     assert len(flushes) <= 100 * 2
     assert sum(len(f.payload) for f in peer.read() if f.kind == DATA) == 100
@@ -392,21 +398,12 @@ def test_connection_window_updates_never_walk_streams_waiting_for_their_own_wind
     """INITIAL_WINDOW_SIZE 0: every answer waits for its stream's window. A flood of one-byte
     connection WINDOW_UPDATEs walked all of them per frame (40 us a frame with 1,000 streams);
     they move when their own windows open."""
-    from ortserve.server.http2.outbound import Outbound
-
     peer = Peer().handshake()
     peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 0)), *(peer.request(2 * i + 1, True) for i in range(50)))
     for i in range(50):
         peer.engine.send_response(2 * i + 1, b"\x88", b"answer", b"\x00\x01a\x010")
     peer.read()
-    flushes: list[int] = []
-    original = Outbound.flush
-
-    def counted(self: Outbound, stream: object) -> None:
-        flushes.append(1)
-        original(self, stream)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Outbound, "flush", counted)
+    flushes = counted_flushes(monkeypatch)
     peer.send(*(raw_frame(WINDOW_UPDATE, 0, 0, u32(1)) for _ in range(200)))
     assert flushes == [] and [f for f in peer.read() if f.kind == DATA] == []
     peer.send(raw_frame(SETTINGS, 0, 0, setting(4, 100)))
