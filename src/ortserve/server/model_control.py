@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ortserve.errors import ModelControlDisabled
+from ortserve.errors import ConfigError, ModelControlDisabled
 from ortserve.protocol.grpc import model_config_pb2 as mc
 from ortserve.repository.config_source import ModelSource
 from ortserve.repository.effective_config import effective_config
@@ -57,6 +57,7 @@ class ModelControl:
         override = None
         if config_json is not None:
             override = ModelSource.from_triton(parse_json_config(config_json, name), "parameters.config")
+            _refuse_file_options(override)
         await self._manager.load(name, override)
 
     async def unload(self, name: str, dependents: bool) -> None:
@@ -80,3 +81,25 @@ class ModelControl:
                 f"explicit model {what} is not allowed: the model control mode is {self._mode!r} "
                 "(start the server with --model-control-mode explicit)"
             )
+
+
+_FILE_WORDS = ("path", "dir", "file")
+
+
+def _refuse_file_options(source: ModelSource) -> None:
+    """A load request's config may not name files for a provider to write (TensorRT's engine
+    and timing caches, say): whoever reaches the control API would choose where the server
+    writes. The repository's own config files may; they are the operator's.
+
+    Raises:
+        ConfigError: a provider option whose name says it is a path, directory or file.
+    """
+    for provider in source.config.providers or ():
+        if isinstance(provider, str):
+            continue
+        for key in provider.options:
+            if any(word in key.lower() for word in _FILE_WORDS):
+                raise ConfigError(
+                    f"parameters.config: provider {provider.name} option {key!r} names a file; "
+                    "set it in the model's config file, not in a load request"
+                )
