@@ -270,3 +270,20 @@ async def test_a_removed_model_folder_is_unloaded_in_poll_mode(
     await drained(manager)
     assert isinstance(served, ServedVersion) and served.state is ModelState.UNLOADING
     assert manager.registry.entry("m").state is ModelState.UNLOADED
+
+
+@pytest.mark.parametrize(
+    ("fallback", "why"),
+    [
+        ("'../m'", "'../m' is not a model name"),  # a model file outside the repository
+        ("'/etc'", "'/etc' is not a model name"),
+    ],
+)
+async def test_a_lighter_fallback_model_must_be_a_model_of_the_repository(
+    manager: LifecycleManager, tmp_path: Path, fallback: str, why: str
+) -> None:
+    write_scaled_version(tmp_path, "m", 1, 1.0)
+    (tmp_path / "m" / "config.yaml").write_text(f"fallback: {{model: {fallback}}}\n")
+    await manager.start()
+    error = manager.registry.entry("m").error
+    assert error is not None and why in error

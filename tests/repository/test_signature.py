@@ -142,3 +142,23 @@ def test_keygen_and_sign_commands(tmp_path: Path) -> None:
         [*command, "sign", str(folder), "--key", str(tmp_path / "k")], check=True, capture_output=True
     )
     assert verify_version(folder, load_trusted_keys(tmp_path / "k.pub", True))
+
+
+async def test_a_signed_version_may_not_fall_back_to_an_unverified_lighter_model(
+    tmp_path: Path, key: Path
+) -> None:
+    """The lighter model's folder is not verified where the fallback is built: with trusted
+    keys, a verified version must not fall back to bytes nobody verified."""
+    root = tmp_path / "models"
+    sign_version(write_scaled_version(root, "m", 1, 1.0), key)
+    write_scaled_version(root, "light", 1, 0.5)  # unsigned
+    (root / "m" / "config.yaml").write_text("fallback: {model: light}\n")
+    keys = load_trusted_keys(key.parent, False)
+    settings = ServerSettings(root, intra_op_threads=1, trusted_keys=key.parent)
+    manager = LifecycleManager(ModelRegistry(), settings, None, keys)
+    await manager.start(["m"])
+    try:
+        error = manager.registry.entry("m").error
+        assert error is not None and "fallback.model is not available with --trusted-keys" in error
+    finally:
+        await manager.close(5.0)

@@ -17,6 +17,7 @@ from ortserve.core.session import SessionPlan, build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig, load_model_config
+from ortserve.repository.layout import is_model_name
 from ortserve.repository.resilience_config import FallbackConfig
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.chain import FallbackChain
@@ -164,7 +165,7 @@ def _second_session(
     settings: ServerSettings,
 ) -> SessionLevel | None:
     if fallback.model is not None:
-        path, other = _lighter_model(parts, fallback)
+        path, other = _lighter_model(parts, fallback, settings)
         plan = plan_session(other, settings.intra_op_threads, settings.inter_op_threads)
         chunk = other.batching.max_batch_size or (32 if parts.max_batch_size else 0)
         label = f"L2 model {fallback.model}"
@@ -205,8 +206,16 @@ def _cpu_plan(plan: SessionPlan) -> SessionPlan:
     return dataclasses.replace(plan, providers=(("CPUExecutionProvider", {}),), missing=(), strict=False)
 
 
-def _lighter_model(parts: VersionParts, fallback: FallbackConfig) -> tuple[Path, ModelConfig]:
+def _lighter_model(
+    parts: VersionParts, fallback: FallbackConfig, settings: ServerSettings
+) -> tuple[Path, ModelConfig]:
     assert fallback.model is not None
+    if not is_model_name(fallback.model):  # "../elsewhere" read a model file outside the repository
+        raise ConfigError(f"{parts.label}: field fallback.model: {fallback.model!r} is not a model name")
+    if settings.trusted_keys is not None:
+        # Its folder's signature is not checked here: a verified version must not fall back to
+        # bytes nobody verified.
+        raise ConfigError(f"{parts.label}: field fallback.model is not available with --trusted-keys")
     folder = parts.path.parent.parent.parent / fallback.model
     versions = sorted(int(p.name) for p in folder.glob("*") if p.is_dir() and p.name.isdigit())
     version = fallback.version or (versions[-1] if versions else None)
