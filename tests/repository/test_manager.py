@@ -287,3 +287,23 @@ async def test_a_lighter_fallback_model_must_be_a_model_of_the_repository(
     await manager.start()
     error = manager.registry.entry("m").error
     assert error is not None and why in error
+
+
+async def test_a_lighter_model_of_the_repository_answers_when_level_0_fails(tmp_path: Path) -> None:
+    """Level 2 from ``fallback.model``: the lighter model's own file (here x * 0.5), marked
+    degraded, while level 0 (x * 1.0) fails on every run."""
+    write_scaled_version(tmp_path, "m", 1, 1.0)
+    write_scaled_version(tmp_path, "light", 1, 0.5)
+    (tmp_path / "m" / "config.yaml").write_text(
+        "fallback: {model: light, session: none, breaker: {consecutive_failures: 1}}\n"
+        "faults: {L0: {error_rate: 1.0, kind: persistent}}\n"
+    )
+    settings = ServerSettings(tmp_path, intra_op_threads=1, shutdown_grace_s=5.0, enable_fault_injection=True)
+    manager = LifecycleManager(ModelRegistry(), settings, Events())
+    await manager.start(["m"])
+    try:
+        response = await manager.registry.resolve("m", None).infer(request())
+        assert scale_of(response) == 0.5
+        assert response.degraded is not None and response.degraded.level == 2
+    finally:
+        await manager.close(5.0)
