@@ -23,11 +23,11 @@ from typing import Protocol
 from ortserve.core.model import ModelState, Servable
 from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
 from ortserve.llm.loader import load_llm_version
-from ortserve.pipeline.contract import PipelineContext
-from ortserve.pipeline.runtime import load_pipeline, pipeline_model_name
+from ortserve.pipeline.runtime import pipeline_model_name
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
 from ortserve.repository.layout import is_model_name, select_versions
 from ortserve.repository.loader import LoadInputs, load_version
+from ortserve.repository.pipeline_versions import follow_model
 from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
 from ortserve.repository.signature import TrustedKeys, VerifiedVersion, verify_and_read
 from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
@@ -282,7 +282,10 @@ class LifecycleManager:
             newest = max(entry.versions)
             pipeline = self.registry.find(pipeline_model_name(name))
             if newest in attempted or pipeline is None or newest not in pipeline.versions:
-                await self._sync_pipeline(name, newest, snapshot, config.pipeline)
+                folder = snapshot.versions[newest].folder
+                await follow_model(
+                    self.registry, name, newest, folder, config.pipeline, self._drain, self._retire
+                )
         return failures
 
     async def _load_version(self, snapshot: ModelSnapshot, number: int, source: ModelSource) -> str | None:
@@ -418,34 +421,6 @@ class LifecycleManager:
                 forget(name, str(number))
         if self.events is not None:
             self.events.unloaded(name, str(number))
-
-    async def _sync_pipeline(self, name: str, number: int, snapshot: ModelSnapshot, spec: str) -> None:
-        """Serve the pipeline wrapping the model on its newest version; it fails alone."""
-        pipeline_name = pipeline_model_name(name)
-        entry = self.registry.ensure(pipeline_name)
-        context = PipelineContext(name, str(number), snapshot.versions[number].folder)
-        started = time.perf_counter()
-        try:
-            version = await load_pipeline(spec, context, self.registry)
-        except OrtServeError as exc:
-            self._pipeline_failed(pipeline_name, exc.message)
-            return
-        except Exception as exc:  # a plug-in's own errors: logged, the pipeline fails alone
-            logger.debug("load of pipeline %s failed", pipeline_name, exc_info=exc)
-            self._pipeline_failed(pipeline_name, f"{type(exc).__name__}: {exc}")
-            return
-        replaced = self.registry.publish(pipeline_name, number, version, time.perf_counter() - started)
-        if replaced is not None:
-            self._drain(pipeline_name, number, replaced, "its model was reloaded")
-        for old in sorted(set(entry.versions) - {number}):
-            self._retire(pipeline_name, old, "its model moved to a newer version")
-
-    def _pipeline_failed(self, name: str, reason: str) -> None:
-        entry = self.registry.ensure(name)
-        logger.error("pipeline %s failed to load: %s", name, reason)
-        if not entry.versions:
-            entry.state = ModelState.FAILED
-            entry.error = reason
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
