@@ -207,13 +207,12 @@ class Outbound:
         return True
 
     def set_initial_window(self, value: int, streams: Iterable[Stream]) -> bool:
-        """The peer changed SETTINGS_INITIAL_WINDOW_SIZE; True when stream windows grew.
+        """The peer changed SETTINGS_INITIAL_WINDOW_SIZE to ``value`` (at most 2^31-1: the
+        SETTINGS frame's entries are checked as they are read); True when stream windows grew.
 
         Raises:
-            Http2Error: the value, or a stream's window after the change, passed 2^31-1.
+            Http2Error: a stream's window after the change passed 2^31-1.
         """
-        if value > MAX_WINDOW:
-            raise Http2Error(ErrorCode.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE too large")
         delta = value - self.initial_window
         self.initial_window = value
         for stream in streams:
