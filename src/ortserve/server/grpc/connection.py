@@ -288,13 +288,9 @@ class Http2Connection(asyncio.Protocol):
     def evict(self) -> None:
         """The connection cap needs this quiet connection's place: GOAWAY, then close."""
         self._connections.discard(self)
-        if self._transport is not None and not self._closed:
+        if not self._closed:
             self._engine.close(ErrorCode.NO_ERROR, "closed to make room for a new connection")
-            out = self._engine.data_to_send()
-            if out:
-                self._transport.writelines(out)
-            self._closed = True
-            self._transport.close()
+            self._flush()  # the GOAWAY, then the close (the engine is done)
 
     def go_away(self) -> None:
         """Shutdown: take no new calls, finish the ones in flight, then close."""
