@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ortserve.loadtest.capture import Capture, CapturedRequest, read_capture
+from ortserve.capture import Capture, CapturedRequest, read_capture
 from ortserve.loadtest.replay import load_capture
 
 
@@ -122,7 +122,7 @@ async def test_a_failing_disk_pauses_capture_with_one_error_and_retries_with_bac
     now = [0.0]
     disk = _Disk()
     capture = Capture(Path("unused"), rate=1.0, write=disk.write, clock=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="ortserve.loadtest.capture"):
+    with caplog.at_level(logging.INFO, logger="ortserve.capture"):
         await _serve_requests(capture, 5)
         await _serve_requests(capture, 1000)  # paused: nothing sampled, nothing logged
         assert capture.paused and (capture.captured, capture.dropped) == (5, 5)

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from ortserve.capture import Capture
 from ortserve.cli.main import main
 from ortserve.core.types import InferInput, InferRequest
 from ortserve.errors import InvalidInput
-from ortserve.loadtest.capture import Capture
 from ortserve.quantization.convert import Method
 from ortserve.quantization.quantizer import QuantizeJob, quantize
 from ortserve.repository.manager import LifecycleManager

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ortserve.capture import CapturedRequest, read_capture
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, TensorSpec
 from ortserve.errors import InferenceError, InvalidInput, OrtServeError
-from ortserve.loadtest.capture import CapturedRequest, read_capture
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.config import RoutingConfig

@@ -13,9 +13,9 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from ortserve.capture import Capture, read_capture
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
-from ortserve.loadtest.capture import Capture, read_capture
 from ortserve.metrics import ServerMetrics
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager

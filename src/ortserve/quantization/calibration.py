@@ -20,8 +20,8 @@ import numpy.typing as npt
 import onnxruntime as ort
 import orjson
 
+from ortserve.capture import CapturedRequest, read_capture
 from ortserve.errors import InvalidInput, OrtServeError
-from ortserve.loadtest.capture import CapturedRequest, read_capture
 from ortserve.pipeline.contract import ModelCall, Pipeline, PipelineContext
 from ortserve.pipeline.runtime import pipeline_model_name
 from ortserve.pipeline.spec import import_pipeline

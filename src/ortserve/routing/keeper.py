@@ -10,8 +10,8 @@ from __future__ import annotations
 import heapq
 import time
 
+from ortserve.capture import Capture
 from ortserve.core.types import InferInput, InferRequest
-from ortserve.loadtest.capture import Capture
 
 __all__ = ["DivergentPairs"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ortserve.capture import Capture
 from ortserve.errors import InvalidInput
-from ortserve.loadtest.capture import Capture
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.buckets import BUCKETS
 from ortserve.routing.config import RoutingConfig

@@ -15,12 +15,12 @@ from typing import TypeVar
 import onnxruntime as ort
 
 from ortserve import __version__
+from ortserve.capture import Capture, CaptureCollector
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
 from ortserve.llm.stats import LlmCollector
-from ortserve.loadtest.capture import Capture, CaptureCollector
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry

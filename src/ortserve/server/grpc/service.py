@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
+from ortserve.capture import Capture
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
@@ -18,7 +19,6 @@ from ortserve.errors import (
     NotImplementedByServer,
     OrtServeError,
 )
-from ortserve.loadtest.capture import Capture
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import (
     decode_infer_request,
