@@ -13,9 +13,11 @@ import pytest
 
 from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.encoding import (
+    COMPRESS_MIN_BYTES,
     INLINE_BUDGET,
     Inflation,
     accepted_coding,
+    answer_coding,
     compress_answer,
     inflate_then_route,
 )
@@ -126,3 +128,29 @@ def test_answers_are_compressed_with_their_headers_and_empty_ones_left_alone() -
     assert (b"content-encoding", b"gzip") in answer.headers
     empty = compress_answer(json_response(200, b""), b"deflate")
     assert isinstance(empty, HttpResponse) and empty.headers == []
+
+
+@pytest.mark.parametrize(
+    ("status", "size"), [(200, COMPRESS_MIN_BYTES - 1), (400, 5000), (503, 5000), (200, 0)]
+)
+def test_small_answers_and_errors_are_left_as_they_are(status: int, size: int) -> None:
+    answer = compress_answer(json_response(status, b"x" * size), b"gzip")
+    assert isinstance(answer, HttpResponse)
+    assert answer.chunks == [b"x" * size] and answer.headers == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "coding"),
+    [
+        ("POST", "/v2/models/m/infer", b"gzip"),
+        ("POST", "/v2/models/m/versions/2/infer", b"gzip"),
+        ("GET", "/v2/models/m", None),
+        ("GET", "/v2/health/live", None),
+        ("POST", "/v2/repository/index", None),
+        ("POST", "/v1/chat/completions", None),
+    ],
+)
+def test_only_infer_answers_take_a_coding(method: str, path: str, coding: bytes | None) -> None:
+    request = HttpRequest(method, path, "", {b"accept-encoding": b"gzip, deflate, br"}, b"")
+    assert answer_coding(request) == coding
+    assert answer_coding(HttpRequest(method, path, "", {}, b"")) is None

@@ -205,7 +205,9 @@ def test_connect_is_a_clean_400_not_a_parser_callback_error(error_repository_ser
 def test_405_names_the_allowed_methods_and_options_answers_them(
     error_repository_server: ServerProcess, method: str, path: str, allow: str
 ) -> None:
-    connection = http.client.HTTPConnection(error_repository_server.host, error_repository_server.http_port)
+    connection = http.client.HTTPConnection(
+        error_repository_server.host, error_repository_server.http_port, timeout=30
+    )
     try:
         connection.request(method, path)
         reply = connection.getresponse()
@@ -220,7 +222,9 @@ def test_405_names_the_allowed_methods_and_options_answers_them(
 
 
 def test_head_is_get_without_the_body(error_repository_server: ServerProcess) -> None:
-    connection = http.client.HTTPConnection(error_repository_server.host, error_repository_server.http_port)
+    connection = http.client.HTTPConnection(
+        error_repository_server.host, error_repository_server.http_port, timeout=30
+    )
     try:
         for path in ("/v2/models/failing", "/metrics", "/v2/health/live", "/v2/health/live"):
             connection.request("GET", path)
@@ -403,12 +407,53 @@ def test_tritonclient_compressed_requests_and_answers(
     assert compressed.as_numpy("y").tolist() == plain.tolist()
 
 
-def test_answers_are_compressed_as_accept_encoding_asks(error_repository_server: ServerProcess) -> None:
-    body = gzip.compress(failing_body(shape=[3, 4], data=list(range(12))))
+def typed_body(text: str) -> bytes:
+    """An infer request for ``typed`` whose BYTES input (echoed back) holds ``text``."""
+    inputs = [
+        {"name": "i64", "shape": [2, 3], "datatype": "INT64", "data": list(range(6))},
+        {"name": "flag", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+        {"name": "half", "shape": [4], "datatype": "FP16", "data": [0.5, 1.0, 1.5, 2.0]},
+        {"name": "text", "shape": [2], "datatype": "BYTES", "data": [text, "b"]},
+    ]
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def test_infer_answers_are_compressed_as_accept_encoding_asks(error_repository_server: ServerProcess) -> None:
+    body = gzip.compress(typed_body("a" * 4000))
     headers = {"Content-Encoding": "gzip", "Accept-Encoding": "deflate;q=0.5, gzip"}
-    status, reply_headers, raw = post(error_repository_server, "/v2/models/failing/infer", body, headers)
+    status, reply_headers, raw = post(error_repository_server, "/v2/models/typed/infer", body, headers)
     assert (status, reply_headers["content-encoding"]) == (200, "gzip")
-    assert json.loads(gzip.decompress(raw))["outputs"][0]["shape"] == [4, 3]
+    assert len(raw) < 1000
+    answer = json.loads(gzip.decompress(raw))
+    assert [o["data"] for o in answer["outputs"] if o["name"] == "text_out"] == [["a" * 4000, "b"]]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v2/health/live", None),
+        ("GET", "/v2/models/typed", None),
+        ("GET", "/v2/models/stats", None),
+        ("POST", "/v2/models/failing/infer", failing_body()),  # a small answer
+        ("POST", "/v2/models/typed/infer", b"{not json"),  # an error
+        ("POST", "/v2/models/nope/infer", typed_body("a" * 4000)),  # an error
+    ],
+)
+def test_other_answers_small_answers_and_errors_are_never_compressed(
+    error_repository_server: ServerProcess, method: str, path: str, body: bytes | None
+) -> None:
+    """As Triton: tritonclient's aio client reads these without undoing a coding (issue 31)."""
+    connection = http.client.HTTPConnection(
+        error_repository_server.host, error_repository_server.http_port, timeout=30
+    )
+    try:
+        connection.request(method, path, body, {"Accept-Encoding": "gzip, deflate, br"})
+        reply = connection.getresponse()
+        raw = reply.read()
+    finally:
+        connection.close()
+    assert reply.getheader("content-encoding") is None
+    json.loads(raw)
 
 
 def test_a_compression_bomb_is_413_at_the_body_limit(error_repository_server: ServerProcess) -> None:

@@ -1,4 +1,5 @@
-"""One table of protocol cases run over both transports: same answers, same errors, same messages."""
+"""One table of protocol cases run over both transports and every tritonclient flavour (sync and
+asyncio, HTTP and gRPC): same answers, same errors, same messages."""
 
 from __future__ import annotations
 
@@ -18,20 +19,25 @@ import tritonclient.utils.shared_memory as tritonclient_shm
 from tritonclient.utils import InferenceServerException
 
 import shared_memory_helpers as shm_cases
+from aio_clients import open_aio_client
 from model_builders import ERROR_SERVER_MAX_BODY, ERROR_SERVER_SHM_REGIONS
 from openapi_check import OpenApiSpec, TeeProxy
 from ortserve.testing import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
-TRANSPORTS = ("http", "grpc")
+FLAVOURS = ("http", "http-aio", "grpc", "grpc-aio")
+"""tritonclient's four clients; the aio ones through aio_clients (blocking calls on their own loop).
+``tritonclient.http.aio`` sends ``Accept-Encoding: gzip`` and reads only infer answers' coding."""
 
 
 @pytest.fixture(scope="module")
 def clients(error_repository_server: ServerProcess) -> Iterator[dict[str, Any]]:
     opened = {
         "http": httpclient.InferenceServerClient(error_repository_server.http_address),
+        "http-aio": open_aio_client("http", error_repository_server.http_address),
         "grpc": grpcclient.InferenceServerClient(error_repository_server.grpc_address),
+        "grpc-aio": open_aio_client("grpc", error_repository_server.grpc_address),
     }
     yield opened
     for client in opened.values():
@@ -39,12 +45,17 @@ def clients(error_repository_server: ServerProcess) -> Iterator[dict[str, Any]]:
 
 
 class Transport:
-    """The same call through either tritonclient module, with answers normalized to plain data."""
+    """The same call through any tritonclient flavour, with answers normalized to plain data.
 
-    def __init__(self, name: str, client: Any) -> None:
-        self.name = name
+    ``name`` is the wire ("http" or "grpc"), which decides the answers' shape; ``flavour``
+    says which client (``http-aio`` answers as ``http`` does).
+    """
+
+    def __init__(self, flavour: str, client: Any) -> None:
+        self.flavour = flavour
+        self.name = flavour.partition("-")[0]
         self.client = client
-        self.module: Any = httpclient if name == "http" else grpcclient
+        self.module: Any = httpclient if self.name == "http" else grpcclient
 
     def metadata(self, call: Callable[..., Any], *args: str) -> dict[str, Any]:
         if self.name == "http":
@@ -66,6 +77,18 @@ class Transport:
     def statistics(self, name: str) -> list[tuple[str, str]]:
         found = self.metadata(self.client.get_inference_statistics, name)
         return [(s["name"], s["version"]) for s in found["model_stats"]]
+
+    def model_config(self, name: str) -> dict[str, Any]:
+        found = self.metadata(self.client.get_model_config, name)
+        config = found if self.name == "http" else found["config"]
+        return {"name": config["name"], "max_batch_size": int(config.get("max_batch_size", 0))}
+
+    def repository_index(self) -> list[tuple[str, str]]:
+        if self.name == "http":
+            found: list[dict[str, Any]] = self.client.get_model_repository_index()
+        else:
+            found = self.metadata(self.client.get_model_repository_index).get("models", [])
+        return sorted((m["name"], m.get("state", "")) for m in found)
 
     def infer(
         self,
@@ -121,6 +144,8 @@ TYPED = {
     "text": ("BYTES", np.array([b"h\xc3\xa9llo", b"world"], dtype=np.object_)),
 }
 
+LONG_TEXT = np.array([b"a" * 4000, b"b"], dtype=np.object_)
+
 # Exact in bfloat16, and still exact doubled.
 BF16_X = np.array([[1.0, -1.5, 0.5, 3.0], [0.0, -0.0, 65536.0, -0.0078125]], dtype=ml_dtypes.bfloat16)
 BF16_DOUBLED = (BF16_X.astype(np.float32) * 2).tolist()
@@ -156,6 +181,25 @@ CASES = [
     ),
     Case("statistics", lambda t: t.statistics("failing"), [("failing", "1")]),
     Case("statistics of an unknown model", lambda t: t.statistics("nope"), None, 404, "NOT_FOUND"),
+    Case("model config", lambda t: t.model_config("failing"), {"name": "failing", "max_batch_size": 8}),
+    Case("config of an unknown model", lambda t: t.model_config("nope"), None, 404, "NOT_FOUND"),
+    Case(
+        "repository index",
+        lambda t: t.repository_index(),
+        [
+            ("bad_config", "UNAVAILABLE"),
+            ("bf16", "READY"),
+            ("broken", "UNAVAILABLE"),
+            ("failing", "READY"),
+            ("slow", "READY"),
+            ("typed", "READY"),
+        ],
+    ),
+    Case(
+        "infer with a large answer (compressed when asked)",
+        lambda t: t.infer("typed", {**TYPED, "text": ("BYTES", LONG_TEXT)}, ["text_out"]),
+        {"text_out": LONG_TEXT.tolist()},
+    ),
     Case(
         "infer",
         lambda t: t.infer("failing", {"x": rows(3)}),
@@ -423,26 +467,29 @@ def expected_status(case: Case, transport: str) -> str | None:
     return None if case.grpc_code is None else f"StatusCode.{case.grpc_code}"
 
 
+# aiohttp warns (client side) that a body over 1 MiB given as bytes may hold its loop.
+@pytest.mark.filterwarnings("ignore:Sending a large body directly:ResourceWarning")
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_both_transports_agree(clients: dict[str, Any], case: Case) -> None:
-    results = {name: outcome(Transport(name, clients[name]), case) for name in TRANSPORTS}
-    for name, (answer, status, message) in results.items():
-        assert status == expected_status(case, name), (name, message)
-        assert answer == case.expected, name
+def test_every_client_flavour_agrees(clients: dict[str, Any], case: Case) -> None:
+    results = {flavour: outcome(Transport(flavour, clients[flavour]), case) for flavour in FLAVOURS}
+    for flavour, (answer, status, message) in results.items():
+        assert status == expected_status(case, flavour.partition("-")[0]), (flavour, message)
+        assert answer == case.expected, flavour
     if case.http_status is not None and case.same_message:
-        assert results["http"][2] == results["grpc"][2]
-    # Every failure leaves the server serving on both transports.
-    for name in TRANSPORTS:
-        assert Transport(name, clients[name]).infer("failing", {"x": rows(3)})["y"][0] == [0.0, 1.0, 2.0]
+        assert {results[flavour][2] for flavour in FLAVOURS} == {results["grpc"][2]}
+    # Every failure leaves the server serving for every client.
+    for flavour in FLAVOURS:
+        answer = Transport(flavour, clients[flavour]).infer("failing", {"x": rows(3)})
+        assert answer["y"][0] == [0.0, 1.0, 2.0], flavour
 
 
 def test_a_model_that_failed_to_load_is_named_without_its_files_or_runtime_errors(
     clients: dict[str, Any],
 ) -> None:
     case = Case("broken", lambda t: t.infer("broken", {"x": rows(3)}))
-    for name in TRANSPORTS:
-        _, _, message = outcome(Transport(name, clients[name]), case)
-        assert message == "model 'broken' is failed (the server log says why)", name
+    for flavour in FLAVOURS:
+        _, _, message = outcome(Transport(flavour, clients[flavour]), case)
+        assert message == "model 'broken' is failed (the server log says why)", flavour
 
 
 def test_http_exchanges_fit_the_openapi_document(error_repository_server: ServerProcess) -> None:

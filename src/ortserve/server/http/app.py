@@ -21,7 +21,7 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.http.encoding import accepted_coding, compress_answer, inflate_then_route
+from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
 from ortserve.server.http.errors import error_response, internal_error_response
 from ortserve.server.http.messages import (
     DeferredResponse,
@@ -167,10 +167,8 @@ class HttpApp:
             result = inflate_then_route(request, coding, self._max_body_bytes, self._route)
             if not isinstance(result, (HttpResponse, DeferredResponse)):
                 result = _guarded(result)  # inflating in a thread: its errors become responses there
-        accept = request.headers.get(b"accept-encoding")
-        if accept is None or (answer_coding := accepted_coding(accept)) is None:
-            return result
-        return compress_answer(result, answer_coding)
+        reply_coding = answer_coding(request)  # infer answers only, as Triton (encoding.py says why)
+        return result if reply_coding is None else compress_answer(result, reply_coding)
 
     def _route(self, request: HttpRequest) -> RouteResult:
         path = request.path

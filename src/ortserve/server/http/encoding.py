@@ -1,5 +1,10 @@
-"""HTTP content codings: gzip/deflate request bodies inflated within the body limit, answers
-compressed when the client's ``Accept-Encoding`` asks (as Triton does).
+"""HTTP content codings: gzip/deflate request bodies inflated within the body limit, infer
+answers compressed when the client's ``Accept-Encoding`` asks (as Triton does).
+
+Only successful infer answers of at least ``COMPRESS_MIN_BYTES`` are compressed, as Triton
+compresses only infer responses: tritonclient's aio HTTP client reads every other answer (and
+every error) without undoing a coding, while aiohttp always sends ``Accept-Encoding: gzip``.
+A small answer gains nothing from gzip (13 bytes of ``{"live":true}`` became 33).
 
 A compressed body is a promise of size, not size: a few hundred kilobytes of gzip can inflate
 to gigabytes. Inflation therefore stops at the body limit as it goes (the client gets 413;
@@ -23,16 +28,21 @@ from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
 
 __all__ = [
+    "COMPRESS_MIN_BYTES",
     "INLINE_BUDGET",
     "SUPPORTED_CODINGS",
     "Inflation",
     "accepted_coding",
+    "answer_coding",
     "compress_answer",
     "inflate_then_route",
 ]
 
 INLINE_BUDGET = 256 * 1024
 """Inflated bytes produced on the event loop per request; the rest is a worker thread's job."""
+COMPRESS_MIN_BYTES = 1024
+"""Infer answers smaller than this go out as they are: a few hundred bytes of JSON save a
+few hundred bytes, which the gzip header and a zlib stream's set-up cost back."""
 _THREAD_COMPRESS_BYTES = 256 * 1024
 _STEP = 64 * 1024
 # zlib window bits per coding: gzip's wrapper, and zlib's for "deflate" (RFC 9110 8.4.1.2).
@@ -182,8 +192,22 @@ def accepted_coding(accept: bytes) -> bytes | None:
     return coding if weight > 0 else None
 
 
+def answer_coding(request: HttpRequest) -> bytes | None:
+    """The coding an answer to ``request`` may be compressed with: None unless it is an infer
+    request (``POST .../infer``) whose ``Accept-Encoding`` takes gzip or deflate."""
+    if request.method != "POST" or not request.path.endswith("/infer"):
+        return None
+    accept = request.headers.get(b"accept-encoding")
+    return None if accept is None else accepted_coding(accept)
+
+
 def compress_answer(result: RouteResult, coding: bytes) -> RouteResult:
-    """``result`` compressed with ``coding``; large bodies are compressed in a worker thread."""
+    """``result`` compressed with ``coding`` when it is a successful answer of at least
+    ``COMPRESS_MIN_BYTES``; large bodies are compressed in a worker thread.
+
+    Errors stay plain: clients that undo the coding of an infer answer read an error's JSON
+    as it comes (tritonclient's aio client among them).
+    """
     if isinstance(result, HttpResponse) and _size(result) <= _THREAD_COMPRESS_BYTES:
         return _compressed(result, coding)
     return _compress_later(result, coding)
@@ -201,7 +225,7 @@ def _size(response: HttpResponse) -> int:
 
 
 def _compressed(response: HttpResponse, coding: bytes) -> HttpResponse:
-    if not response.chunks or not _size(response):
+    if response.status != 200 or response.stream is not None or _size(response) < COMPRESS_MIN_BYTES:
         return response
     # Level 1: most of gzip's gain on tensors and JSON at a fraction of the default's CPU.
     compressor = zlib.compressobj(1, zlib.DEFLATED, _WBITS[coding])
