@@ -11,6 +11,7 @@ from ortserve import errors
 TABLE = {
     errors.OrtServeError: (500, "INTERNAL"),
     errors.InvalidInput: (400, "INVALID_ARGUMENT"),
+    errors.InvalidField: (400, "INVALID_ARGUMENT"),
     errors.PayloadTooLarge: (413, "RESOURCE_EXHAUSTED"),
     errors.UnsupportedEncoding: (415, "UNIMPLEMENTED"),
     errors.ModelNotFound: (404, "NOT_FOUND"),

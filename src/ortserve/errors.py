@@ -10,8 +10,10 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "DeadlineExceeded",
+    "DeadlineUnmeetable",
     "InferenceError",
     "InternalError",
+    "InvalidField",
     "InvalidInput",
     "ModelControlDisabled",
     "ModelLoadFailed",
@@ -47,6 +49,14 @@ class InvalidInput(OrtServeError):
 
     http_status = 400
     grpc_code = "INVALID_ARGUMENT"
+
+
+class InvalidField(InvalidInput):
+    """A request field that is wrong or not supported; ``param`` names it (OpenAI's ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class PayloadTooLarge(InvalidInput):
@@ -101,6 +111,18 @@ class Overloaded(OrtServeError):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class DeadlineUnmeetable(Overloaded):
+    """Admission refused because the client's own deadline cannot be met.
+
+    A client deadline is the client's limit, not the server's: gRPC clients and Triton's
+    expect DEADLINE_EXCEEDED (504), never RESOURCE_EXHAUSTED, whether it is missed in the
+    queue or foreseen at admission. Still an ``Overloaded`` (a refusal with a retry hint).
+    """
+
+    http_status = 504
+    grpc_code = "DEADLINE_EXCEEDED"
 
 
 class DeadlineExceeded(OrtServeError):

@@ -34,6 +34,15 @@ class SamplingParams:
     logprobs: bool = False
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = field(default=())
+    min_p: float = 0.0
+    """0: off; else tokens below ``min_p`` times the top token's probability are cut."""
+    repetition_penalty: float = 1.0
+    """1: off; else the logits of tokens seen (prompt or output) are divided (positive) or
+    multiplied (negative) by it, as in vLLM and transformers."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias added to its logit) pairs."""
+    top_logprobs: int = 0
+    """Alternatives reported per token (with ``logprobs``)."""
 
     def check(self) -> None:
         """Raise InvalidInput for a value outside OpenAI's ranges."""
@@ -55,6 +64,14 @@ class SamplingParams:
             raise InvalidInput("stop takes at most 4 non-empty strings")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise InvalidInput("seed must be between 0 and 2^64 - 1")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise InvalidInput("min_p must be between 0 and 1")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise InvalidInput("repetition_penalty must be greater than 0 and at most 2")
+        if any(not -100.0 <= bias <= 100.0 for _, bias in self.logit_bias):
+            raise InvalidInput("logit_bias values must be between -100 and 100")
+        if not 0 <= self.top_logprobs <= 20:
+            raise InvalidInput("top_logprobs must be between 0 and 20")
 
 
 class TokenSampler:

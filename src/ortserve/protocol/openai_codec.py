@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from ortserve.errors import InvalidInput
+from ortserve.errors import InvalidField, InvalidInput
+from ortserve.protocol.openai_fields import CHAT, COMPLETION, check_fields
 
 __all__ = [
     "DONE",
@@ -87,7 +88,7 @@ def _common(fields: dict[str, object]) -> tuple[str, bool, bool]:
         raise InvalidInput("stream must be a boolean")
     n = fields.get("n", 1)
     if n not in (1, None):
-        raise InvalidInput("n: only 1 choice per request is supported")
+        raise InvalidField("n", "n: only 1 choice per request is supported")
     options = fields.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     return model, bool(stream), include_usage
@@ -113,6 +114,19 @@ def _content(message: dict[str, object], index: int) -> str:
     raise InvalidInput(f"messages[{index}].content must be a string or a list of text parts")
 
 
+def _message(message: dict[str, object], index: int) -> dict[str, object]:
+    """The message as the chat template sees it; a key it would drop is refused by name."""
+    rendered: dict[str, object] = {"role": message["role"], "content": _content(message, index)}
+    for key, value in message.items():
+        if key in ("role", "content") or (key == "refusal" and value is None):
+            continue
+        if key == "name" and isinstance(value, str):
+            rendered["name"] = value
+            continue
+        raise InvalidField(f"messages[{index}].{key}", f"messages[{index}].{key} is not supported")
+    return rendered
+
+
 def parse_chat(body: bytes) -> ChatRequest:
     """A chat-completion request.
 
@@ -120,6 +134,7 @@ def parse_chat(body: bytes) -> ChatRequest:
         InvalidInput: naming the field that is wrong.
     """
     fields = _object(body)
+    check_fields(fields, CHAT)
     model, stream, include_usage = _common(fields)
     raw = fields.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -128,7 +143,7 @@ def parse_chat(body: bytes) -> ChatRequest:
     for index, message in enumerate(raw):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
             raise InvalidInput(f"messages[{index}].role must be one of {sorted(_ROLES)}")
-        messages.append({"role": message["role"], "content": _content(message, index)})
+        messages.append(_message(message, index))
     return ChatRequest(model, messages, stream, include_usage, fields)
 
 
@@ -139,6 +154,7 @@ def parse_completion(body: bytes) -> CompletionRequest:
         InvalidInput: naming the field that is wrong.
     """
     fields = _object(body)
+    check_fields(fields, COMPLETION)
     model, stream, include_usage = _common(fields)
     prompt = fields.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):

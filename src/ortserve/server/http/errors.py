@@ -7,7 +7,7 @@ import math
 
 import orjson
 
-from ortserve.errors import OrtServeError, Overloaded, UnsupportedEncoding
+from ortserve.errors import InvalidField, OrtServeError, Overloaded, UnsupportedEncoding
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.http.messages import HttpResponse, json_response
 
@@ -43,6 +43,7 @@ def openai_error_response(error: OrtServeError) -> HttpResponse:
     response = error_response(error)
     kind = _OPENAI_TYPES.get(error.http_status, "server_error")
     code = "model_not_found" if error.http_status == 404 else None
-    body = {"error": {"message": error.message, "type": kind, "param": None, "code": code}}
+    param = error.param if isinstance(error, InvalidField) else None
+    body = {"error": {"message": error.message, "type": kind, "param": param, "code": code}}
     response.chunks = [orjson.dumps(body)]
     return response

@@ -13,8 +13,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
-from ortserve.llm.servable import GenerationStream, LlmVersion, sampling_from
+from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.protocol import openai_codec as codec
+from ortserve.protocol.openai_sampling import sampling_params
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
@@ -106,7 +107,7 @@ class _OpenAiRoutes:
         try:
             parsed = codec.parse_chat(request.body)
             llm = resolve_llm(self._registry, parsed.model)
-            params = sampling_from(parsed.fields, llm.default_max_tokens)
+            params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, True)
             prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
             stream = llm.generate(prompt, params)
             ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -127,7 +128,7 @@ class _OpenAiRoutes:
         try:
             parsed = codec.parse_completion(request.body)
             llm = resolve_llm(self._registry, parsed.model)
-            params = sampling_from(parsed.fields, llm.default_max_tokens)
+            params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, False)
             if isinstance(parsed.prompt, str):
                 prompt, echo = llm.tokenizer.encode(parsed.prompt), parsed.prompt
             else:

@@ -1,0 +1,121 @@
+"""Which fields of OpenAI's chat-completion and completion requests ortserve honours, and the
+400 (naming the field, OpenAI's ``param``) for every other one.
+
+A field that is accepted and then ignored is the worst answer a server can give: the client
+believes it got a bias, JSON or a tool call and did not. So every field is in one of three
+tables: honoured, informational (it cannot change the output: ``user``, ``metadata``...), or
+refused with the reason; a field in none of them is refused as unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ortserve.errors import InvalidField
+
+__all__ = ["CHAT", "COMPLETION", "check_fields", "refusal_reasons"]
+
+_SAMPLING = frozenset(
+    {
+        "model", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "seed",
+        "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+        # vLLM's extensions, honoured the same way
+        "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids",
+    }
+)  # fmt: skip
+_INFORMATIONAL = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key"})
+
+CHAT = _SAMPLING | _INFORMATIONAL | {
+    "messages", "max_completion_tokens", "top_logprobs", "store", "service_tier",
+    "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+}  # fmt: skip
+"""Fields of ``POST /v1/chat/completions`` that are honoured (some values may still be refused)."""
+
+COMPLETION = _SAMPLING | _INFORMATIONAL | {"prompt", "echo", "best_of"}
+"""Fields of ``POST /v1/completions`` that are honoured."""
+
+_REFUSED = {
+    "audio": "audio output is not supported (text models only)",
+    "modalities": 'only ["text"] output is supported',
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "this server runs no reasoning models",
+    "verbosity": "this server runs no reasoning models",
+    "web_search_options": "web search is not supported",
+    "functions": "the deprecated functions field is not supported; use tools",
+    "function_call": "the deprecated function_call field is not supported; use tool_choice",
+    "suffix": "suffix (insertion) is not supported",
+}
+
+_NOT_YET: dict[str, str] = {
+    "response_format": "structured output (json_object, json_schema) is not supported yet",
+    "tools": "tool calls are not supported yet",
+    "tool_choice": "tool calls are not supported yet",
+    "chat_template_kwargs": "chat_template_kwargs is not supported yet",
+    "logit_bias": "logit_bias is not supported yet",
+    "min_p": "min_p is not supported yet",
+    "repetition_penalty": "repetition_penalty is not supported yet",
+    "logprobs": "logprobs are not supported yet",
+    "top_logprobs": "logprobs are not supported yet",
+    "best_of": "best_of is not supported yet",
+}
+"""Named fields whose support lands later: refused by name meanwhile, never ignored."""
+
+
+def refusal_reasons() -> dict[str, str]:
+    """Every field refused by name, with why (the docs' table)."""
+    return {**_REFUSED, **_NOT_YET}
+
+
+def _check_value(name: str, value: object) -> None:
+    """Informational fields and fields honoured only for some values."""
+    if name == "store" and value not in (None, False):
+        raise InvalidField(name, "store: completions are not stored by this server (false only)")
+    if name == "service_tier" and value not in (None, "auto", "default"):
+        raise InvalidField(name, 'service_tier: only "auto" and "default" are served')
+    if name == "parallel_tool_calls" and not isinstance(value, bool):
+        raise InvalidField(name, "parallel_tool_calls must be a boolean")
+    if name == "metadata" and value is not None and not isinstance(value, dict):
+        raise InvalidField(name, "metadata must be an object")
+    if name in ("user", "safety_identifier", "prompt_cache_key") and not isinstance(value, str | None):
+        raise InvalidField(name, f"{name} must be a string")
+    if name == "stream_options" and value is not None:
+        if not isinstance(value, dict) or set(value) - {"include_usage"}:
+            raise InvalidField(name, "stream_options: only include_usage is supported")
+        if not isinstance(value.get("include_usage", False), bool):
+            raise InvalidField(name, "stream_options.include_usage must be a boolean")
+
+
+def _harmless(name: str, value: object) -> bool:
+    """A value of a not-yet-supported field that asks for nothing (the default)."""
+    return (
+        (name == "response_format" and value == {"type": "text"})
+        or (name == "tools" and value == [])
+        or (name == "tool_choice" and value == "none")
+        or (name == "logit_bias" and value == {})
+        or (name == "logprobs" and value is False)
+        or (name == "top_logprobs" and value == 0)
+        or (name == "best_of" and value == 1)
+        or (name == "min_p" and value == 0)
+        or (name == "repetition_penalty" and value == 1)
+    )
+
+
+def check_fields(fields: Mapping[str, object], honoured: frozenset[str]) -> None:
+    """Refuse (400 naming it) the first field that is not honoured.
+
+    Raises:
+        InvalidField: an unknown field, a refused one, or an informational one with a value
+            that would change what the server does.
+    """
+    for name, value in fields.items():
+        if value is None and name not in ("model", "messages", "prompt"):
+            continue  # the openai client's NOT_GIVEN never arrives; an explicit null means "default"
+        if name in _NOT_YET and name in honoured and not _harmless(name, value):
+            raise InvalidField(name, f"{name}: {_NOT_YET[name]}")
+        if name == "modalities" and value == ["text"]:
+            continue
+        if name in _REFUSED:
+            raise InvalidField(name, f"{name}: {_REFUSED[name]}")
+        if name not in honoured:
+            raise InvalidField(name, f"{name}: unknown field (the supported fields are in docs/llm-api.md)")
+        _check_value(name, value)
