@@ -9,6 +9,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ortserve.core.cpus import usable_cpus
+from ortserve.core.model_files import ModelFiles, read_model_files
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig, ProviderConfig
 
@@ -100,33 +101,48 @@ def plan_session(
 
 
 def build_session(
-    model_path: Path, plan: SessionPlan, model_bytes: bytes | None = None
+    model_path: Path,
+    plan: SessionPlan,
+    model_bytes: bytes | None = None,
+    files: ModelFiles | None = None,
 ) -> ort.InferenceSession:
     """Create the session; warns about every requested provider that is not available.
 
-    ``model_bytes``: the model file's contents, already read (a graph rewritten at load, or
-    bytes whose digest was just checked); external data files are still found next to
-    ``model_path``.
+    Never from the folder: the graph and its external-data files are read into private memory
+    first (:mod:`ortserve.core.model_files`), so a writer truncating or rewriting a served
+    file changes nothing and crashes nothing.
+
+    Args:
+        model_bytes: the model file's contents, already read (a graph rewritten at load);
+            its external data is read from next to ``model_path``.
+        files: the graph and its external data, already read (and checked against a
+            signature); takes precedence over ``model_bytes``.
     """
     for name in plan.missing:
         logger.warning(
             "%s: execution provider %s is not available in this ONNX Runtime build (%s)",
-            model_path,
+            model_path.name,
             name,
             ", ".join(ort.get_available_providers()),
         )
+    if files is None:
+        files = read_model_files(model_path, model_bytes)
     options = session_options(plan)
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
-    if model_bytes is not None:
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path", str(model_path.parent)
+    # A location not handed over here would be looked for (and memory-mapped) in this folder;
+    # every one the graph names is handed over, so this only shapes ONNX Runtime's messages.
+    options.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", str(model_path.parent)
+    )
+    if files.external:
+        locations = list(files.external)
+        buffers = [files.external[location] for location in locations]
+        options.add_external_initializers_from_files_in_memory(
+            locations, buffers, [len(buffer) for buffer in buffers]
         )
     session = ort.InferenceSession(
-        str(model_path) if model_bytes is None else model_bytes,
-        sess_options=options,
-        providers=names,
-        provider_options=provider_options,
+        files.graph, sess_options=options, providers=names, provider_options=provider_options
     )
     active = session.get_providers()
     dropped = [n for n in names if n not in active]
@@ -155,8 +171,8 @@ def session_options(plan: SessionPlan) -> ort.SessionOptions:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if not plan.prepack_weights:
-        # Weights in external-data files stay the file's memory-mapped pages: no second copy in
-        # the layout the CPU kernels prefer, a load in milliseconds (benchmarks/RESULTS.md).
+        # No second copy of the weights in the layout the CPU kernels prefer: the session holds
+        # one private copy of what was read (never the file's pages, see model_files.py).
         options.add_session_config_entry("session.disable_prepacking", "1")
     if plan.cpu_affinity:
         options.add_session_config_entry("session.intra_op_thread_affinities", plan.cpu_affinity)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnxruntime as ort
 
+from ortserve.core.model_files import ModelFiles
 from ortserve.core.session import build_session, plan_session
 from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
 from ortserve.llm.layout import LlmFiles, check_graph, read_llm_files
@@ -21,11 +24,22 @@ from ortserve.llm.tokenizer import TextTokenizer
 from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
-__all__ = ["load_llm_version"]
+__all__ = ["SMALL_FILE_BYTES", "VerifiedFiles", "load_llm_version"]
 
 logger = logging.getLogger(__name__)
 
 _DEFAULT_MAX_TOKENS = 256
+SMALL_FILE_BYTES = 64 << 20
+"""Files up to this size are kept as verified for an LLM (a tokenizer.json is 2-30 MB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedFiles:
+    """An LLM version's files as its signature check read them: the graph with its external
+    data, and the small files (config, generation config, tokenizer) by relative path."""
+
+    model: ModelFiles
+    small: Mapping[str, bytes]
 
 
 @dataclass(slots=True)
@@ -40,13 +54,31 @@ def _signature(args: list[ort.NodeArg]) -> dict[str, tuple[str, list[object]]]:
     return {a.name: (a.type, list(a.shape)) for a in args}
 
 
-def _prepare(path: Path, config: ModelConfig, settings: ServerSettings) -> _Prepared:
-    files = read_llm_files(path.parent)
-    tokenizer = TextTokenizer(path.parent, files.tokenizer_config)
+def _prepare(
+    path: Path, config: ModelConfig, settings: ServerSettings, verified: VerifiedFiles | None
+) -> _Prepared:
+    if verified is None:
+        files = read_llm_files(path.parent)
+        tokenizer = TextTokenizer(path.parent, files.tokenizer_config)
+    else:
+        files, tokenizer = _read_verified(verified)
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
-    session = build_session(path, plan)
+    session = build_session(path, plan, files=None if verified is None else verified.model)
     layout = check_graph(files, _signature(session.get_inputs()), _signature(session.get_outputs()))
     return _Prepared(files, DecoderSession(session, layout), tokenizer, tuple(session.get_providers()))
+
+
+def _read_verified(verified: VerifiedFiles) -> tuple[LlmFiles, TextTokenizer]:
+    """Config and tokenizer from the bytes whose signature was checked, not the folder again:
+    they are written to a private folder (mode 0700, the server's own) and read from there."""
+    with tempfile.TemporaryDirectory(prefix="ortserve-llm-") as private:
+        root = Path(private)
+        for name, data in verified.small.items():
+            target = root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        files = read_llm_files(root)
+        return files, TextTokenizer(root, files.tokenizer_config)
 
 
 def _default_max_tokens(files: LlmFiles, config: ModelConfig) -> int:
@@ -57,9 +89,16 @@ def _default_max_tokens(files: LlmFiles, config: ModelConfig) -> int:
 
 
 async def load_llm_version(
-    name: str, version: int, path: Path, config: ModelConfig, settings: ServerSettings
+    name: str,
+    version: int,
+    path: Path,
+    config: ModelConfig,
+    settings: ServerSettings,
+    verified: VerifiedFiles | None = None,
 ) -> LlmVersion:
     """Check and load the version in a worker thread, warm it up, start its decode thread.
+
+    ``verified``: the files as the signature check read them (None: read from the folder).
 
     Raises:
         ConfigError: a missing file or a graph outside the Optimum decoder layout (the reason).
@@ -67,7 +106,7 @@ async def load_llm_version(
     """
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    prepared = await asyncio.to_thread(_prepare, path, config, settings)
+    prepared = await asyncio.to_thread(_prepare, path, config, settings, verified)
     llm = config.llm
     context = min(
         llm.max_context_len or prepared.files.max_position_embeddings, prepared.files.max_position_embeddings

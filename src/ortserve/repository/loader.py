@@ -17,6 +17,7 @@ from ortserve.core.clock import LoopClock
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 from ortserve.core.model import ServedVersion, VersionInfo
+from ortserve.core.model_files import ModelFiles, read_model_files
 from ortserve.core.observer import SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.runner import OrtRunner
@@ -45,14 +46,16 @@ Array = npt.NDArray[np.generic]
 @dataclass(frozen=True, slots=True)
 class LoadInputs:
     """What the model folder adds to the version's file: config.pbtxt ``reshape``s and
-    ``optional`` inputs (declared in ``where``), and the model file's bytes when its signature
-    was checked on exactly them."""
+    ``optional`` inputs (declared in ``where``), and the model file's bytes (or the model and
+    its external data, ``files``) when its signature was checked on exactly them."""
 
     reshapes: tuple[Reshape, ...] = ()
     where: str = ""
     model_bytes: bytes | None = None
     optional: tuple[str, ...] = ()
     """Inputs config.pbtxt marks ``optional`` (see ``optional_inputs.py``)."""
+    files: ModelFiles | None = None
+    """The graph and its external data as verified (takes precedence over ``model_bytes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,18 +134,25 @@ def _policy(config: ModelConfig, max_batch_size: int) -> SchedulingPolicy:
     )
 
 
-def _graph_bytes(path: Path, config: ModelConfig, given: LoadInputs) -> bytes | None:
-    """The graph to build the session from: the verified bytes, with the ``reshape``s applied
-    (None: let ONNX Runtime read the file)."""
+def _model_files(path: Path, config: ModelConfig, given: LoadInputs) -> ModelFiles:
+    """What the session is built from, read once into memory (never mapped from the folder):
+    the verified bytes, or the files read now, with the ``reshape``s applied to the graph."""
+    files = given.files or read_model_files(path, given.model_bytes, where=_label(path))
     if not given.reshapes:
-        return given.model_bytes
+        return files
     if config.fallback is not None:
         raise ConfigError(
             f"{given.where}: reshape and fallback levels together are not supported (a fallback "
             "session would be built from the graph as exported)"
         )
     batched = bool(config.batching.max_batch_size)
-    return reshaped_model(path, given.reshapes, batched, given.where, given.model_bytes)
+    graph = reshaped_model(path, given.reshapes, batched, given.where, files.graph)
+    return ModelFiles(graph, files.external)
+
+
+def _label(path: Path) -> str:
+    """A model file named as its repository names it: ``model/version/file``."""
+    return "/".join(path.parts[-3:])
 
 
 def _prepare(
@@ -156,19 +166,15 @@ def _prepare(
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
     if config.fallback is not None and config.fallback.device_ids:
         plan = plan_on_device(plan, config.fallback.device_ids[0])
-    graph_bytes = _graph_bytes(path, config, given)
-    session = build_session(path, plan, graph_bytes)
+    files = _model_files(path, config, given)
+    session = build_session(path, plan, files=files)
     overridable = {spec.name: spec for spec in _specs(session.get_overridable_initializers())}
     inputs = _specs(session.get_inputs()) + tuple(overridable[n] for n in given.optional if n in overridable)
     outputs = _specs(session.get_outputs())
     max_batch = _max_batch_size(config, inputs + outputs, path.parent.parent / "config.yaml")
     defaults = {}
     if given.optional:
-        graph = (
-            onnx.load(str(path), load_external_data=False)
-            if graph_bytes is None
-            else onnx.load_from_string(graph_bytes)
-        )
+        graph = onnx.load_from_string(files.graph)
         defaults = optional_inputs(
             session, graph, path.parent, overridable, given.optional, max_batch > 0, given.where
         )

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from ortserve.core.model import ModelState, Servable
 from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
-from ortserve.llm.loader import load_llm_version
+from ortserve.llm.loader import SMALL_FILE_BYTES, VerifiedFiles, load_llm_version
 from ortserve.pipeline.runtime import pipeline_model_name
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
 from ortserve.repository.layout import is_model_name, select_versions
@@ -298,10 +298,12 @@ class LifecycleManager:
         observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
         try:
             model_file = snapshot.model_file(number, config.default_model_filename)
-            verified = await self._verify(name, number, snapshot.versions[number].folder, model_file)
+            keep = SMALL_FILE_BYTES if config.kind == "llm" else 0
+            verified = await self._verify(name, number, snapshot.versions[number].folder, model_file, keep)
             served: Servable
             if config.kind == "llm":  # generation is another servable, with its own engine
-                served = await load_llm_version(name, number, model_file, config, self.settings)
+                checked = None if verified.files is None else VerifiedFiles(verified.files, verified.kept)
+                served = await load_llm_version(name, number, model_file, config, self.settings, checked)
             else:
                 served = await load_version(
                     name,
@@ -311,7 +313,11 @@ class LifecycleManager:
                     self.settings,
                     observer,
                     LoadInputs(
-                        source.reshapes(), source.where, verified.model_bytes, source.optional_inputs()
+                        source.reshapes(),
+                        source.where,
+                        verified.model_bytes,
+                        source.optional_inputs(),
+                        verified.files,
                     ),
                 )
         except OrtServeError as exc:
@@ -335,7 +341,9 @@ class LifecycleManager:
             self._drain(name, number, replaced, "replaced by a reload of the same version")
         return None
 
-    async def _verify(self, name: str, number: int, folder: Path, model_file: Path) -> VerifiedVersion:
+    async def _verify(
+        self, name: str, number: int, folder: Path, model_file: Path, keep_below: int = 0
+    ) -> VerifiedVersion:
         """Check the signature (with ``--trusted-keys``), keeping the model file's bytes as hashed.
 
         Raises:
@@ -344,7 +352,7 @@ class LifecycleManager:
         if self.trusted is None:
             return VerifiedVersion(False)
         relative = model_file.relative_to(folder).as_posix()
-        verified = await asyncio.to_thread(verify_and_read, folder, self.trusted, relative)
+        verified = await asyncio.to_thread(verify_and_read, folder, self.trusted, relative, keep_below)
         logger.info(
             "model %s version %d: %s", name, number, "signature verified" if verified.signed else "unsigned"
         )

@@ -6,10 +6,11 @@ marker) and an Ed25519 signature over the manifest's canonical bytes. At every l
 manifest is read once, its signature checked against the trusted public keys, and every file
 of the folder hashed and compared in constant time: a changed byte, a missing file or an extra
 file refuses the version, naming the file. With ``--require-signed`` an unsigned version is
-refused too. The model file is read once: the bytes hashed are the bytes ONNX Runtime is given
-(:func:`verify_and_read`), so the graph that serves is the graph that was checked, even if the
-file changes in between; external data files are hashed here and then memory-mapped by ONNX
-Runtime (a second read, from the page cache).
+refused too. Nothing checked is read twice: the model file and every external-data file its graph
+names are hashed from the bytes read into memory, and the session is built from exactly those
+bytes (:class:`VerifiedVersion.files`, see :mod:`ortserve.core.model_files`), so a file swapped
+by ``rename()`` or rewritten in place after the check is never what serves. Small files a
+loader reads itself (an LLM's tokenizer and config) can be kept the same way (``keep_below``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import hmac
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -27,7 +28,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ortserve.errors import RepositoryError
+from ortserve.core.model_files import ModelFiles, external_locations, relative_location
+from ortserve.errors import OrtServeError, RepositoryError
 from ortserve.repository.snapshot import COMPLETE_MARKER, MAX_FILES
 
 __all__ = [
@@ -64,11 +66,18 @@ class TrustedKeys:
 
 @dataclass(frozen=True, slots=True)
 class VerifiedVersion:
-    """What :func:`verify_and_read` found: whether the folder was signed, and the model file's
-    bytes as hashed (None when unsigned: the loader reads the file itself)."""
+    """What :func:`verify_and_read` found: whether the folder was signed, and what was read to
+    hash it (nothing when unsigned: the loader reads the files itself)."""
 
     signed: bool
-    model_bytes: bytes | None = None
+    files: ModelFiles | None = None
+    """The model file and its external data, as hashed."""
+    kept: dict[str, bytes] = field(default_factory=dict)
+    """Other files (folder-relative path -> bytes as hashed) at most ``keep_below`` long."""
+
+    @property
+    def model_bytes(self) -> bytes | None:
+        return None if self.files is None else self.files.graph
 
 
 def generate_key(path: Path) -> Path:
@@ -140,13 +149,17 @@ def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
     return verify_and_read(folder, trusted, None).signed
 
 
-def verify_and_read(folder: Path, trusted: TrustedKeys, model_file: str | None) -> VerifiedVersion:
+def verify_and_read(
+    folder: Path, trusted: TrustedKeys, model_file: str | None, keep_below: int = 0
+) -> VerifiedVersion:
     """Check ``folder`` against its signature, keeping the bytes of ``model_file`` (a name in
-    the folder) as they were hashed, for the session to be built from.
+    the folder) and of every external-data file its graph names as they were hashed, for the
+    session to be built from; also every other file of at most ``keep_below`` bytes.
 
     Raises:
         SignatureError: unsigned while required, a signature no trusted key made, or a file
-            missing, extra or different from the manifest (named in the message).
+            missing, extra or different from the manifest (named in the message), or a graph
+            naming external data the manifest does not list.
     """
     signature_path = folder / SIGNATURE_FILE
     if not signature_path.is_file():
@@ -163,16 +176,61 @@ def verify_and_read(folder: Path, trusted: TrustedKeys, model_file: str | None) 
         raise SignatureError(f"{folder / missing[0]}: listed in the signed manifest but missing")
     if extra:
         raise SignatureError(f"{folder / extra[0]}: not in the signed manifest")
-    kept: bytes | None = None
+    graph: bytes | None = None
+    locations: dict[str, str] = {}
+    if model_file is not None and model_file in manifest:
+        graph = _read(folder / model_file)
+        _check(folder, model_file, hashlib.sha256(graph).hexdigest(), manifest)
+        locations = _locations(folder, model_file, graph, manifest)
+    kept: dict[str, bytes] = {}
     for name in sorted(manifest):
         if name == model_file:
-            kept = _read(folder / name)
-            digest = hashlib.sha256(kept).hexdigest()
+            continue
+        path = folder / name
+        if name in locations.values() or _size(path) <= keep_below:
+            kept[name] = _read(path)
+            digest = hashlib.sha256(kept[name]).hexdigest()
         else:
-            digest = _sha256(folder / name)
-        if not hmac.compare_digest(digest, manifest[name]):
-            raise SignatureError(f"{folder / name}: its SHA-256 does not match the signed manifest")
-    return VerifiedVersion(True, kept)
+            digest = _sha256(path)
+        _check(folder, name, digest, manifest)
+    if graph is None:
+        return VerifiedVersion(True, None, kept)
+    external = {location: kept[name] for location, name in locations.items()}
+    return VerifiedVersion(True, ModelFiles(graph, external), kept)
+
+
+def _check(folder: Path, name: str, digest: str, manifest: dict[str, str]) -> None:
+    if not hmac.compare_digest(digest, manifest[name]):
+        raise SignatureError(f"{folder / name}: its SHA-256 does not match the signed manifest")
+
+
+def _locations(folder: Path, model_file: str, graph: bytes, manifest: dict[str, str]) -> dict[str, str]:
+    """The graph's external-data locations -> the manifest names they read.
+
+    Raises:
+        SignatureError: a location outside the folder or not in the manifest (it would be
+            read from the folder, unchecked).
+    """
+    base = Path(model_file).parent
+    found: dict[str, str] = {}
+    try:
+        for location in external_locations(graph, model_file):
+            found[location] = (base / relative_location(location, model_file)).as_posix()
+    except OrtServeError as exc:
+        raise SignatureError(f"{folder}: {exc.message}") from None
+    unlisted = sorted(name for name in found.values() if name not in manifest)
+    if unlisted:
+        raise SignatureError(
+            f"{folder / unlisted[0]}: external data of {model_file} but not in the signed manifest"
+        )
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise SignatureError(f"{path}: cannot read: {exc}") from exc
 
 
 def _verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
