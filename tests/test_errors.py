@@ -19,6 +19,7 @@ TABLE = {
     errors.Overloaded: (429, "RESOURCE_EXHAUSTED"),
     errors.DeadlineExceeded: (504, "DEADLINE_EXCEEDED"),
     errors.DeadlineUnmeetable: (504, "DEADLINE_EXCEEDED"),
+    errors.DeadlineUnmeetable: (504, "DEADLINE_EXCEEDED"),
     errors.NotImplementedByServer: (501, "UNIMPLEMENTED"),
     errors.ModelControlDisabled: (503, "UNAVAILABLE"),
     errors.ModelLoadFailed: (400, "INVALID_ARGUMENT"),

@@ -16,7 +16,14 @@ from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.observer import BatchRecord
 from ortserve.core.policy import SchedulingPolicy, queue_wait_target
 from ortserve.core.scheduler import Scheduler
-from ortserve.errors import DeadlineExceeded, InferenceError, InvalidInput, ModelNotReady, Overloaded
+from ortserve.errors import (
+    DeadlineExceeded,
+    DeadlineUnmeetable,
+    InferenceError,
+    InvalidInput,
+    ModelNotReady,
+    Overloaded,
+)
 from ortserve.testing import FakeClock
 
 Feeds = dict[str, np.ndarray]
@@ -277,7 +284,7 @@ async def test_admission_refuses_what_cannot_meet_its_deadline() -> None:
     scheduler, _, _, recorder = make(asyncio.get_running_loop(), cost=cost, max_queue_wait_s=0.0)
     scheduler.submit(rows(8), 8)  # running: about 80 ms
     scheduler.submit(rows(8), 8)
-    with pytest.raises(Overloaded, match="deadline"):
+    with pytest.raises(DeadlineUnmeetable, match="deadline"):  # the client's: 504, not 429
         scheduler.submit(rows(1), 1, timeout_s=0.050)
     assert scheduler.queue_depth == 1
     assert recorder.rejected
@@ -468,8 +475,9 @@ async def test_budget_admission_refuses_at_once_what_would_finish_past_the_budge
     scheduler, _, _, _ = make(asyncio.get_running_loop(), cost=fitted_cost(0.002), latency_budget_s=0.040)
     scheduler.submit(rows(8), 8)  # running: 16 ms
     scheduler.submit(rows(8), 8)  # done at about 32 ms: within 40 ms
-    with pytest.raises(Overloaded, match="deadline"):
+    with pytest.raises(Overloaded, match="deadline") as refused:
         scheduler.submit(rows(8), 8)  # about 48 ms
+    assert not isinstance(refused.value, DeadlineUnmeetable)  # the server's budget: 429
     assert scheduler.queue_depth == 1
 
 

@@ -318,8 +318,8 @@ CASES = [
         "infer whose deadline cannot be met",
         lambda t: t.infer("slow", {"x": ("FP32", np.zeros((1, 256, 256), np.float32))}, timeout=1),
         None,
-        429,
-        "RESOURCE_EXHAUSTED",
+        504,  # the client's deadline: never 429/RESOURCE_EXHAUSTED
+        "DEADLINE_EXCEEDED",
     ),
     Case(
         "infer larger than the size limit",

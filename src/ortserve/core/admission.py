@@ -12,7 +12,7 @@ from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.clock import Clock
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.policy import SchedulingPolicy, queue_wait_target
-from ortserve.errors import Overloaded
+from ortserve.errors import DeadlineUnmeetable, Overloaded
 
 if TYPE_CHECKING:
     from ortserve.core.backlog import Backlog
@@ -171,7 +171,8 @@ class Admission:
             return None, 0.0
         finish = self._drain_estimate(now, ahead + rows, absolute=True)
         if finish > limit:
-            missed = Overloaded(
+            # The client's deadline binding: 504 DEADLINE_EXCEEDED; the server's budget: 429.
+            missed = (DeadlineUnmeetable if limit == deadline else Overloaded)(
                 f"cannot finish within the deadline: about {(finish - now) * 1e3:.1f} ms of work "
                 "is queued ahead",
                 retry_after_s=finish - now,
