@@ -168,6 +168,8 @@ class VersionState:
     """(from level, to level, count)."""
     fallback_failures: tuple[tuple[int, str, int], ...] = ()
     """(level, failure kind, count)."""
+    breakers_open: tuple[tuple[int, bool], ...] = ()
+    """(level, open or half-open): a level traffic skips now."""
 
 
 class VersionMetrics:
@@ -427,12 +429,19 @@ def _fallback_families(states: list[VersionState]) -> Iterator[GaugeMetricFamily
     failures = CounterMetricFamily(
         "ortserve_fallback_failures", "Failed runs by level and kind", labels=[*labels, "level", "kind"]
     )
+    breakers = GaugeMetricFamily(
+        "ortserve_breaker_open",
+        "1 while a level's circuit breaker is open or half-open (traffic skips the level)",
+        labels=[*labels, "level"],
+    )
     for s in states:
         if s.fallback_level is None:
             continue
         level.add_metric([s.model, s.version], s.fallback_level)
+        for at, is_open in s.breakers_open:
+            breakers.add_metric([s.model, s.version, str(at)], 1.0 if is_open else 0.0)
         for source, target, count in s.fallback_transitions:
             moves.add_metric([s.model, s.version, str(source), str(target)], count)
         for at, kind, count in s.fallback_failures:
             failures.add_metric([s.model, s.version, str(at), kind], count)
-    yield from (level, moves, failures)
+    yield from (level, moves, failures, breakers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ortserve.core.model import ServedVersion
 from ortserve.metrics import ServerMetrics, VersionState
 from ortserve.repository.registry import ModelRegistry
+from ortserve.resilience.breaker import BreakerState
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.http.app import RouteHandler
 from ortserve.server.http.connection import ConnectionLimits
@@ -90,6 +91,11 @@ def version_states(registry: ModelRegistry) -> list[VersionState]:
                     if chain is None
                     else tuple((a, b, n) for (a, b), n in sorted(chain.transitions.items())),
                     () if chain is None else tuple((a, k, n) for (a, k), n in sorted(chain.failures.items())),
+                    ()
+                    if chain is None
+                    else tuple(
+                        (at, b.state is not BreakerState.CLOSED) for at, b in enumerate(chain.breakers)
+                    ),
                 )
             )
     return states
