@@ -99,3 +99,49 @@ def test_stop_token_ids_end_the_answer_at_that_token(client: openai.OpenAI, toke
     )
     assert stopped.choices[0].finish_reason == "stop" and stopped.usage is not None
     assert stopped.usage.completion_tokens < 8 and free.choices[0].text.startswith(stopped.choices[0].text)
+
+
+def test_health_answers_200_when_ready(llm_server: ServerProcess) -> None:
+    with urllib.request.urlopen(f"{llm_server.http_url}/health", timeout=10) as reply:
+        assert reply.status == 200 and reply.read() == b""
+
+
+def test_tokenize_and_detokenize_round_trip_in_vllm_shapes(
+    llm_server: ServerProcess, tokenizer: Tokenizer
+) -> None:
+    status, answer = _post(llm_server, "/tokenize", {"model": DEMO_LLM_NAME, "prompt": _PROMPT})
+    expected = tokenizer.encode(_PROMPT).ids
+    assert status == 200 and answer["tokens"] == expected and answer["count"] == len(expected)
+    assert isinstance(answer["max_model_len"], int) and answer["token_strs"] is None
+    status, back = _post(llm_server, "/detokenize", {"model": DEMO_LLM_NAME, "tokens": expected})
+    assert status == 200 and back == {"prompt": _PROMPT}
+    # vLLM's clients send no model when one LLM is served; token strings read as in the text
+    status, answer = _post(llm_server, "/tokenize", {"prompt": "The river", "return_token_strs": True})
+    assert status == 200 and "".join(answer["token_strs"]).strip() == "The river"  # type: ignore[arg-type]
+
+
+def test_tokenize_renders_chat_messages_through_the_template(llm_server: ServerProcess) -> None:
+    messages = [{"role": "user", "content": "The garden behind"}]
+    status, chat = _post(llm_server, "/tokenize", {"model": DEMO_LLM_NAME, "messages": messages})
+    _, plain = _post(
+        llm_server,
+        "/tokenize",
+        {"model": DEMO_LLM_NAME, "prompt": "The garden behind", "add_special_tokens": False},
+    )
+    assert status == 200 and chat["tokens"] == plain["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/tokenize", {"prompt": "x", "truncate": 3}, "truncate"),
+        ("/tokenize", {"prompt": 3}, "prompt"),
+        ("/detokenize", {"tokens": [10**9]}, "tokens"),
+        ("/detokenize", {"tokens": "abc"}, "tokens"),
+    ],
+)
+def test_tokenize_routes_refuse_bad_fields_by_name(
+    llm_server: ServerProcess, path: str, body: dict[str, object], param: str
+) -> None:
+    status, answer = _post(llm_server, path, body)
+    assert status == 400 and answer["error"]["param"] == param  # type: ignore[index]

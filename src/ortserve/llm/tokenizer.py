@@ -3,7 +3,7 @@ Jinja2's sandbox, and incremental detokenization that never emits half a charact
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from jinja2 import TemplateError
@@ -43,6 +43,7 @@ class TextTokenizer:
             self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as exc:  # the library raises its own untyped errors
             raise ConfigError(f"{folder / 'tokenizer.json'}: cannot load the tokenizer: {exc}") from exc
+        self._texts: dict[int, str] = {}
         self.bos_token = _token_text(tokenizer_config.get("bos_token")) or ""
         self.eos_token = _token_text(tokenizer_config.get("eos_token")) or ""
         template = tokenizer_config.get("chat_template")
@@ -73,8 +74,35 @@ class TextTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
 
-    def render_chat(self, messages: list[dict[str, object]]) -> str:
+    def token_text(self, token: int) -> str:
+        """One token's text as it reads inside a longer text (its leading space kept), for
+        logprobs and ``/tokenize``'s token strings."""
+        text = self._texts.get(token)
+        if text is None:
+            raw = self._tokenizer.id_to_token(token) or ""
+            decoded = str(self._tokenizer.decode([token], skip_special_tokens=False))
+            text = (
+                " " + decoded
+                if raw.startswith(("\u2581", "\u0120")) and not decoded.startswith(" ")
+                else decoded
+            )
+            if len(self._texts) < 1 << 18:
+                self._texts[token] = text
+        return text
+
+    def render_chat(
+        self,
+        messages: list[dict[str, object]],
+        add_generation_prompt: bool = True,
+        extra: Mapping[str, object] | None = None,
+    ) -> str:
         """The conversation as the model's chat template writes it, ready for the answer.
+
+        Args:
+            messages: the conversation.
+            add_generation_prompt: end with the assistant's turn opening.
+            extra: more template variables (``tools``, ``chat_template_kwargs``); they cannot
+                replace the ones above.
 
         Raises:
             InvalidInput: the model has no chat template, or the template refuses the messages.
@@ -83,10 +111,13 @@ class TextTokenizer:
             raise InvalidInput("this model has no chat_template; use /v1/completions")
         try:
             return self._template.render(
-                messages=messages,
-                add_generation_prompt=True,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
+                {
+                    **(extra or {}),
+                    "messages": messages,
+                    "add_generation_prompt": add_generation_prompt,
+                    "bos_token": self.bos_token,
+                    "eos_token": self.eos_token,
+                }
             )
         except TemplateError as exc:
             raise InvalidInput(f"the chat template cannot render these messages: {exc}") from exc

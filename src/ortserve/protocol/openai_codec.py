@@ -27,6 +27,7 @@ __all__ = [
     "models_body",
     "parse_chat",
     "parse_completion",
+    "parse_messages",
     "sse",
 ]
 
@@ -136,15 +137,24 @@ def parse_chat(body: bytes) -> ChatRequest:
     fields = _object(body)
     check_fields(fields, CHAT)
     model, stream, include_usage = _common(fields)
-    raw = fields.get("messages")
+    messages = parse_messages(fields.get("messages"))
+    return ChatRequest(model, messages, stream, include_usage, fields)
+
+
+def parse_messages(raw: object) -> list[dict[str, object]]:
+    """The conversation as the chat template sees it.
+
+    Raises:
+        InvalidInput: naming the message and key that is wrong.
+    """
     if not isinstance(raw, list) or not raw:
-        raise InvalidInput("messages: a non-empty list of messages is required")
+        raise InvalidField("messages", "messages: a non-empty list of messages is required")
     messages = []
     for index, message in enumerate(raw):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
             raise InvalidInput(f"messages[{index}].role must be one of {sorted(_ROLES)}")
         messages.append(_message(message, index))
-    return ChatRequest(model, messages, stream, include_usage, fields)
+    return messages
 
 
 def parse_completion(body: bytes) -> CompletionRequest:

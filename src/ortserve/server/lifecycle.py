@@ -37,6 +37,7 @@ from ortserve.server.http.admission import EarlyRefusal
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.generate_routes import add_generate_routes
+from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.openai_routes import add_openai_routes, llm_versions
 from ortserve.server.http.openapi_routes import add_openapi_routes
@@ -118,6 +119,7 @@ class Server:
             registry = self.registry
             self.observability.metrics.registry.register(LlmCollector(lambda: llm_versions(registry)))
         add_generate_routes(self.http_app, self.registry)
+        add_llm_tool_routes(self.http_app, self.registry, self.dataplane.ready)
         self.control = ModelControl(self.manager, settings.model_control_mode)
         http_restricted = (
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}
