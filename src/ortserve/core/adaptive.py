@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["AdaptiveLimit"]
+__all__ = ["AdaptiveLimit", "ServiceMeter"]
 
 _WINDOW = 50
 """Latency samples per update."""
@@ -25,6 +25,10 @@ _TOLERANCE = 1.5
 adds a batch's time)."""
 _SMOOTHING = 0.2
 """Weight of a new decrease (increases apply at once: growth is already only sqrt(limit))."""
+_SERVICE_WEIGHT = 0.1
+"""Weight of one batch in the measured service slowdown (about the last 10-20 batches)."""
+_MAX_SLOWDOWN = 16.0
+"""The slowdown is believed up to this (a stall of the whole process is not service)."""
 
 
 class AdaptiveLimit:
@@ -68,3 +72,41 @@ class AdaptiveLimit:
         if target < self._limit:
             target = (1 - _SMOOTHING) * self._limit + _SMOOTHING * target
         self._limit = min(max(target, self.minimum), self.maximum)
+
+
+class ServiceMeter:
+    """How much slower than its predicted run time the runner really serves a batch: the
+    measured service rate that the automatic queue-wait target is counted in.
+
+    The cost model predicts a batch's run alone; the runner's real turnaround also holds the
+    gap before the next batch starts (the loop reading, dispatching and answering), and on a
+    busy machine both stretch. A target in predicted seconds then compares a real queueing
+    wait against a service time that is too short, and a load that is merely slower gets
+    refused and shed (issue 30: 64 connections on a busy machine got 429s from heavy_mlp's
+    batch of 32). Counting the target in measured service time means that a queueing delay
+    refuses only when it grows faster than the service itself: the gradient of
+    concurrency-limits and Envoy's adaptive concurrency, with service in the place of their
+    no-load latency.
+
+    One batch's service time is from the later of the previous batch's end and its oldest
+    request's arrival (a runner left idle by an empty queue is not slow service) to its own
+    end. With several instances their batches overlap; a batch started before the previous
+    end is timed from its own start.
+    """
+
+    __slots__ = ("_last_end", "slowdown")
+
+    def __init__(self) -> None:
+        self.slowdown = 1.0
+        """Measured service time over predicted run time, at least 1 (smoothed)."""
+        self._last_end = -math.inf
+
+    def observe(self, started: float, oldest_arrival: float, end: float, predicted_s: float) -> None:
+        """One batch booked at ``started`` ended at ``end``; it was predicted ``predicted_s``."""
+        origin = self._last_end if self._last_end <= started else started
+        served = end - max(origin, oldest_arrival)
+        self._last_end = max(self._last_end, end)
+        if predicted_s <= 0 or served <= 0:
+            return
+        ratio = min(_MAX_SLOWDOWN, max(1.0, served / predicted_s))
+        self.slowdown += _SERVICE_WEIGHT * (ratio - self.slowdown)

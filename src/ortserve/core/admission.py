@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.clock import Clock
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.policy import SchedulingPolicy, queue_wait_target
+from ortserve.core.policy import AUTO_WAIT_BATCHES, SchedulingPolicy, queue_wait_target
 from ortserve.errors import DeadlineUnmeetable, Overloaded
 
 if TYPE_CHECKING:
     from ortserve.core.backlog import Backlog
 
-__all__ = ["Admission", "concurrency_limit", "full_batch_s"]
+__all__ = ["Admission", "concurrency_limit", "full_batch_s", "in_flight_capacity", "wait_target"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +155,8 @@ class Admission:
             return None, 0.0
         ahead = sum(backlog.lanes[i].rows for i in range(lane + 1))
         wait = self._drain_estimate(now, ahead)
-        target = queue_wait_target(policy, full_batch_s(policy, self._cost_model))
-        if wait > target:
+        target = wait_target(policy, self._cost_model, backlog.service.slowdown)
+        if wait > target and not backlog.within_capacity(rows):
             late = Overloaded(
                 f"about {wait * 1e3:.1f} ms of work is queued ahead, more than the "
                 f"{target * 1e3:.1f} ms queue-wait target",
@@ -188,13 +188,14 @@ class Admission:
         return max(0.0, min(backlog.busy_until, default=now) - now)
 
     def _drain_estimate(self, now: float, rows: int, absolute: bool = False) -> float:
-        """When ``rows`` queued rows would be done, given the batches running now."""
+        """When ``rows`` queued rows would be done, given the batches running now, at the
+        service rate measured (:class:`~ortserve.core.adaptive.ServiceMeter`)."""
         instances = self._backlog.instances
         free_at = now + self._busy_for(now)
         per_batch = self._policy.max_batch_size or 1
         batches = math.ceil(rows / per_batch) if rows else 0
         full_cost = self._cost_model.predict(min(per_batch, max(rows, 1)))
-        work = batches * full_cost / instances
+        work = batches * full_cost * self._backlog.service.slowdown / instances
         finish = free_at + work
         return finish if absolute else max(0.0, finish - now)
 
@@ -202,6 +203,29 @@ class Admission:
 def full_batch_s(policy: SchedulingPolicy, cost_model: BatchCostModel) -> float:
     """A full batch's predicted time, which the queue-wait target is counted in."""
     return cost_model.predict(policy.max_batch_size or 1)
+
+
+def wait_target(policy: SchedulingPolicy, cost_model: BatchCostModel, slowdown: float) -> float:
+    """The queue-wait target now: automatic, it is counted in full batches of the service
+    measured (the predicted run time times the measured ``slowdown``), so a machine that serves
+    more slowly waits longer instead of refusing; a configured one is taken as given."""
+    return queue_wait_target(policy, full_batch_s(policy, cost_model) * slowdown)
+
+
+def in_flight_capacity(policy: SchedulingPolicy, instances: int) -> int:
+    """The rows a server may hold (queued and running) that are never refused or shed for
+    their wait with the automatic queue-wait target: a full batch running on each instance
+    and the next one queued behind it, ``AUTO_WAIT_BATCHES`` batches per instance.
+
+    A closed loop that holds no more than this is a load the runner serves at its own pace.
+    The time test alone refused some of it: on a busy machine the loop reads a closed loop's
+    requests in fragments, a short batch starts, the rest queue past one full batch, and the
+    work ahead then counts more than two batches (issue 30: 64 connections on heavy_mlp with
+    batches of 32). A configured target (``max_queue_wait_ms``) is the operator's and has no
+    such floor (0: none)."""
+    if policy.max_queue_wait_s is not None:
+        return 0
+    return AUTO_WAIT_BATCHES * instances * max(1, policy.max_batch_size)
 
 
 def concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit | None:
@@ -212,9 +236,11 @@ def concurrency_limit(policy: SchedulingPolicy, instances: int) -> AdaptiveLimit
     if not policy.adaptive_concurrency:
         return None
     running = instances * max(1, policy.max_batch_size)
-    # At least a batch for each instance; at most the queue bound plus what runs at once;
-    # starting with two batches' worth each, which the first windows correct either way.
-    return AdaptiveLimit(2 * running, running, policy.max_queue_size + running)
+    # At least the batch capacity in flight (a batch running on each instance and the next
+    # queued: a closed loop that holds no more is never refused, however slow the machine);
+    # at most the queue bound plus what runs at once.
+    floor = AUTO_WAIT_BATCHES * running
+    return AdaptiveLimit(floor, floor, policy.max_queue_size + running)
 
 
 def _slack(margin_s: float, busy_for_s: float) -> float:

@@ -7,11 +7,12 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ortserve.core.admission import full_batch_s
+from ortserve.core.adaptive import ServiceMeter
+from ortserve.core.admission import in_flight_capacity, wait_target
 from ortserve.core.batch import Pending, Run
 from ortserve.core.clock import TimerHandle
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.policy import SchedulingPolicy, StandingQueue, queue_wait_target
+from ortserve.core.policy import SchedulingPolicy, StandingQueue
 from ortserve.errors import DeadlineExceeded, ModelNotReady, OrtServeError, Overloaded
 
 __all__ = ["Backlog", "Lane"]
@@ -42,6 +43,7 @@ class Backlog:
     """
 
     __slots__ = (
+        "_capacity",
         "_cost_model",
         "_policy",
         "_standing",
@@ -54,6 +56,8 @@ class Backlog:
         "queued_requests",
         "queued_rows",
         "running_requests",
+        "running_rows",
+        "service",
         "stale_timers",
     )
 
@@ -65,6 +69,7 @@ class Backlog:
         self.queued_requests = 0
         self.queued_rows = 0
         self.running_requests = 0
+        self.running_rows = 0
         self.busy = 0
         """Batches running (booked on an instance)."""
         self.busy_until: list[float] = []
@@ -77,6 +82,9 @@ class Backlog:
         self.stale_timers: list[TimerHandle] = []
         """Deadline timers of requests that left, to cancel on the loop."""
         self._standing = StandingQueue()
+        self._capacity = in_flight_capacity(policy, instances)
+        self.service = ServiceMeter()
+        """The measured service time per predicted run time (see :class:`ServiceMeter`)."""
 
     # -- joining and leaving the queue ---------------------------------------------------
     def add(self, pending: Pending) -> None:
@@ -110,6 +118,13 @@ class Backlog:
                 pending = lane.queue.popleft()
                 if pending.live:
                     self.drop(pending, ModelNotReady(reason))
+
+    def within_capacity(self, rows: int = 0) -> bool:
+        """Whether the rows held (queued and running), and ``rows`` more, fit in the batch
+        capacity in flight, with the automatic queue-wait target (see
+        :func:`~ortserve.core.admission.in_flight_capacity`): such a load is never refused
+        or shed for its wait, however slow the machine."""
+        return self.queued_rows + self.running_rows + rows <= self._capacity
 
     def full_batch_queued(self) -> bool:
         """Whether waiting for more company cannot make the next batch larger."""
@@ -173,8 +188,12 @@ class Backlog:
         makes everyone behind them late too).
         """
         max_rows = self._policy.max_batch_size
-        target = queue_wait_target(self._policy, full_batch_s(self._policy, self._cost_model))
-        shedding = self._cost_model.fitted and self._standing.shedding(now - head.arrival, target, now)
+        target = wait_target(self._policy, self._cost_model, self.service.slowdown)
+        shedding = (
+            self._cost_model.fitted
+            and self._standing.shedding(now - head.arrival, target, now)
+            and not self.within_capacity()
+        )
         shed_before = now - target if shedding else -math.inf
         late_before = self._late_before(now)
         batch: list[Pending] = []
@@ -252,9 +271,10 @@ class Backlog:
         self.changes += 1
         rows = sum(p.rows for p in batch)
         predicted = self._cost_model.predict(rows)
-        run = Run(batch, rows, now + predicted, tuple(now - p.arrival for p in batch))
+        run = Run(batch, rows, now + predicted, tuple(now - p.arrival for p in batch), now)
         self.busy_until.append(run.expected_end)
         self.running_requests += len(batch)
+        self.running_rows += rows
         return run, predicted if self._cost_model.fitted else math.inf
 
     def unbook(self, run: Run) -> None:
@@ -263,8 +283,15 @@ class Backlog:
         self.busy -= 1
         self.busy_until.remove(run.expected_end)
         self.running_requests -= len(run.batch)
+        self.running_rows -= run.rows
 
-    def screened_out(self, requests: int) -> None:
-        """``requests`` of a running batch left it unrun (see ``Scheduler._screen_out``)."""
+    def served(self, run: Run, now: float) -> None:
+        """``run`` ended with a result at ``now``: time its service (after :meth:`unbook`)."""
+        oldest = run.started - max(run.waits, default=0.0)
+        self.service.observe(run.started, oldest, now, run.expected_end - run.started)
+
+    def screened_out(self, requests: int, rows: int) -> None:
+        """``requests`` of ``rows`` rows left a running batch unrun (see ``Scheduler._screen_out``)."""
         self.changes += 1  # a kept admission verdict counted these requests
         self.running_requests -= requests
+        self.running_rows -= rows

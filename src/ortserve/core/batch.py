@@ -47,6 +47,8 @@ class Run:
     rows: int
     expected_end: float
     waits: tuple[float, ...]
+    started: float = 0.0
+    """When it was booked (its requests' waits end here)."""
     assemble_s: float = 0.0
     refused: Sequence[tuple[Pending, InvalidInput]] = ()
     """Requests the screen took out of the batch: answered with their error when it settles."""

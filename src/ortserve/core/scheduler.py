@@ -267,11 +267,12 @@ class Scheduler:
         served, refused = split_refused(screen, run.batch)
         if refused:
             wait_of = dict(zip(map(id, run.batch), run.waits, strict=True))
+            rows = sum(p.rows for p in served)
             run.batch, run.refused = served, refused
-            run.rows = sum(p.rows for p in served)
+            left, run.rows = run.rows - rows, rows
             run.waits = tuple(wait_of[id(p)] for p in served)
             with self._lock:
-                self._backlog.screened_out(len(refused))
+                self._backlog.screened_out(len(refused), left)
         return bool(served)
 
     # -- dispatch on the loop -----------------------------------------------------------
@@ -352,6 +353,7 @@ class Scheduler:
         """Free the run's instance and learn from its time (under the lock)."""
         self._backlog.unbook(run)
         if result is not None:
+            self._backlog.served(run, self._clock.now())
             self.cost_model.observe(run.rows, result[1])
             self._inline.observe(run.rows, result[1])
             if self._policy.adaptive_concurrency and self.concurrency is not None:
