@@ -108,6 +108,7 @@ def write_error_repository(root: Path) -> None:
     """A repository exercising every error path next to a healthy model."""
     _save(slow_model(), root, "slow", "batching:\n  max_batch_size: 0\n  max_queue_size: 2\n")
     _save(failing_model(), root, "failing", "batching:\n  max_batch_size: 8\nwarmup_batch_sizes: [3, 6]\n")
+    (root / "failing" / "labels.txt").write_text("cat\ndog\nbird\n")  # classification's labels
     _save(typed_model(), root, "typed")
     _save(bf16_model(), root, "bf16", "batching:\n  max_batch_size: 8\n")
     broken = root / "broken" / "1"

@@ -225,13 +225,22 @@ def test_a_negative_timeout_is_refused() -> None:
         decode_infer_request(request, LIMITS)
 
 
-def test_requested_outputs_keep_their_parameters_and_classification_is_refused() -> None:
+def test_requested_outputs_keep_their_parameters_classification_among_them() -> None:
     request = raw_request(np.zeros(1, np.float32))
     request.outputs.add(name="y").parameters["hint"].bool_param = True
     outputs = decode_infer_request(request, LIMITS).outputs
     assert outputs is not None and outputs[0].parameters == {"hint": True}
     request.outputs[0].parameters["classification"].int64_param = 2
-    with pytest.raises(InvalidInput, match="classification"):
+    outputs = decode_infer_request(request, LIMITS).outputs
+    assert outputs is not None and outputs[0].parameters == {"hint": True, "classification": 2}
+
+
+def test_a_request_naming_a_sequence_is_refused() -> None:
+    request = raw_request(np.zeros(1, np.float32))
+    request.parameters["sequence_id"].uint64_param = 0  # tritonclient's "no sequence"
+    decode_infer_request(request, LIMITS)
+    request.parameters["sequence_id"].uint64_param = 42
+    with pytest.raises(InvalidInput, match="stateless"):
         decode_infer_request(request, LIMITS)
 
 

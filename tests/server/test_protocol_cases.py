@@ -160,6 +160,7 @@ CASES = [
             "name": "ortserve",
             "extensions": [
                 "binary_tensor_data",
+                "classification",
                 "model_configuration",
                 "model_repository",
                 "schedule_policy",
@@ -344,6 +345,14 @@ def infer_x_from_shared_memory(
         return {"y": result.as_numpy("y").tolist()}
 
 
+def infer_classes(t: Transport, count: int) -> dict[str, list[Any]]:
+    """``failing`` on rows(3) with ``y`` asked as its top ``count`` classes (labels.txt)."""
+    tensor = t.module.InferInput("x", [3, 4], "FP32")
+    tensor.set_data_from_numpy(rows(3)[1])
+    wanted = t.module.InferRequestedOutput("y", class_count=count)
+    return {"y": t.client.infer("failing", [tensor], outputs=[wanted]).as_numpy("y").tolist()}
+
+
 def infer_y_into_shared_memory(t: Transport, window: int) -> object:
     with shm_cases.region(t.client, "y-window", window):
         tensor = t.module.InferInput("x", [3, 4], "FP32")
@@ -451,6 +460,35 @@ SHARED_MEMORY_CASES = [
     ),
 ]
 CASES += SHARED_MEMORY_CASES
+CASES += [
+    Case(
+        "infer with classification (Triton's score:index:label)",
+        lambda t: infer_classes(t, 2),
+        {
+            "y": [
+                [f"{3 * r + 2}.000000:2:bird".encode(), f"{3 * r + 1}.000000:1:dog".encode()]
+                for r in range(4)
+            ]
+        },
+    ),
+    Case(
+        "infer with more classes than elements",
+        lambda t: infer_classes(t, 9),
+        {
+            "y": [
+                [f"{3 * r + 2 - c}.000000:{2 - c}:{'cat dog bird'.split()[2 - c]}".encode() for c in range(3)]
+                for r in range(4)
+            ]
+        },
+    ),
+    Case(
+        "infer naming a sequence on a stateless model",
+        lambda t: t.infer("failing", {"x": rows(3)}, sequence_id=7, sequence_start=True),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+]
 
 
 def outcome(transport: Transport, case: Case) -> tuple[object, str | None, str | None]:

@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ortserve.core.classification import CLASSIFICATION, class_count, classify
 from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
@@ -52,6 +53,8 @@ class VersionInfo:
     input_defaults: Mapping[str, Array] = field(default_factory=dict, compare=False)
     """Optional inputs (config.pbtxt ``optional``) and the value a request that omits one gets:
     the graph's own default, one row when the model batches (repeated for each row)."""
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    """Class labels per output, for the classification extension (repository/labels.py)."""
 
 
 class Servable(Protocol):
@@ -148,6 +151,9 @@ class ServedVersion:
         if self.state is not ModelState.READY:
             raise ModelNotReady(f"model {self.info.name!r} version {self.info.version} is {self.state.value}")
         selected = select_outputs(request, self._output_index)
+        if request.outputs is not None:
+            for index, parameters in selected:
+                class_count(parameters, self.info.outputs[index])  # InvalidInput before any work
         feeds, rows = self._validator.validate(request.inputs)
         breaker = self._breaker
         if breaker is not None and not breaker.allows and self.guard is not None:
@@ -184,7 +190,10 @@ class ServedVersion:
         specs = self.info.outputs
         # The datatype comes from the graph, not the array: BF16 arrives as uint16 (core/datatypes.py).
         outputs = [
-            InferOutput(specs[i].name, specs[i].datatype, arrays[i].shape, arrays[i], p) for i, p in selected
+            InferOutput(specs[i].name, specs[i].datatype, arrays[i].shape, arrays[i], p)
+            if not p.get(CLASSIFICATION)
+            else self._classified(specs[i], arrays[i], p)
+            for i, p in selected
         ]
         response = InferResponse(self.info.name, self.info.version, outputs, request_id)
         if degraded is not None:
@@ -195,6 +204,13 @@ class ServedVersion:
                 "fallback_reason": degraded.reason,
             }
         answer.set_result(response)
+
+    def _classified(self, spec: TensorSpec, array: Array, parameters: Parameters) -> InferOutput:
+        """The top classes of ``array`` as Triton's ``score:index:label`` strings (BYTES)."""
+        count = class_count(parameters, spec) or 0  # checked at submit: an int
+        labels = self.info.labels.get(spec.name, ())
+        classes = classify(array, spec.datatype, count, labels, self.info.max_batch_size > 0)
+        return InferOutput(spec.name, "BYTES", classes.shape, classes, parameters)
 
     async def unload(self, grace_s: float) -> None:
         """Stop admitting, let queued and running requests finish (up to ``grace_s``), close."""

@@ -146,8 +146,6 @@ def _decode_outputs(raw: object, binary_default: bool) -> list[RequestedOutput] 
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InvalidInput("each entry of 'outputs' must be an object with a 'name'")
         parameters = dict(_parameters(entry.get("parameters"), "output", entry["name"]))
-        if "classification" in parameters:
-            raise InvalidInput("the classification extension is not supported")
         binary = parameters.get("binary_data", binary_default)
         if not isinstance(binary, bool):
             raise InvalidInput(f"output {entry['name']!r}: 'binary_data' must be a boolean")

@@ -26,6 +26,7 @@ from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig
+from ortserve.repository.labels import output_labels
 from ortserve.repository.optional_inputs import optional_inputs
 from ortserve.repository.reshape import Reshape, reshaped_model
 from ortserve.repository.warmup import sample_feeds
@@ -203,8 +204,16 @@ def _prepare(
             _, seconds = runner.run_blocking(feeds)
             cost.observe(rows if max_batch else 1, seconds)
     _run_samples(config, inputs, max_batch, path.parent.parent, runner)
+    labels = output_labels(path.parent.parent, path.parent, outputs)  # classification (labels.py)
     info = VersionInfo(
-        name, str(version), inputs, outputs, max_batch, tuple(runner.providers), input_defaults=defaults
+        name,
+        str(version),
+        inputs,
+        outputs,
+        max_batch,
+        tuple(runner.providers),
+        input_defaults=defaults,
+        labels=labels,
     )
     logger.info(
         "loaded %s version %d: providers %s, intra-op threads %d, inter-op threads %d, "

@@ -76,6 +76,7 @@ _SUPPORTED = {
     "output.name",
     "output.data_type",
     "output.dims",
+    "output.label_filename",
     "output.reshape",
     "output.reshape.shape",
     "dynamic_batching.preferred_batch_size",

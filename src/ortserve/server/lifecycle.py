@@ -62,6 +62,7 @@ _Port = TypeVar("_Port", int, int | None)
 
 EXTENSIONS = (
     "binary_tensor_data",
+    "classification",
     "schedule_policy",
     "statistics",
     "model_repository",

@@ -189,8 +189,6 @@ def _decode_outputs(
     decoded = []
     for output in outputs:
         parameters = decode_parameters(output.parameters, f"output {output.name!r}")
-        if "classification" in parameters:
-            raise InvalidInput("the classification extension is not supported")
         decoded.append(RequestedOutput(output.name, parameters))
     return decoded
 
