@@ -103,7 +103,7 @@ def test_text_log_keeps_each_record_on_one_line_whatever_the_client_sent(capture
     telemetry.begin("grpc", f"model{FORGED}", None, f"id{FORGED}", None).finish(InvalidInput(FORGED), 400)
     (line,) = captured.getvalue().splitlines()
     assert "idx\\x0a2026-01-01" in line and "\\x1b[2J\\u2028" in line
-    assert "model=modelx\\x0a" in line
+    assert 'model="modelx\\x0a' in line  # quoted: it holds spaces (logs.tag_value)
 
 
 def test_text_log_tracebacks_are_indented_so_an_exception_message_cannot_start_a_line(

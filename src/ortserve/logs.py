@@ -52,6 +52,30 @@ def escape_line(text: str) -> str:
     return _UNSAFE.sub(_escaped, text) if _UNSAFE.search(text) else text
 
 
+MAX_MESSAGE_CHARS = 16_384
+"""A log message longer than this is cut, saying how much was left out: a message that joins
+what a client sent (every key of a config) made 20 MB lines."""
+
+
+def bounded_message(text: str) -> str:
+    """``text`` cut to :data:`MAX_MESSAGE_CHARS`."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}... ({len(text) - MAX_MESSAGE_CHARS} more characters)"
+
+
+_TAG_UNSAFE = re.compile(r'[\s"=\[\]]')
+
+
+def tag_value(value: object) -> str:
+    """A ``key=value`` tag's value, quoted (``"`` written ``\\"``) when it holds a space, a
+    quote, ``=`` or a bracket: a request id ``x model=y`` must not read as two fields."""
+    text = escape_line(str(value))
+    if text and not _TAG_UNSAFE.search(text):
+        return text
+    return '"' + text.replace('"', '\\"') + '"'
+
+
 class _TextFormatter(logging.Formatter):
     """One line per record whatever the message holds; a traceback follows, indented.
 
@@ -60,10 +84,10 @@ class _TextFormatter(logging.Formatter):
     """
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = escape_line(record.message)
+        record.message = escape_line(bounded_message(record.message))
         line = super().formatMessage(record)
         tags = [
-            f"{key}={escape_line(str(value))}"
+            f"{key}={tag_value(value)}"
             for key, _ in _CONTEXT
             if (value := getattr(record, key, None)) is not None
         ]
@@ -88,7 +112,7 @@ class _JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": bounded_message(record.getMessage()),
         }
         for key in ("request_id", "model", "version"):
             value = getattr(record, key, None)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ortserve.errors import ConfigError
 from ortserve.server.model_control import ModelControl
+from ortserve.settings import ServerSettings
 
 
 class RecordingManager:
     def __init__(self) -> None:
         self.loaded: list[tuple[str, Any]] = []
+        self.settings = ServerSettings(Path("/srv/models"))
 
     async def load(self, name: str, override: Any) -> None:
         self.loaded.append((name, override))

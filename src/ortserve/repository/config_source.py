@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ortserve.core.model import VersionInfo
 from ortserve.errors import ConfigError
+from ortserve.repository.bounded_config import DEFAULT_LIMITS, check_yaml
 from ortserve.repository.config import CONFIG_FILE, ModelConfig, load_model_config
 from ortserve.repository.reshape import Reshape
 from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, parse_pbtxt
@@ -58,8 +59,25 @@ def read_model_source(folder: Path) -> ModelSource:
     if yaml_path.exists() and pbtxt_path.exists():
         raise ConfigError(f"{folder}: has both {CONFIG_FILE} and {PBTXT_FILE}; keep one of them")
     if pbtxt_path.exists():
+        _check_size(pbtxt_path)
         return ModelSource.from_triton(parse_pbtxt(pbtxt_path, folder.name), str(pbtxt_path))
-    return ModelSource(load_model_config(folder), str(yaml_path))
+    if yaml_path.exists():
+        check_yaml(_check_size(yaml_path).read_text(encoding="utf-8", errors="replace"), str(yaml_path))
+    try:
+        return ModelSource(load_model_config(folder), str(yaml_path))
+    except RecursionError:  # check_yaml bounds the depth far below this; never a traceback
+        raise ConfigError(f"{yaml_path}: nested too deeply") from None
+
+
+def _check_size(path: Path) -> Path:
+    """Raises: ConfigError: larger than a configuration may be (bounded_config.py)."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if size > DEFAULT_LIMITS.max_bytes:
+        raise ConfigError(f"{path}: larger than {DEFAULT_LIMITS.max_bytes} bytes")
+    return path
 
 
 def read_model_config(folder: Path) -> ModelConfig:

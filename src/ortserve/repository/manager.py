@@ -129,6 +129,8 @@ class LifecycleManager:
             raise ModelNotFound(f"no model folder {name!r} in the repository")
         snapshot = await asyncio.to_thread(snapshot_model, folder)
         failures = await self.sync(snapshot, override=override, force=True)
+        if not failures and not self.registry.entry(name).versions:  # a load that loads nothing
+            failures = [self.registry.entry(name).error or "no version folder matches the version policy"]
         if failures:
             serving = self.registry.entry(name).versions
             kept = f"; still serving version(s) {sorted(serving)}" if serving else ""
@@ -232,6 +234,11 @@ class LifecycleManager:
         attempted: set[int] = set()
         failures: list[str] = []
         failed_serving: set[int] = set()
+        if not candidates and snapshot.versions and complete is None:
+            # A load naming a model file no version has would load nothing: say so, and keep
+            # what serves with the configuration it was built from.
+            failures.append(f"no version folder holds {filename!r}")
+            failed_serving.update(entry.versions)
         while True:
             usable = {
                 n: p

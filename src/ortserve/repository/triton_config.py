@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from google.protobuf import json_format, text_format
 from google.protobuf.message import Message
 from pydantic import ValidationError
 
 from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
+from ortserve.repository.bounded_config import bounded_text, load_yaml
 from ortserve.repository.config import ModelConfig
 
 __all__ = [
@@ -166,7 +166,9 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
     unsupported = sorted(set(_set_fields(message)) - _SUPPORTED)
     unsupported += _unsupported_values(message)
     if unsupported:
-        logger.warning("%s: fields not supported by ortserve, ignored: %s", where, ", ".join(unsupported))
+        logger.warning(
+            "%s: fields not supported by ortserve, ignored: %s", where, bounded_text(", ".join(unsupported))
+        )
     raw: dict[str, Any] = {
         "batching": _batching(message),
         "instances": sum(group.count or 1 for group in message.instance_group) or 1,
@@ -302,22 +304,9 @@ def _int_parameter(message: mc.ModelConfig, key: str, where: str) -> int:
     return int(value)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors and aliases: an alias is a reference, cheap to parse, but the
-    validation after it copies what it names every time, and a 270 KB load request of
-    20,000 aliases to a 20,000-element list held the event loop 8 s and took 800 MB."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("anchors and aliases are not allowed here")
-        return super().compose_node(parent, index)
-
-
 def _yaml_parameter(message: mc.ModelConfig, key: str, where: str) -> Any:
-    try:
-        return yaml.load(message.parameters[key].string_value, Loader=_NoAliasLoader)  # a SafeLoader
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: field parameters.{key}: not YAML/JSON: {exc}") from None
+    # Bounded (bytes, depth, values) before it is built, by the C loader: see bounded_config.py.
+    return load_yaml(message.parameters[key].string_value, f"{where}: field parameters.{key}")
 
 
 def _declared(name: str, data_type: int, dims: Any) -> DeclaredTensor:

@@ -7,14 +7,19 @@ refuse and answer alike. Load and unload are refused unless the control mode is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 
-from ortserve.errors import ConfigError, ModelControlDisabled
+from ortserve.errors import ConfigError, ModelControlDisabled, OrtServeError
 from ortserve.protocol.grpc import model_config_pb2 as mc
+from ortserve.repository.bounded_config import check_json
 from ortserve.repository.config_source import ModelSource
 from ortserve.repository.effective_config import effective_config
 from ortserve.repository.index import IndexRow, repository_index
 from ortserve.repository.manager import LifecycleManager
+from ortserve.repository.public_text import public_text
 from ortserve.repository.triton_config import parse_json_config
 
 __all__ = ["ModelControl"]
@@ -35,10 +40,13 @@ class ModelControl:
         """Each model's traffic roles, named as the reason of its ready versions (routing)."""
 
     def index(self, ready_only: bool) -> list[IndexRow]:
-        """Raises: RepositoryError (the repository folder is gone)."""
-        return repository_index(
-            self._manager.registry, self._manager.settings.model_repository, ready_only, self.roles
-        )
+        """The index, its reasons naming files relative to the repository.
+
+        Raises: RepositoryError (the repository folder is gone).
+        """
+        root = self._manager.settings.model_repository
+        rows = repository_index(self._manager.registry, root, ready_only, self.roles)
+        return [replace(row, reason=public_text(row.reason, root)) for row in rows]
 
     async def index_view(self, ready_only: bool) -> list[IndexRow]:
         """The index as the server as a whole sees it (a worker of ``--workers N`` asks all).
@@ -55,15 +63,18 @@ class ModelControl:
         """
         self._check_explicit("load")
         override = None
-        if config_json is not None:
-            override = ModelSource.from_triton(parse_json_config(config_json, name), "parameters.config")
-            _refuse_file_options(override)
-        await self._manager.load(name, override)
+        with self._public_errors():
+            if config_json is not None:
+                # In a worker thread, within limits: a request's configuration is parsed while
+                # the event loop keeps serving (bounded_config.py).
+                override = await asyncio.to_thread(_parse_override, config_json, name)
+            await self._manager.load(name, override)
 
     async def unload(self, name: str, dependents: bool) -> None:
         """Raises: ModelControlDisabled, ModelNotFound."""
         self._check_explicit("unload")
-        await self._manager.unload(name, dependents)
+        with self._public_errors():
+            await self._manager.unload(name, dependents)
 
     def config(self, name: str, version: str | None) -> mc.ModelConfig:
         """The effective configuration of the version a request would reach.
@@ -75,6 +86,16 @@ class ModelControl:
         served = registry.resolve(name, version)
         return effective_config(served.info, registry.entry(name).config)
 
+    @contextlib.contextmanager
+    def _public_errors(self) -> Iterator[None]:
+        """Errors as a client may read them: files relative to the repository, no other path."""
+        try:
+            yield
+        except OrtServeError as exc:
+            exc.message = public_text(exc.message, self._manager.settings.model_repository)
+            exc.args = (exc.message,)
+            raise
+
     def _check_explicit(self, what: str) -> None:
         if self._mode != "explicit":
             raise ModelControlDisabled(
@@ -84,6 +105,21 @@ class ModelControl:
 
 
 _FILE_WORDS = ("path", "dir", "file")
+
+
+def _parse_override(config_json: str, name: str) -> ModelSource:
+    """A load request's configuration, measured before it is parsed (runs in a worker thread).
+
+    Raises:
+        ConfigError: past the limits, not a configuration, or a provider option naming a file.
+    """
+    check_json(config_json, "parameters.config")
+    try:
+        override = ModelSource.from_triton(parse_json_config(config_json, name), "parameters.config")
+    except RecursionError:  # the limits keep nesting far below the interpreter's; never a 500
+        raise ConfigError("parameters.config: nested too deeply") from None
+    _refuse_file_options(override)
+    return override
 
 
 def _refuse_file_options(source: ModelSource) -> None:
