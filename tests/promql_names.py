@@ -43,6 +43,8 @@ _AGGREGATIONS = frozenset(
 )
 _GROUPING = frozenset(["by", "without", "on", "ignoring", "group_left", "group_right"])
 _KEYWORDS = frozenset(["and", "or", "unless", "bool", "offset", "inf", "nan"])
+_TARGET_LABELS = frozenset(["instance", "job"])
+"""Labels Prometheus adds to every series it scrapes."""
 _PLAIN_ALTERNATIVES = re.compile(r"^[A-Za-z0-9_.+-]+(\|[A-Za-z0-9_.+-]+)*$")
 
 
@@ -145,5 +147,6 @@ def problems(expr: str, catalogue: Catalogue) -> list[str]:
                 missing = [v for v in value.split("|") if v not in labels[label]]
                 if missing:
                     found.append(f"{selector.metric}{{{label}}} never takes {missing}")
-    found.extend(f"grouping label {label} on none of {expr!r}" for label in grouping - seen_labels)
+    unseen = grouping - seen_labels - _TARGET_LABELS
+    found.extend(f"grouping label {label} on none of {expr!r}" for label in sorted(unseen))
     return found

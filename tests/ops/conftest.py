@@ -59,6 +59,7 @@ def drive_traffic(server: ServerProcess) -> None:
         assert post(f"{base}/v2/models/routed/infer", _rows("x", 4)) == 200
     completion = {"model": "tiny_llm", "prompt": "hello there", "max_tokens": 4}
     assert post(f"{base}/v1/completions", completion) == 200
+    assert post(f"{base}/v2/repository/models/hotword/unload", {}) == 200
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +76,8 @@ def ops_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     broken.mkdir(parents=True)
     (broken / "model.onnx").write_bytes(b"not an onnx file")
     log = tmp_path_factory.mktemp("ops-logs") / "server.log"
-    args = ["--no-strict-readiness", "--intra-op-threads", "1"]
+    args = ["--no-strict-readiness", "--intra-op-threads", "1", "--model-control-mode", "explicit"]
+    args += ["--load-model", "*"]
     with run_server(root, log, args) as server:
         drive_traffic(server)
         yield server
