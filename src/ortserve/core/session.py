@@ -10,6 +10,14 @@ import onnxruntime as ort
 
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.model_files import ModelFiles, read_model_files
+from ortserve.core.tensorrt import (
+    cache_folder,
+    gpu_name,
+    graph_inputs,
+    installed_tensorrt,
+    model_digest,
+    tensorrt_options,
+)
 from ortserve.errors import ConfigError
 from ortserve.repository.config import ModelConfig, ProviderConfig
 
@@ -46,6 +54,9 @@ class SessionPlan:
     prepack_weights: bool = True
     strict: bool = False
     """Only the listed providers: none missing, none dropped, no CPU appended."""
+    max_batch_size: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """Batch sizes TensorRT builds its optimization profiles for (:mod:`ortserve.core.tensorrt`)."""
 
 
 def _chosen_providers(
@@ -97,6 +108,8 @@ def plan_session(
         optimization_level=config.graph_optimization_level,
         prepack_weights=config.prepack_weights,
         strict=config.providers_strict,
+        max_batch_size=config.batching.max_batch_size or 0,
+        preferred_batch_sizes=tuple(config.batching.preferred_batch_sizes),
     )
 
 
@@ -130,6 +143,9 @@ def build_session(
     options = session_options(plan)
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
+    if "TensorrtExecutionProvider" in names:
+        index = names.index("TensorrtExecutionProvider")
+        provider_options[index] = _tensorrt_options(provider_options[index], files, plan)
     # A location not handed over here would be looked for (and memory-mapped) in this folder;
     # every one the graph names is handed over, so this only shapes ONNX Runtime's messages.
     options.add_session_config_entry(
@@ -154,6 +170,22 @@ def build_session(
     if dropped:
         logger.warning("%s: providers %s failed to initialise; active: %s", model_path, dropped, active)
     return session
+
+
+def _tensorrt_options(user: dict[str, str], files: ModelFiles, plan: SessionPlan) -> dict[str, str]:
+    """TensorRT's options completed with an engine cache keyed by GPU, TensorRT and graph, and
+    profiles from the batch sizes, so warm-up builds every engine before READY."""
+    device = int(user.get("device_id", "0") or 0)
+    digest = model_digest([files.graph, *(files.external[key] for key in sorted(files.external))])
+    root = Path.home() / ".cache" / "ortserve" / "tensorrt"
+    folder = cache_folder(root, gpu_name(device), installed_tensorrt(), digest)
+    options = tensorrt_options(
+        user, graph_inputs(files.graph), plan.max_batch_size, plan.preferred_batch_sizes, folder
+    )
+    logger.info(
+        "TensorRT engines for this graph are built at load and cached in %s", options["trt_engine_cache_path"]
+    )
+    return options
 
 
 def session_options(plan: SessionPlan) -> ort.SessionOptions:
