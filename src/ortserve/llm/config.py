@@ -31,3 +31,13 @@ class LlmConfig(BaseModel):
     """Prefixes are matched in whole blocks of this many tokens."""
     prefill_tokens_per_step: Annotated[int, Field(ge=1)] = 2048
     """Prompt tokens prefilled between two decode steps at most (at least one request)."""
+    prefill_chunk_tokens: Annotated[int, Field(ge=0, le=65536)] = 0
+    """Prompt tokens prefilled per engine step, in chunks between decode steps (0: from the
+    measured step cost, at most prefill_tokens_per_step)."""
+    max_itl_ms: Annotated[float, Field(ge=0, le=600_000)] = 0.0
+    """Target inter-token latency of running streams: the running set grows only while the
+    predicted step stays within it (0: ten times the measured one-row step, at least 20 ms)."""
+    max_queue_wait_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """A request that could not get its first token within this long is refused at once (429)."""
+    kv_pool_bytes: Annotated[int, Field(ge=1 << 20)] = 1 << 30
+    """Keys and values of running sequences at most; beyond, the newest are preempted."""

@@ -11,6 +11,7 @@ import onnx
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ortserve.llm.fit import fit_trigram_decoder
+from ortserve.llm.gqa_graph import build_gqa_decoder
 from ortserve.llm.graph import build_decoder
 from ortserve.llm.weights import DecoderShape, DecoderWeights
 
@@ -87,11 +88,58 @@ def _eos(tokenizer: Tokenizer) -> int:
     return int(eos)
 
 
-def write_llm_version(folder: Path, weights: DecoderWeights, tokenizer: Tokenizer) -> None:
-    """Write model.onnx, config.json, generation_config.json and the tokenizer files."""
+def _genai_config(shape: DecoderShape, eos: int) -> dict[str, object]:
+    """What onnxruntime-genai's model builder writes next to a GroupQueryAttention decoder."""
+    past = {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+    present = {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"}
+    return {
+        "model": {
+            "type": "llama",
+            "bos_token_id": eos,
+            "eos_token_id": eos,
+            "pad_token_id": eos,
+            "context_length": shape.max_position_embeddings,
+            "vocab_size": shape.vocab_size,
+            "decoder": {
+                "filename": "model.onnx",
+                "head_size": shape.head_dim,
+                "hidden_size": shape.hidden_size,
+                "num_attention_heads": shape.num_attention_heads,
+                "num_key_value_heads": shape.num_key_value_heads,
+                "num_hidden_layers": shape.num_hidden_layers,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    **past,
+                },
+                "outputs": {"logits": "logits", **present},
+            },
+        },
+        "search": {"max_length": shape.max_position_embeddings, "past_present_share_buffer": True},
+    }
+
+
+def write_llm_version(
+    folder: Path, weights: DecoderWeights, tokenizer: Tokenizer, layout: str = "optimum"
+) -> None:
+    """Write model.onnx, config.json, generation_config.json and the tokenizer files.
+
+    Args:
+        layout: ``optimum`` (attention from plain ops, ``present = Concat(past, new)``) or
+            ``genai`` (GroupQueryAttention with a shared past/present buffer, plus
+            genai_config.json, as onnxruntime-genai's model builder lays a folder out).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     eos = _eos(tokenizer)
-    onnx.save(build_decoder(weights), str(folder / "model.onnx"))
+    if layout == "genai":
+        onnx.save(build_gqa_decoder(weights), str(folder / "model.onnx"))
+        genai = _genai_config(weights.shape, eos)
+        (folder / "genai_config.json").write_text(json.dumps(genai, indent=2), encoding="utf-8")
+    elif layout == "optimum":
+        onnx.save(build_decoder(weights), str(folder / "model.onnx"))
+    else:
+        raise ValueError(f"unknown layout {layout!r} (optimum or genai)")
     tokenizer.save(str(folder / "tokenizer.json"))
     hf = _hf_config(weights.shape, eos)
     (folder / "config.json").write_text(json.dumps(hf, indent=2), encoding="utf-8")
@@ -120,6 +168,6 @@ def demo_weights() -> tuple[DecoderWeights, Tokenizer]:
 def write_demo_llm(root: Path) -> str:
     """Write the demo LLM as model ``tiny_llm`` under ``root``; returns its name."""
     weights, tokenizer = demo_weights()
-    write_llm_version(root / DEMO_LLM_NAME / "1", weights, tokenizer)
+    write_llm_version(root / DEMO_LLM_NAME / "1", weights, tokenizer, layout="genai")
     (root / DEMO_LLM_NAME / "config.yaml").write_text(_CONFIG_YAML, encoding="utf-8")
     return DEMO_LLM_NAME

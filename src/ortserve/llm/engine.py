@@ -1,9 +1,16 @@
 """The generation engine: one decode thread per LLM version, continuous batching.
 
-At every step boundary the thread drops sequences whose clients went away, prefills the
-requests waiting (reusing cached prefixes), lets them join the running batch, runs one decode
-step for the whole batch and hands each sequence's new text to the event loop in one call.
-Finished sequences leave at once; nobody waits for the longest request.
+Each step: drop sequences whose clients went away, let waiting sequences into the running set
+while that raises measured tokens/s within the latency target (:mod:`ortserve.llm.scheduler`),
+run one decode step for every decoding row, then prefill waiting prompts in chunks under a
+per-step token budget (``prefill_chunk_tokens``), so a long prompt never stalls the streams
+already running. A prefilled sequence decodes from the next step on; finished ones leave at
+once. Keys and values live in a :mod:`~ortserve.llm.kv_backend` (an in-place slot pool for
+GroupQueryAttention graphs); when it runs short the newest sequences are preempted and resume
+later from where they were, without repeating a token.
+
+The waiting queue is bounded by expected wait: a request that could not get its first token
+within ``max_queue_wait_s`` (or its own deadline) is refused at once with 429 and Retry-After.
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,9 +25,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import Overloaded
-from ortserve.llm.batch import DecodeBatch
-from ortserve.llm.layout import DecoderLayout
+from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
 from ortserve.llm.prefix_cache import PrefixCache
+from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more
 from ortserve.llm.sequence import GenerationEvent, Sequence
 
 __all__ = ["DecoderSession", "EngineLimits", "GenerationEngine", "StepSink"]
@@ -31,51 +37,7 @@ logger = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 StepSink = Callable[[list[tuple[Sequence, GenerationEvent]]], None]
 """Receives, on the engine thread, every event of one step (posts them to the event loop)."""
-
-
-class DecoderSession:
-    """Feeds an ONNX Runtime session in the Optimum layout.
-
-    Args:
-        session: an ``onnxruntime.InferenceSession`` (typed loosely: its stubs are absent).
-        layout: the graph's checked signature.
-    """
-
-    def __init__(self, session: object, layout: DecoderLayout) -> None:
-        self._session = session
-        self.layout = layout
-        self._past_names = [
-            f"past_key_values.{layer}.{part}" for layer in range(layout.layers) for part in ("key", "value")
-        ]
-        self.run_seconds = 0.0
-        """Time spent inside ONNX Runtime's ``run`` (against the engine's step time: its overhead)."""
-
-    @property
-    def parts(self) -> int:
-        return len(self._past_names)
-
-    def empty_past(self, rows: int) -> list[F32]:
-        shape = (rows, self.layout.kv_heads, 0, self.layout.head_dim)
-        return [np.zeros(shape, dtype=np.float32) for _ in self._past_names]
-
-    def run(
-        self,
-        ids: npt.NDArray[np.int64],
-        positions: npt.NDArray[np.int64],
-        mask: npt.NDArray[np.int64],
-        past: list[F32],
-    ) -> tuple[F32, list[F32]]:
-        """Logits of the last position of each row, and the present keys and values."""
-        feeds: dict[str, object] = {"input_ids": ids, "attention_mask": mask}
-        if self.layout.has_position_ids:
-            feeds["position_ids"] = positions
-        if self.layout.has_cache_branch:
-            feeds["use_cache_branch"] = np.array([past[0].shape[2] > 0])
-        feeds.update(zip(self._past_names, past))
-        started = time.perf_counter()
-        outputs = self._session.run(list(self.layout.output_names), feeds)  # type: ignore[attr-defined]
-        self.run_seconds += time.perf_counter() - started
-        return outputs[0][:, -1, :], list(outputs[1:])
+Events = list[tuple[Sequence, GenerationEvent | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,44 +45,76 @@ class EngineLimits:
     """Bounds of one engine (from the model's ``llm`` config)."""
 
     max_num_seqs: int = 16
-    """Sequences decoding together at most."""
+    """Sequences running together at most (an upper bound: the cost model picks fewer)."""
     max_waiting: int = 64
     """Requests waiting for a place at most; beyond, 429."""
     max_context_len: int = 2048
     prefill_tokens_per_step: int = 2048
-    """Prompt tokens prefilled between two decode steps at most (at least one request)."""
+    """Upper bound of the automatic prefill chunk."""
+    prefill_chunk_tokens: int = 0
+    """Prompt tokens prefilled per step (0: from the measured step cost)."""
+    max_itl_ms: float = 0.0
+    """Target inter-token latency of running streams (0: from the measured one-row step)."""
+    max_queue_wait_s: float = 30.0
+    """A request that could not get its first token within this long is refused (429)."""
+    kv_pool_bytes: int = 1 << 30
+    """Keys and values of running sequences at most (the pool); beyond, preemption."""
 
 
 class GenerationEngine:
-    """Owns the decode thread, the waiting queue, the running batch and the prefix cache.
+    """Owns the decode thread, the waiting queue, the running set and the prefix cache.
 
     Args:
         decoder: the session adapter.
         limits: admission and batch bounds.
         cache: the prefix cache (used by the decode thread only).
         sink: where each step's events go.
+        clock: monotonic seconds (injected: fake-clock tests).
+        backend: where keys and values live (default: chosen by the graph's layout).
     """
 
     def __init__(
-        self, decoder: DecoderSession, limits: EngineLimits, cache: PrefixCache, sink: StepSink
+        self,
+        decoder: DecoderSession,
+        limits: EngineLimits,
+        cache: PrefixCache,
+        sink: StepSink,
+        clock: Callable[[], float] = time.perf_counter,
+        backend: KvBackend | None = None,
     ) -> None:
         self.decoder = decoder
         self.limits = limits
         self.cache = cache
         self._sink = sink
-        self._batch = DecodeBatch(decoder.parts, decoder.layout.kv_heads, decoder.layout.head_dim)
-        self._waiting: deque[Sequence] = deque()
+        self._clock = clock
+        self.backend = backend or make_backend(decoder, limits.max_context_len, limits.kv_pool_bytes)
+        self._waiting = WaitingQueue()
+        self._prefilling: list[Sequence] = []
+        self._order: dict[Sequence, int] = {}
+        self._admitted = 0
         self._wake = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._full = False
+        self.cost = StepCostModel(0.005, 0.0002)
+        self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
+        self.chunk_tokens = limits.prefill_chunk_tokens or 256
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
         self.step_seconds = 0.0
+        self.preemptions = 0
+        self.refused = 0
 
+    # -- any thread -----------------------------------------------------------------
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def expected_wait_s(self) -> float:
+        """What a new request of average size would wait for its first token now."""
+        return self._waiting.expected_wait(len(self._waiting), 0, self._full, self.cost.prefill_token_s())
 
     def start(self, name: str) -> None:
         self._thread = threading.Thread(target=self._run, name=f"llm-{name}", daemon=True)
@@ -130,14 +124,25 @@ class GenerationEngine:
         """Queue a sequence (any thread).
 
         Raises:
-            Overloaded: ``max_waiting`` requests are already waiting.
+            Overloaded: the queue is full, or the sequence could not get its first token within
+                ``max_queue_wait_s`` or its deadline (Retry-After: the excess wait).
         """
         with self._wake:
-            if len(self._waiting) >= self.limits.max_waiting:
+            ahead = self._waiting.ahead_of(sequence.priority)
+            wait = self._waiting.expected_wait(
+                ahead, sequence.length, self._full, self.cost.prefill_token_s()
+            )
+            limit = self.limits.max_queue_wait_s
+            if sequence.deadline is not None:
+                limit = min(limit, sequence.deadline - self._clock())
+            if len(self._waiting) >= self.limits.max_waiting or (ahead and wait > limit):
+                self.refused += 1
                 raise Overloaded(
-                    f"{len(self._waiting)} generation requests are already waiting", retry_after_s=1.0
+                    f"{len(self._waiting)} generation requests are waiting; the expected wait for a "
+                    f"first token is {wait:.1f} s",
+                    retry_after_s=max(1.0, min(wait - max(limit, 0.0), 60.0)),
                 )
-            self._waiting.append(sequence)
+            self._waiting.push(sequence)
             self._wake.notify()
 
     def idle(self) -> bool:
@@ -153,123 +158,255 @@ class GenerationEngine:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def warm_up(self, prompt_tokens: int = 8, steps: int = 2) -> None:
-        """Run prefills and a batched decode before the version is ready (not on the thread)."""
-        ids = np.ones((2, prompt_tokens), dtype=np.int64)
-        positions = np.tile(np.arange(prompt_tokens, dtype=np.int64), (2, 1))
-        _, past = self.decoder.run(ids, positions, np.ones_like(ids), self.decoder.empty_past(2))
-        for step in range(steps):
-            total = prompt_tokens + step + 1
-            _, past = self.decoder.run(
-                ids[:, :1], positions[:, :1] + total - 1, np.ones((2, total), dtype=np.int64), past
-            )
+    def warm_up(self, prompt_tokens: int = 64, steps: int = 3) -> None:
+        """Run a prefill and decode steps before the version is ready (not on the thread), and
+        take the automatic defaults from their times: the latency target from the one-row
+        step, the prefill chunk from the per-token prefill cost."""
+        decoder, layout = self.decoder, self.decoder.layout
+        prompt_tokens = max(2, min(prompt_tokens, self.limits.max_context_len - steps - 1))
+        ids = np.ones((1, prompt_tokens), dtype=np.int64)
+        positions = np.arange(prompt_tokens, dtype=np.int64)[None]
+        times = []
+        if layout.shared_buffer:
+            shape = (1, layout.kv_heads, prompt_tokens + steps + 1, layout.head_dim)
+            buffers = [np.zeros(shape, dtype=np.float32) for _ in range(decoder.parts)]
+            for _ in range(2):
+                started = time.perf_counter()
+                decoder.run_in_place(ids, positions, [prompt_tokens], buffers)
+                prefill_s = time.perf_counter() - started
+            for step in range(steps):
+                total = prompt_tokens + step + 1
+                started = time.perf_counter()
+                decoder.run_in_place(ids[:, :1], positions[:, :1] + total - 1, [total], buffers)
+                times.append(time.perf_counter() - started)
+        else:
+            for _ in range(2):
+                started = time.perf_counter()
+                _, past = decoder.run(ids, positions, np.ones_like(ids), decoder.empty_past(1))
+                prefill_s = time.perf_counter() - started
+            for step in range(steps):
+                total = prompt_tokens + step + 1
+                started = time.perf_counter()
+                _, past = decoder.run(
+                    ids[:, :1], positions[:, :1] + total - 1, np.ones((1, total), dtype=np.int64), past
+                )
+                times.append(time.perf_counter() - started)
         # Warm-up is no engine step: its model time must not count in the steps' share of
         # ONNX Runtime (it made model_run_seconds exceed engine_step_seconds on a fresh server).
-        self.decoder.run_seconds = 0.0
+        decoder.run_seconds = 0.0
+        self.tune(float(np.median(times)), prefill_s / prompt_tokens)
+
+    def tune(self, one_row_s: float, prefill_token_s: float) -> None:
+        """Set the cost model's prior and the automatic defaults from measured costs."""
+        self.cost = StepCostModel(one_row_s, prefill_token_s)
+        if not self.limits.max_itl_ms:
+            self.max_itl_s = max(10.0 * one_row_s, 0.02)
+        if not self.limits.prefill_chunk_tokens:
+            fit = int(0.5 * self.max_itl_s / max(prefill_token_s, 1e-7))
+            self.chunk_tokens = max(32, min(self.limits.prefill_tokens_per_step, fit // 16 * 16))
 
     # -- the decode thread ---------------------------------------------------------
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._waiting and not self._batch.rows and not self._closing:
-                    self._wake.wait()
+                while not self._waiting and not self._busy() and not self._closing:
+                    timeout = self._next_expiry()
+                    if not self._wake.wait(timeout) and timeout is not None:
+                        self.cache.expire()
+                        self._account()
                 if self._closing:
                     break
-                admitted = self._admit()
-            try:
-                self._step(admitted)
-            except Exception:
-                logger.exception("generation step failed; its sequences end with an error")
-                failed = self._batch.rows + admitted
-                self._batch.keep([])
-                for sequence in failed:
-                    sequence.abort("error", "internal error in the generation step")
-                self._emit([(s, s.take_event()) for s in failed])
-            self.running = len(self._batch)
-            self.kv_bytes = self._batch.nbytes + self.cache.bytes_used
+            self.step()
         with self._wake:
-            left = self._batch.rows + list(self._waiting)
-            self._waiting.clear()
-        self._batch.keep([])
-        self.running = 0
+            left = self.backend.decoding() + self._prefilling + self._waiting.drain()
         for sequence in left:
+            self.backend.release(sequence)
             sequence.abort("abort", "the model was unloaded")
+        self._prefilling.clear()
+        self.running = 0
         self._emit([(s, s.take_event()) for s in left])
 
-    def _admit(self) -> list[Sequence]:
-        room = self.limits.max_num_seqs - len(self._batch)
-        admitted: list[Sequence] = []
-        budget = self.limits.prefill_tokens_per_step
-        while self._waiting and room > 0 and (not admitted or budget > 0):
-            sequence = self._waiting.popleft()
-            admitted.append(sequence)
-            room -= 1
-            budget -= len(sequence.prompt)
-        return admitted
+    def _busy(self) -> bool:
+        return bool(self._prefilling) or bool(self.backend.decoding())
 
-    def _emit(self, pairs: list[tuple[Sequence, GenerationEvent | None]]) -> None:
+    def _next_expiry(self) -> float | None:
+        due = self.cache.next_expiry()
+        return None if due is None else max(due, 0.0) + 0.01
+
+    def _account(self) -> None:
+        self.running = len(self.backend.decoding()) + len(self._prefilling)
+        self.kv_bytes = self.backend.nbytes + self.cache.bytes_used
+
+    def step(self) -> None:
+        """One engine step (the thread's loop body; fake-clock tests call it directly)."""
+        started = self._clock()
+        events: Events = []
+        try:
+            with self._wake:
+                self._admit(events)
+            self._drop_cancelled(events)
+            decoded, held = self._decode(events)
+            prefilled = self._prefill(events)
+        except Exception:
+            logger.exception("generation step failed; its sequences end with an error")
+            failed = self.backend.decoding() + self._prefilling
+            for sequence in failed:
+                self.backend.release(sequence)
+                sequence.abort("error", "internal error in the generation step")
+                events.append((sequence, sequence.take_event()))
+            self._prefilling.clear()
+            decoded = held = prefilled = 0
+        elapsed = self._clock() - started
+        if decoded or prefilled:
+            self.cost.observe(decoded, held, prefilled, elapsed)
+        self._emit(events)
+        self.steps += 1
+        self.step_seconds += elapsed
+        self._account()
+
+    def _admit(self, events: Events) -> None:
+        """Move waiting sequences into the running set while that pays (lock held)."""
+        self._full = False
+        while self._waiting:
+            sequence = self._waiting.peek()
+            if sequence.cancelled:
+                self._waiting.pop()
+                sequence.abort()
+                events.append((sequence, sequence.take_event()))
+                continue
+            running = self.backend.decoding() + self._prefilling
+            held = sum(s.length for s in running)
+            if len(running) >= self.limits.max_num_seqs or not admit_one_more(
+                self.cost, len(running), held, sequence.length, self.max_itl_s
+            ):
+                self._full = True
+                return
+            try:
+                self.backend.admit(sequence, sequence.length)
+            except KvFull:
+                self._full = True
+                if running:
+                    return
+                self._waiting.pop()
+                sequence.abort("length", "the prompt does not fit the keys and values budget")
+                events.append((sequence, sequence.take_event()))
+                continue
+            self._waiting.pop()
+            self._admitted += 1
+            self._order[sequence] = self._admitted
+            self._prefilling.append(sequence)
+
+    def _drop_cancelled(self, events: Events) -> None:
+        for sequence in self.backend.decoding() + self._prefilling:
+            if sequence.cancelled:
+                self._leave(sequence)
+                sequence.abort()
+                events.append((sequence, sequence.take_event()))
+
+    def _leave(self, sequence: Sequence) -> None:
+        self.backend.release(sequence)
+        self._order.pop(sequence, None)
+        if sequence in self._prefilling:
+            self._prefilling.remove(sequence)
+
+    def _preempt_newest(self, keep: Sequence | None = None) -> bool:
+        """Give up the newest decoding sequence's keys and values; it waits at the front."""
+        candidates = [s for s in self.backend.decoding() if s is not keep]
+        if not candidates:
+            return False
+        victim = max(candidates, key=lambda s: self._order.get(s, 0))
+        self._remember(victim, victim.kv_tokens)
+        self._leave(victim)
+        victim.kv_tokens = 0
+        victim.preempted += 1
+        self.preemptions += 1
+        with self._wake:
+            self._waiting.push(victim, front=True)
+        return True
+
+    def _decode(self, events: Events) -> tuple[int, int]:
+        """One token for every decoding row; returns (rows, tokens they held)."""
+        while self.backend.decoding():
+            try:
+                self.backend.grow()
+                break
+            except KvFull:
+                if not self._preempt_newest():
+                    raise
+        rows = self.backend.decoding()
+        if not rows:
+            return 0, 0
+        held = sum(s.length for s in rows)
+        rows, logits = self.backend.decode()
+        finished = 0
+        for index, sequence in enumerate(rows):
+            sequence.kv_tokens = sequence.length
+            sequence.accept(logits[index])
+            events.append((sequence, sequence.take_event()))
+            if sequence.finish_reason is not None:
+                finished += 1
+                self._remember(sequence, sequence.kv_tokens)
+                self._leave(sequence)
+        with self._wake:
+            self._waiting.finished(finished, self._clock())
+        return len(rows), held
+
+    def _prefill(self, events: Events) -> int:
+        """Prefill waiting prompts in chunks, ``chunk_tokens`` per step in all."""
+        budget = self.chunk_tokens
+        done = 0
+        for sequence in list(self._prefilling):
+            if budget <= 0:
+                break
+            # A resumed sequence recomputes all but its last token (sampled already).
+            target = len(sequence.prompt) if not sequence.output else sequence.length - 1
+            prefix = None
+            before = sequence.kv_tokens
+            if before == 0:
+                hit = self.cache.lookup(sequence.tokens[:target], sequence.cache_salt)
+                if hit is not None and hit.length < target:
+                    prefix = [part[0] for part in hit.kv]
+                    sequence.kv_tokens = hit.length
+                if not sequence.output and not sequence.preempted:
+                    sequence.cached_tokens = sequence.kv_tokens
+            start = sequence.kv_tokens
+            stop = min(target, start + budget)
+            try:
+                logits = self.backend.prefill(sequence, start, stop, prefix)
+            except KvFull:
+                sequence.kv_tokens = before
+                if self._preempt_newest(sequence):
+                    break
+                self._leave(sequence)
+                sequence.abort("length", "the sequence does not fit the keys and values budget")
+                events.append((sequence, sequence.take_event()))
+                continue
+            sequence.kv_tokens = stop
+            budget -= stop - start
+            done += stop - start
+            if stop < target:
+                break
+            self._prefilling.remove(sequence)
+            if sequence.output:
+                self.backend.activate(sequence)
+                continue
+            self._remember(sequence, stop)
+            sequence.accept(logits)
+            events.append((sequence, sequence.take_event()))
+            if sequence.finish_reason is None:
+                self.backend.activate(sequence)
+            else:
+                self._leave(sequence)
+        return done
+
+    def _emit(self, pairs: Events) -> None:
         events = [(s, e) for s, e in pairs if e is not None]
         if events:
             self._sink(events)
 
-    def _step(self, admitted: list[Sequence]) -> None:
-        started = time.perf_counter()
-        events: list[tuple[Sequence, GenerationEvent | None]] = []
-        kept = []
-        for index, sequence in enumerate(self._batch.rows):
-            if sequence.cancelled:
-                sequence.abort()
-                events.append((sequence, sequence.take_event()))
-            else:
-                kept.append(index)
-        self._batch.keep(kept)
-        joining = []
-        for sequence in admitted:
-            if sequence.cancelled:
-                sequence.abort()
-            else:
-                kv = self._prefill(sequence)
-                if sequence.finish_reason is None:
-                    joining.append((sequence, kv))
-            events.append((sequence, sequence.take_event()))
-        self._batch.join(joining)
-        if self._batch.rows:
-            events.extend(self._decode())
-        self._emit(events)
-        self.steps += 1
-        self.step_seconds += time.perf_counter() - started
-
-    def _prefill(self, sequence: Sequence) -> list[F32]:
-        tokens = sequence.prompt
-        hit = self.cache.lookup(tokens)
-        start = 0 if hit is None else hit.length
-        past = self.decoder.empty_past(1) if hit is None else hit.kv
-        sequence.cached_tokens = start
-        ids = np.array([tokens[start:]], dtype=np.int64)
-        positions = np.arange(start, len(tokens), dtype=np.int64)[None]
-        logits, present = self.decoder.run(ids, positions, np.ones((1, len(tokens)), dtype=np.int64), past)
-        self._remember(tokens, [part[0] for part in present])
-        sequence.accept(logits[0])
-        return present
-
-    def _decode(self) -> list[tuple[Sequence, GenerationEvent | None]]:
-        ids, positions, mask = self._batch.feeds()
-        logits, present = self.decoder.run(ids, positions, mask, self._batch.kv)
-        self._batch.advance(present, mask)
-        events: list[tuple[Sequence, GenerationEvent | None]] = []
-        kept = []
-        for index, sequence in enumerate(self._batch.rows):
-            sequence.accept(logits[index])
-            events.append((sequence, sequence.take_event()))
-            if sequence.finish_reason is None:
-                kept.append(index)
-            elif self.cache.budget_bytes > 0:
-                kv = self._batch.row_kv(index)  # every token but one just sampled has them
-                self._remember(sequence.tokens[: kv[0].shape[1]], kv)
-        self._batch.keep(kept)
-        return events
-
-    def _remember(self, tokens: list[int], kv: list[F32]) -> None:
-        """Offer ``kv`` ([kv, len(tokens), hd] per part) to the prefix cache."""
-        if self.cache.budget_bytes > 0:
-            self.cache.store(tokens, kv)
+    def _remember(self, sequence: Sequence, length: int) -> None:
+        """Offer the sequence's first ``length`` tokens' keys and values to the prefix cache."""
+        if self.cache.budget_bytes > 0 and length >= self.cache.block_tokens:
+            self.cache.store(
+                sequence.tokens[:length], self.backend.read(sequence, length), sequence.cache_salt
+            )

@@ -31,6 +31,9 @@ class LlmFiles:
     config: dict[str, object]
     generation: dict[str, object]
     tokenizer_config: dict[str, object]
+    shared_buffer: bool = False
+    """genai_config.json asks for a shared past/present buffer (GroupQueryAttention writes
+    keys and values in place): the engine keeps rows in a slot pool."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,8 @@ class DecoderLayout:
     has_cache_branch: bool
     output_names: tuple[str, ...]
     """``logits`` then ``present.{i}.key``, ``present.{i}.value`` for every layer."""
+    shared_buffer: bool = False
+    """``present`` may be bound to the buffer given as ``past`` (rows right-padded)."""
 
 
 def _read_json(path: Path, required: bool) -> dict[str, object]:
@@ -89,6 +94,8 @@ def read_llm_files(folder: Path) -> LlmFiles:
     config = _read_json(folder / "config.json", True)
     generation = _read_json(folder / "generation_config.json", False)
     tokenizer_config = _read_json(folder / "tokenizer_config.json", False)
+    genai = _read_json(folder / "genai_config.json", False)
+    search = genai.get("search")
     where = folder / "config.json"
     heads = _int_field(config, "num_attention_heads", where)
     hidden = _int_field(config, "hidden_size", where)
@@ -106,6 +113,7 @@ def read_llm_files(folder: Path) -> LlmFiles:
         config=config,
         generation=generation,
         tokenizer_config=tokenizer_config,
+        shared_buffer=isinstance(search, dict) and search.get("past_present_share_buffer") is True,
     )
 
 
@@ -163,4 +171,5 @@ def check_graph(
         "position_ids" in inputs,
         "use_cache_branch" in inputs,
         tuple(names),
+        files.shared_buffer,
     )

@@ -111,7 +111,10 @@ async def load_llm_version(
     context = min(
         llm.max_context_len or prepared.files.max_position_embeddings, prepared.files.max_position_embeddings
     )
-    limits = EngineLimits(llm.max_num_seqs, llm.max_waiting, context, llm.prefill_tokens_per_step)
+    limits = EngineLimits(
+        llm.max_num_seqs, llm.max_waiting, context, llm.prefill_tokens_per_step,
+        llm.prefill_chunk_tokens, llm.max_itl_ms, llm.max_queue_wait_s, llm.kv_pool_bytes,
+    )  # fmt: skip
     cache = PrefixCache(llm.kv_cache_bytes, llm.context_ttl_s, time.monotonic, llm.prefix_block_tokens)
     holder: list[weakref.ref[LlmVersion]] = []
 

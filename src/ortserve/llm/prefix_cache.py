@@ -24,6 +24,7 @@ class _Entry:
     nbytes: int
     used_at: float
     hashes: list[int]
+    salt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,27 +62,30 @@ class PrefixCache:
         self.hits = 0
         self.hit_tokens = 0
 
-    def _block_hashes(self, tokens: Sequence[int]) -> list[int]:
-        hashes, running, block = [], 0, self.block_tokens
+    def _block_hashes(self, tokens: Sequence[int], salt: str = "") -> list[int]:
+        # The salt seeds the chain: prefixes of different salts never share a hash.
+        hashes, running, block = [], hash(("salt", salt)), self.block_tokens
         for end in range(block, len(tokens) + 1, block):
             running = hash((running, tuple(tokens[end - block : end])))
             hashes.append(running)
         return hashes
 
-    def lookup(self, tokens: Sequence[int]) -> CachedPrefix | None:
-        """The longest cached prefix of ``tokens`` that leaves at least one token to compute."""
+    def lookup(self, tokens: Sequence[int], salt: str = "") -> CachedPrefix | None:
+        """The longest cached prefix of ``tokens`` that leaves at least one token to compute,
+        among those stored with the same ``salt`` (a tenant never hits another's prefix, so
+        ``cached_tokens`` tells it nothing about other tenants' prompts)."""
         if self.budget_bytes <= 0:
             return None
         self.expire()
         self.queries += 1
-        hashes = self._block_hashes(tokens)
+        hashes = self._block_hashes(tokens, salt)
         for blocks in range(len(hashes), 0, -1):
             entry_id = self._by_hash.get(hashes[blocks - 1])
             if entry_id is None:
                 continue
             entry = self._entries[entry_id]
             length = min(blocks * self.block_tokens, len(tokens) - 1)
-            if length <= 0 or entry.tokens[:length] != tuple(tokens[:length]):
+            if length <= 0 or entry.salt != salt or entry.tokens[:length] != tuple(tokens[:length]):
                 continue
             entry.used_at = self._clock()
             self._entries.move_to_end(entry_id)
@@ -90,21 +94,25 @@ class PrefixCache:
             return CachedPrefix(length, [part[None, :, :length] for part in entry.kv])
         return None
 
-    def store(self, tokens: Sequence[int], kv: list[F32]) -> None:
+    def store(self, tokens: Sequence[int], kv: list[F32], salt: str = "") -> None:
         """Keep ``kv`` ([kv_heads, len(tokens), head_dim] per layer and part) for ``tokens``."""
         if self.budget_bytes <= 0 or len(tokens) < self.block_tokens:
             return
         nbytes = sum(part.nbytes for part in kv)
         if nbytes > self.budget_bytes:
             return
-        hashes = self._block_hashes(tokens)
+        hashes = self._block_hashes(tokens, salt)
         known = self._by_hash.get(hashes[-1])
-        if known is not None and len(self._entries[known].tokens) >= len(tokens):
+        if (
+            known is not None
+            and len(self._entries[known].tokens) >= len(tokens)
+            and self._entries[known].salt == salt
+        ):
             self._entries[known].used_at = self._clock()
             self._entries.move_to_end(known)
             return
         entry_id, self._next_id = self._next_id, self._next_id + 1
-        self._entries[entry_id] = _Entry(tuple(tokens), kv, nbytes, self._clock(), hashes)
+        self._entries[entry_id] = _Entry(tuple(tokens), kv, nbytes, self._clock(), hashes, salt)
         for h in hashes:
             self._by_hash[h] = entry_id
         self.bytes_used += nbytes
@@ -119,6 +127,13 @@ class PrefixCache:
             if oldest.used_at > deadline:
                 break
             self._drop(oldest_id)
+
+    def next_expiry(self) -> float | None:
+        """Seconds until the least recently used entry expires (None: the cache is empty)."""
+        if not self._entries:
+            return None
+        oldest = next(iter(self._entries.values()))
+        return oldest.used_at + self.ttl_s - self._clock()
 
     def _drop(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)

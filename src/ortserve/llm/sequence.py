@@ -49,6 +49,16 @@ class Sequence:
         self.output: list[int] = []
         self.cached_tokens = 0
         self.finish_reason: str | None = None
+        self.priority = 0
+        """Higher waits less (as for classic models)."""
+        self.deadline: float | None = None
+        """Engine-clock time by which the first token must come, else refused or dropped."""
+        self.cache_salt = ""
+        """Prefixes are shared only between sequences of the same salt (tenant, API key)."""
+        self.kv_tokens = 0
+        """Tokens whose keys and values the engine holds for this sequence (prefill progress)."""
+        self.preempted = 0
+        """Times its keys and values were given up for others; it resumes where it was."""
         self._sampler = TokenSampler(params)
         self._detokenizer = Detokenizer(tokenizer, self.prompt)
         self._stop_ids = frozenset(params.stop_token_ids) | (

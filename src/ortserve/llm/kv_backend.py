@@ -1,0 +1,258 @@
+"""Where the running sequences' keys and values live, and how a step feeds them to the graph.
+
+Two backends behind one face, chosen by the graph's layout:
+
+- :class:`PooledBackend` for graphs whose attention is GroupQueryAttention with a shared
+  past/present buffer (ortserve's own decoder builds, onnxruntime-genai's layout): rows live in
+  a :class:`~ortserve.llm.kv_pool.KvPool`, each step writes its new tokens in place and reads
+  each row only to its own length;
+- :class:`PaddedBackend` for the Optimum layout (``present = Concat(past, new)``): the decode
+  batch is left-padded to its longest row (:class:`~ortserve.llm.batch.DecodeBatch`).
+
+Both prefill a prompt in chunks (a row at a time, its own length) and decode every activated
+row in one run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ortserve.llm.batch import DecodeBatch
+from ortserve.llm.kv_pool import KvFull, KvPool
+from ortserve.llm.layout import DecoderLayout
+from ortserve.llm.sequence import Sequence
+
+__all__ = ["DecoderSession", "KvBackend", "KvFull", "PaddedBackend", "PooledBackend", "make_backend"]
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+
+class DecoderSession:
+    """Feeds an ONNX Runtime session in the Optimum or genai layout.
+
+    Args:
+        session: an ``onnxruntime.InferenceSession`` (typed loosely: its stubs are absent).
+        layout: the graph's checked signature.
+    """
+
+    def __init__(self, session: object, layout: DecoderLayout) -> None:
+        self.session = session
+        self.layout = layout
+        self.past_names = [
+            f"past_key_values.{layer}.{part}" for layer in range(layout.layers) for part in ("key", "value")
+        ]
+        self.present_names = [
+            f"present.{layer}.{part}" for layer in range(layout.layers) for part in ("key", "value")
+        ]
+        self.run_seconds = 0.0
+        """Time spent inside ONNX Runtime's ``run`` (against the engine's step time: its overhead)."""
+
+    @property
+    def parts(self) -> int:
+        return len(self.past_names)
+
+    def empty_past(self, rows: int) -> list[F32]:
+        shape = (rows, self.layout.kv_heads, 0, self.layout.head_dim)
+        return [np.zeros(shape, dtype=np.float32) for _ in self.past_names]
+
+    def run(self, ids: I64, positions: I64, mask: I64, past: list[F32]) -> tuple[F32, list[F32]]:
+        """Logits of the last position of each row, and the present keys and values."""
+        feeds: dict[str, object] = {"input_ids": ids, "attention_mask": mask}
+        if self.layout.has_position_ids:
+            feeds["position_ids"] = positions
+        if self.layout.has_cache_branch:
+            feeds["use_cache_branch"] = np.array([past[0].shape[2] > 0])
+        feeds.update(zip(self.past_names, past))
+        started = time.perf_counter()
+        outputs = self.session.run(list(self.layout.output_names), feeds)  # type: ignore[attr-defined]
+        self.run_seconds += time.perf_counter() - started
+        return outputs[0][:, -1, :], list(outputs[1:])
+
+    def run_in_place(self, ids: I64, positions: I64, lengths: list[int], buffers: list[F32]) -> F32:
+        """Run with ``present`` bound to the very buffers fed as ``past`` (GroupQueryAttention
+        writes the new tokens in place); rows are right-padded, row i holds ``lengths[i]``
+        tokens after the run. Returns the last position's logits per row."""
+        import onnxruntime as ort  # the engine module stays importable without it
+
+        binding = self.session.io_binding()  # type: ignore[attr-defined]
+        binding.bind_cpu_input("input_ids", ids)
+        if self.layout.has_position_ids:
+            binding.bind_cpu_input("position_ids", positions)
+        width = max(lengths)
+        mask = (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
+        binding.bind_cpu_input("attention_mask", mask)
+        binding.bind_output("logits")
+        for past, present, buffer in zip(self.past_names, self.present_names, buffers, strict=True):
+            value = ort.OrtValue.ortvalue_from_numpy(buffer)
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(present, value)
+        started = time.perf_counter()
+        self.session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+        self.run_seconds += time.perf_counter() - started
+        logits: F32 = binding.get_outputs()[0].numpy()
+        return logits[:, -1, :]
+
+
+class KvBackend(Protocol):
+    """What the engine asks of the keys and values of its sequences."""
+
+    decoder: DecoderSession
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def admit(self, sequence: Sequence, length: int) -> None:
+        """Room for a new row that will hold ``length`` tokens (raises KvFull)."""
+
+    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
+        """Compute tokens ``start .. stop-1`` of the sequence (``prefix``: its first ``start``
+        tokens' keys and values, [kv, start, hd] per part, when it has none yet); logits of the
+        last one."""
+
+    def activate(self, sequence: Sequence) -> None:
+        """The row is prefilled: it decodes from the next step on."""
+
+    def grow(self) -> None:
+        """Room for one more token in every decoding row (raises KvFull)."""
+
+    def decode(self) -> tuple[list[Sequence], F32]:
+        """One token for every decoding row: the rows and their logits [rows, vocab]."""
+
+    def release(self, sequence: Sequence) -> None: ...
+
+    def read(self, sequence: Sequence, length: int) -> list[F32]:
+        """A copy of the row's first ``length`` tokens' keys and values ([kv, length, hd])."""
+
+    def decoding(self) -> list[Sequence]: ...
+
+
+class PooledBackend:
+    """Rows in a slot pool, written in place by GroupQueryAttention."""
+
+    def __init__(self, decoder: DecoderSession, max_len: int, budget_bytes: int) -> None:
+        layout = decoder.layout
+        self.decoder = decoder
+        self.pool = KvPool(decoder.parts, layout.kv_heads, layout.head_dim, max_len, budget_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.pool.nbytes
+
+    def admit(self, sequence: Sequence, length: int) -> None:
+        self.pool.take(sequence, length)
+
+    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
+        pool = self.pool
+        pool.reserve(len(pool), stop)
+        if prefix is not None:
+            pool.write(sequence, prefix, start)
+        index = pool.slot(sequence)
+        ids = np.array([sequence.tokens[start:stop]], dtype=np.int64)
+        positions = np.arange(start, stop, dtype=np.int64)[None]
+        logits = self.decoder.run_in_place(ids, positions, [stop], pool.view(index, index + 1))
+        pool.set_length(sequence, stop)
+        row: F32 = logits[0]
+        return row
+
+    def activate(self, sequence: Sequence) -> None:
+        self.pool.activate(sequence)
+
+    def grow(self) -> None:
+        pool = self.pool
+        if pool.decoding:
+            pool.reserve(len(pool), max(pool.lengths[: pool.decoding]) + 1)
+
+    def decode(self) -> tuple[list[Sequence], F32]:
+        pool = self.pool
+        rows: list[Sequence] = pool.owners(0, pool.decoding)  # type: ignore[assignment]
+        ids = np.array([[s.last_token] for s in rows], dtype=np.int64)
+        positions = np.array([[s.length - 1] for s in rows], dtype=np.int64)
+        lengths = [s.length for s in rows]
+        logits = self.decoder.run_in_place(ids, positions, lengths, pool.view(0, pool.decoding))
+        for sequence, length in zip(rows, lengths):
+            pool.set_length(sequence, length)
+        return rows, logits
+
+    def release(self, sequence: Sequence) -> None:
+        if sequence in self.pool:
+            self.pool.release(sequence)
+
+    def read(self, sequence: Sequence, length: int) -> list[F32]:
+        return self.pool.read(sequence, length)
+
+    def decoding(self) -> list[Sequence]:
+        return self.pool.owners(0, self.pool.decoding)  # type: ignore[return-value]
+
+
+class PaddedBackend:
+    """The Optimum layout: a left-padded decode batch, and each prefilling row's own cache."""
+
+    def __init__(self, decoder: DecoderSession, max_len: int, budget_bytes: int) -> None:
+        layout = decoder.layout
+        self.decoder = decoder
+        self.batch = DecodeBatch(decoder.parts, layout.kv_heads, layout.head_dim)
+        self.token_bytes = decoder.parts * layout.kv_heads * layout.head_dim * 4
+        self.budget_bytes = budget_bytes
+        self.max_len = max_len
+        self._own: dict[Sequence, list[F32]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.batch.nbytes + sum(sum(p.nbytes for p in kv) for kv in self._own.values())
+
+    def _check(self, rows: int, columns: int) -> None:
+        if columns > self.max_len or rows * columns * self.token_bytes > self.budget_bytes:
+            raise KvFull(f"{rows} padded rows of {columns} tokens exceed the keys and values budget")
+
+    def admit(self, sequence: Sequence, length: int) -> None:
+        self._check(len(self.batch) + len(self._own) + 1, max(self.batch.columns + 1, length))
+        self._own[sequence] = self.decoder.empty_past(1)
+
+    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
+        past = [p[None] for p in prefix] if prefix is not None else self._own[sequence]
+        ids = np.array([sequence.tokens[start:stop]], dtype=np.int64)
+        positions = np.arange(start, stop, dtype=np.int64)[None]
+        logits, present = self.decoder.run(ids, positions, np.ones((1, stop), dtype=np.int64), past)
+        self._own[sequence] = present
+        row: F32 = logits[0]
+        return row
+
+    def activate(self, sequence: Sequence) -> None:
+        self.batch.join([(sequence, self._own.pop(sequence))])
+
+    def grow(self) -> None:
+        self._check(len(self.batch) + len(self._own), self.batch.columns + 1)
+
+    def decode(self) -> tuple[list[Sequence], F32]:
+        ids, positions, mask = self.batch.feeds()
+        logits, present = self.decoder.run(ids, positions, mask, self.batch.kv)
+        self.batch.advance(present, mask)
+        return list(self.batch.rows), logits
+
+    def release(self, sequence: Sequence) -> None:
+        if self._own.pop(sequence, None) is not None:
+            return
+        if sequence in self.batch.rows:
+            self.batch.keep([i for i, s in enumerate(self.batch.rows) if s is not sequence])
+
+    def read(self, sequence: Sequence, length: int) -> list[F32]:
+        own = self._own.get(sequence)
+        if own is not None:
+            return [np.ascontiguousarray(p[0, :, :length]) for p in own]
+        kv = self.batch.row_kv(self.batch.rows.index(sequence))
+        return [np.ascontiguousarray(p[:, :length]) for p in kv]
+
+    def decoding(self) -> list[Sequence]:
+        return list(self.batch.rows)
+
+
+def make_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> KvBackend:
+    """The pool for graphs that write keys and values in place, the padded batch otherwise."""
+    if decoder.layout.shared_buffer:
+        return PooledBackend(decoder, max_len, budget_bytes)
+    return PaddedBackend(decoder, max_len, budget_bytes)

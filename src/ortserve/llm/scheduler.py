@@ -1,0 +1,152 @@
+"""How many sequences run together, and how long a new request would wait: both from measured
+step costs, not from configured constants.
+
+- :class:`StepCostModel` learns the seconds of an engine step as a function of its decoding
+  rows, the tokens those rows hold and the prompt tokens prefilled in it (a decayed least-squares
+  fit, so it follows the machine as its load changes). The rows-squared feature lets it see
+  where a wider batch stops paying (caches, memory bandwidth).
+- :func:`admit_one_more` lets a waiting sequence into the running set only while that raises
+  predicted output tokens/s and keeps the predicted step (the streams' inter-token latency)
+  within ``max_itl_s``; ``max_num_seqs`` is only the upper bound.
+- :class:`WaitingQueue` orders waiting sequences by priority then arrival, and estimates the
+  wait of a newcomer from the measured rate at which running sequences finish.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ortserve.llm.sequence import Sequence
+
+__all__ = ["StepCostModel", "WaitingQueue", "admit_one_more"]
+
+F64 = npt.NDArray[np.float64]
+
+
+def _features(rows: int, tokens: int, prefill: int) -> F64:
+    return np.array([1.0, rows, tokens / 1000.0, rows * rows / 100.0, prefill / 1000.0])
+
+
+class StepCostModel:
+    """Step seconds ~ a + b·rows + c·held tokens + d·rows² + e·prefilled tokens.
+
+    Args:
+        one_row_s: a measured one-row decode step (the prior before any step is seen).
+        prefill_token_s: a measured per-token prefill cost (the prior).
+        decay: weight kept by old observations at each new one.
+    """
+
+    def __init__(self, one_row_s: float, prefill_token_s: float, decay: float = 0.995) -> None:
+        self.decay = decay
+        # A weak prior: most of a one-row step is reading the weights, paid once per step
+        # whatever the rows; prefill costs prefill_token_s per token.
+        prior = np.array([0.7 * one_row_s, 0.3 * one_row_s, 0.0, 0.0, prefill_token_s * 1000.0])
+        self._strength = np.diag([1.0, 1.0, 1.0, 1.0, 1.0]) * 0.5
+        self._gram = self._strength.copy()
+        self._moment = self._strength @ prior
+        self.coef = prior
+        self.observed = 0
+        self.one_row_s = one_row_s
+
+    def observe(self, rows: int, tokens: int, prefill: int, seconds: float) -> None:
+        x = _features(rows, tokens, prefill)
+        self._gram = self.decay * self._gram + np.outer(x, x)
+        self._moment = self.decay * self._moment + x * seconds
+        self.observed += 1
+        gram = self._gram + self._strength * 1e-3
+        self.coef = np.linalg.solve(gram, self._moment)
+
+    def predict(self, rows: int, tokens: int, prefill: int = 0) -> float:
+        floor = self.one_row_s * 0.5 if rows else 0.0
+        return max(float(_features(rows, tokens, prefill) @ self.coef), floor, 1e-6)
+
+    def prefill_token_s(self) -> float:
+        return max(float(self.coef[4]) / 1000.0, 1e-7)
+
+
+def admit_one_more(
+    model: StepCostModel, rows: int, tokens: int, joining_tokens: int, max_itl_s: float
+) -> bool:
+    """Whether one more row of ``joining_tokens`` raises tokens/s within the latency target."""
+    if rows == 0:
+        return True
+    after = model.predict(rows + 1, tokens + joining_tokens)
+    if after > max_itl_s:
+        return False
+    return (rows + 1) / after > rows / model.predict(rows, tokens)
+
+
+@dataclass(order=True, slots=True)
+class _Waiting:
+    rank: tuple[int, int]
+    sequence: Sequence = field(compare=False)
+
+
+class WaitingQueue:
+    """Waiting sequences, highest priority first, then first come first served."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Waiting] = []
+        self._order = itertools.count()
+        self.tokens = 0
+        """Prompt tokens waiting (their prefill is work ahead of a newcomer)."""
+        self.finish_rate = 0.0
+        """Running sequences finishing per second (decayed average); 0 before any finished."""
+        self._last_finish: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, sequence: Sequence, front: bool = False) -> None:
+        """Queue ``sequence``; ``front``: ahead of its priority (a preempted one resumes first)."""
+        order = -next(self._order) if front else next(self._order)
+        heapq.heappush(self._heap, _Waiting((-sequence.priority, order), sequence))
+        self.tokens += sequence.length
+
+    def peek(self) -> Sequence:
+        return self._heap[0].sequence
+
+    def pop(self) -> Sequence:
+        sequence = heapq.heappop(self._heap).sequence
+        self.tokens -= sequence.length
+        return sequence
+
+    def drain(self) -> list[Sequence]:
+        items = [w.sequence for w in self._heap]
+        self._heap.clear()
+        self.tokens = 0
+        return items
+
+    def remove_if(self, doomed: list[Sequence]) -> None:
+        if not doomed:
+            return
+        gone = set(map(id, doomed))
+        self._heap = [w for w in self._heap if id(w.sequence) not in gone]
+        heapq.heapify(self._heap)
+        self.tokens = sum(w.sequence.length for w in self._heap)
+
+    def ahead_of(self, priority: int) -> int:
+        return sum(1 for w in self._heap if -w.rank[0] >= priority)
+
+    def finished(self, count: int, now: float) -> None:
+        """``count`` running sequences finished at ``now`` (updates the finish rate)."""
+        if count <= 0:
+            return
+        if self._last_finish is not None and now > self._last_finish:
+            rate = count / (now - self._last_finish)
+            self.finish_rate = rate if self.finish_rate == 0 else 0.9 * self.finish_rate + 0.1 * rate
+        self._last_finish = now
+
+    def expected_wait(self, ahead: int, prompt_tokens: int, full: bool, prefill_token_s: float) -> float:
+        """Seconds until a newcomer with ``ahead`` sequences before it gets its first token."""
+        prefill = (self.tokens + prompt_tokens) * prefill_token_s
+        if not full:
+            return prefill
+        if self.finish_rate <= 0:
+            return prefill
+        return prefill + (ahead + 1) / self.finish_rate
