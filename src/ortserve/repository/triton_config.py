@@ -3,7 +3,8 @@
 Parsed against ``model_config.proto`` (Triton's field names and numbers), then mapped field by
 field. Every field that is set but has no meaning here is named in one warning per file, never
 dropped silently. A model written for another backend (python, pytorch, tensorflow, an
-ensemble...) is refused with a reason that says so. Triton's convention is kept: with
+ensemble...), or a stateful or decoupled one, is refused with a reason that says so; what
+fields mean beyond their names (graph level, execution mode, batching) is triton_semantics.py. Triton's convention is kept: with
 ``max_batch_size > 0`` the ``dims`` of inputs and outputs exclude the batch dimension.
 """
 
@@ -22,6 +23,14 @@ from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
 from ortserve.repository.bounded_config import bounded_text, load_yaml
 from ortserve.repository.config import ModelConfig
+from ortserve.repository.triton_semantics import (
+    HANDLED_PARAMETERS,
+    batch_limit,
+    batching_notes,
+    check_stateless,
+    graph_level,
+    thread_fields,
+)
 
 __all__ = [
     "ACCELERATOR_PROVIDERS",
@@ -51,10 +60,6 @@ _TENSORRT_PARAMETERS = {
     "max_partition_iterations": "trt_max_partition_iterations",
     "minimum_segment_size": "trt_min_subgraph_size",
 }
-_THREAD_PARAMETERS = {
-    "intra_op_thread_count": "intra_op_threads",
-    "inter_op_thread_count": "inter_op_threads",
-}
 _RESILIENCE_PARAMETERS = {
     "ortserve.fallback": "fallback",
     "ortserve.faults": "faults",
@@ -79,6 +84,7 @@ _SUPPORTED = {
     "output.label_filename",
     "output.reshape",
     "output.reshape.shape",
+    "dynamic_batching",
     "dynamic_batching.preferred_batch_size",
     "dynamic_batching.max_queue_delay_microseconds",
     "dynamic_batching.priority_levels",
@@ -93,6 +99,8 @@ _SUPPORTED = {
     "version_policy.all",
     "version_policy.specific.versions",
     "default_model_filename",
+    "optimization.graph",
+    "optimization.graph.level",
     "optimization.execution_accelerators.gpu_execution_accelerator.name",
     "optimization.execution_accelerators.gpu_execution_accelerator.parameters",
     "optimization.execution_accelerators.cpu_execution_accelerator.name",
@@ -163,8 +171,10 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
         ConfigError: another backend, a name that is not the folder's, or an invalid value.
     """
     _check_backend(message, where, model_name)
+    check_stateless(message, where)
+    threads, notes = thread_fields(message, where)
     unsupported = sorted(set(_set_fields(message)) - _SUPPORTED)
-    unsupported += _unsupported_values(message)
+    unsupported += _unsupported_values(message) + notes + batching_notes(message)
     if unsupported:
         logger.warning(
             "%s: fields not supported by ortserve, ignored: %s", where, bounded_text(", ".join(unsupported))
@@ -181,9 +191,10 @@ def to_model_config(message: mc.ModelConfig, where: str, model_name: str) -> Tri
     providers = _providers(message)
     if providers is not None:
         raw["providers"] = providers
-    for key, field in _THREAD_PARAMETERS.items():
-        if key in message.parameters:
-            raw[field] = _int_parameter(message, key, where)
+    raw.update(threads)
+    level = graph_level(message, where)
+    if level is not None:
+        raw["graph_optimization_level"] = level
     for key, field in _RESILIENCE_PARAMETERS.items():
         if key in message.parameters:
             raw[field] = _yaml_parameter(message, key, where)
@@ -226,7 +237,8 @@ def _check_backend(message: mc.ModelConfig, where: str, model_name: str) -> None
 
 
 def _batching(message: mc.ModelConfig) -> dict[str, Any]:
-    batching: dict[str, Any] = {"max_batch_size": max(message.max_batch_size, 0)}
+    limit = batch_limit(message)  # None: decided from the graph, as Triton's auto-complete
+    batching: dict[str, Any] = {} if limit is None else {"max_batch_size": limit}
     if not message.HasField("dynamic_batching"):
         batching["max_queue_delay_ms"] = 0.0
         return batching
@@ -297,13 +309,6 @@ def _providers(message: mc.ModelConfig) -> list[dict[str, Any]] | None:
     return chosen
 
 
-def _int_parameter(message: mc.ModelConfig, key: str, where: str) -> int:
-    value = message.parameters[key].string_value
-    if not value.strip().isdigit():
-        raise ConfigError(f"{where}: field parameters.{key}: {value!r} is not a positive integer")
-    return int(value)
-
-
 def _yaml_parameter(message: mc.ModelConfig, key: str, where: str) -> Any:
     # Bounded (bytes, depth, values) before it is built, by the C loader: see bounded_config.py.
     return load_yaml(message.parameters[key].string_value, f"{where}: field parameters.{key}")
@@ -327,7 +332,7 @@ def _unsupported_values(message: mc.ModelConfig) -> list[str]:
     found += [
         f"parameters.{key}"
         for key in sorted(message.parameters)
-        if key not in _THREAD_PARAMETERS and key not in _RESILIENCE_PARAMETERS
+        if key not in HANDLED_PARAMETERS and key not in _RESILIENCE_PARAMETERS
     ]
     return found
 
