@@ -9,11 +9,12 @@ the graph fixes up to the batch dimension are bound to arena tensors too, and on
 ``copy_outputs_to_cpu`` brings the answers back as fresh host arrays. Nothing handed to a
 caller is ever reused, so outputs may stay zero-copy views all the way to the wire.
 
-Measured on the CPU (benchmarks/RESULTS.md, "device data path"): ``session.run`` and a bound
-run with preallocated outputs cost the same, and a bound run whose outputs ONNX Runtime
-allocates costs 4-5 us more per batch; so the runner keeps ``session.run`` on the CPU and
-takes this path only where the first provider keeps tensors on a device (see
-:func:`binding_device`). The path itself is device-agnostic and is tested on the CPU.
+Measured on the CPU (benchmarks/bench_binding.py, RESULTS.md "The device data path"): this
+path costs 3-4 us more per batch than ``session.run`` on the small demo MLP (the copies into
+the arena and back, which ``session.run`` avoids on the host by wrapping arrays) and the same
+on the heavy one; so the runner keeps ``session.run`` on the CPU and takes this path only where
+the first provider keeps tensors on a device (see :func:`binding_device`), where it saves a
+device allocation per tensor per batch. The path itself is device-agnostic and tested on the CPU.
 """
 
 from __future__ import annotations
