@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.server.lifecycle import Server
 from ortserve.settings import ServerSettings
 
@@ -38,7 +38,7 @@ async def _respond(request: HttpRequest) -> HttpResponse:
     result = _server.http_app(request)
     if isinstance(result, HttpResponse):
         return result
-    if isinstance(result, DeferredResponse):
+    if isinstance(result, Deferred):
         with contextlib.suppress(Exception):
             await result.future
         return result.finish(result.future)

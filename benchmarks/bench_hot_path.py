@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ortserve.demo import write_demo_repository
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.server.lifecycle import Server
 from ortserve.settings import ServerSettings
 
@@ -39,7 +39,7 @@ async def run(model: str, width: int, requests: int, burst: int) -> float:
 
     async def one() -> HttpResponse:
         result = server.http_app(request)
-        assert isinstance(result, DeferredResponse)
+        assert isinstance(result, Deferred)
         with contextlib.suppress(Exception):
             await result.future
         return result.finish(result.future)

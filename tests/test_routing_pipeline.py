@@ -19,6 +19,7 @@ from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.table import RoutingTable
+from ortserve.server.exchange import Exchange
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
@@ -63,12 +64,10 @@ async def routed(demo_repository: Path, tmp_path: Path) -> AsyncIterator[Routed]
     await LifecycleManager(registry, settings).start()
     table = RoutingTable(registry, time.monotonic)
     table.sync()
-    app = HttpApp(
-        DataPlane(registry, ServerMetadata("ortserve", "test", ())),
-        TensorLimits(1 << 20, 8, 1 << 20),
-        telemetry,
-    )
-    register_pipeline_routes(registry, app, telemetry, table)
+    dataplane = DataPlane(registry, ServerMetadata("ortserve", "test", ()))
+    exchange = Exchange(dataplane, telemetry, routers=table.routers)
+    app = HttpApp(dataplane, TensorLimits(1 << 20, 8, 1 << 20), exchange=exchange)
+    register_pipeline_routes(registry, app)
     try:
         yield Routed(app, telemetry.statistics, table)
     finally:

@@ -19,7 +19,7 @@ from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.settings import ServerSettings
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import Telemetry
@@ -40,7 +40,7 @@ class Served:
         result = self.app(request)
         if isinstance(result, HttpResponse):
             return result
-        assert isinstance(result, DeferredResponse)
+        assert isinstance(result, Deferred)
         await result.future
         return result.finish(result.future)
 

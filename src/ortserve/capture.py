@@ -29,13 +29,14 @@ from prometheus_client.registry import Collector
 from ortserve.core.types import InferRequest
 from ortserve.protocol.http_codec import encode_infer_request
 
-__all__ = ["MAGIC", "Capture", "CaptureCollector", "CapturedRequest", "read_capture"]
+__all__ = ["MAGIC", "Capture", "CaptureCollector", "CapturedRequest", "Sample", "read_capture"]
 
 logger = logging.getLogger(__name__)
 
 MAGIC = b"ORTCAP1\n"
 _SIZES = struct.Struct("<II")
 _KEPT_HEADERS = (b"content-type", b"inference-header-content-length")
+_KEPT_NAMES = tuple(name.decode() for name in _KEPT_HEADERS)
 _FIRST_PAUSE_S = 1.0
 _MAX_PAUSE_S = 300.0
 
@@ -83,6 +84,23 @@ class CapturedRequest:
             fields["status"],
             fields["latency_s"],
         )
+
+
+@dataclass(slots=True)
+class Sample:
+    """A request chosen for capture when it arrived, offered once it is answered.
+
+    HTTP requests keep their path, body and the headers needed to send them again; a gRPC
+    call has no HTTP form until it is decoded: ``request`` is set then, and the record is its
+    HTTP binary-tensor equivalent.
+    """
+
+    wall_time: float
+    arrival: float
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    request: InferRequest | None = None
 
 
 @dataclass(slots=True)
@@ -176,6 +194,36 @@ class Capture:
     def paused(self) -> bool:
         """Sampling is off for now because the last write failed."""
         return self._resume_at is not None and self._clock() < self._resume_at
+
+    def sample(self, path: str, header: Callable[[str], str | None] | None, body: bytes) -> Sample | None:
+        """A request that just arrived, when it is sampled: what its record will hold."""
+        if not self.sampled():
+            return None
+        kept: tuple[tuple[str, str], ...] = ()
+        if header is not None:
+            kept = tuple((name, value) for name in _KEPT_NAMES if (value := header(name)) is not None)
+        return Sample(time.time(), time.monotonic(), path, kept, body)
+
+    def offer_sample(self, sample: Sample, model: str, version: str | None, status: int) -> None:
+        """Capture an answered request sampled at arrival (``status``: the HTTP status of the outcome)."""
+        arrival = (sample.wall_time, sample.arrival)
+        if sample.request is not None:
+            self.offer_grpc(sample.request, arrival, status)
+            return
+        latency = time.monotonic() - sample.arrival
+        self.offer(
+            CapturedRequest(
+                sample.wall_time,
+                sample.arrival,
+                sample.path,
+                model,
+                version,
+                sample.headers,
+                sample.body,
+                status,
+                latency,
+            )
+        )
 
     def offer_http(
         self,

@@ -105,5 +105,8 @@ class ServerSettings:
     """A ``.pub`` file or a folder of them: every version loaded is checked against its signature."""
     require_signed: bool = False
     """Refuse versions without a signature (needs ``trusted_keys``)."""
+    min_signed_version: int = 0
+    """Refuse signed versions numbered below this (rollback protection), and old signatures
+    that do not sign their version (needs ``trusted_keys``)."""
     enable_fault_injection: bool = False
     """Honour the ``faults:`` sections of model configs (drills and chaos tests only)."""

@@ -7,7 +7,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ortserve.core.observer import SchedulerObserver, make_observer_chain
 from ortserve.core.types import InferRequest
@@ -16,6 +16,11 @@ from ortserve.logs import MODEL, REQUEST_ID, VERSION
 from ortserve.metrics import ServerMetrics, VersionMetrics, outcome_of
 from ortserve.statistics import ServerStatistics, VersionStatistics
 from ortserve.tracing import RequestTrace, Tracing
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ortserve.capture import Sample
 
 __all__ = ["RequestScope", "Telemetry", "echoable_id"]
 
@@ -172,7 +177,18 @@ class Telemetry:
 class RequestScope:
     """One request's accounting, from routing to the encoded answer."""
 
-    __slots__ = ("_started", "_telemetry", "model", "pending", "request_id", "trace", "transport", "version")
+    __slots__ = (
+        "_started",
+        "_telemetry",
+        "model",
+        "pending",
+        "request_id",
+        "routed",
+        "sample",
+        "trace",
+        "transport",
+        "version",
+    )
 
     def __init__(
         self,
@@ -192,6 +208,11 @@ class RequestScope:
         self.trace = trace
         self.pending: _Cancellable | None = None
         """The queued request's future, set by transports that hold no task per request."""
+        self.sample: Sample | None = None
+        """Set when the request was sampled for capture (the Exchange offers it when finished)."""
+        self.routed: asyncio.Future[Any] | None = None
+        """A request a model's router chose a version for but did not submit itself (an LLM
+        generation, a pipeline): settled when the request finishes, for the router's outcomes."""
 
     def identify(self, request: InferRequest) -> None:
         """The request is decoded: its OIP ``id`` wins over the header and the answer carries it."""

@@ -150,9 +150,10 @@ async def test_a_signed_version_may_not_fall_back_to_an_unverified_lighter_model
     """The lighter model's folder is not verified where the fallback is built: with trusted
     keys, a verified version must not fall back to bytes nobody verified."""
     root = tmp_path / "models"
-    sign_version(write_scaled_version(root, "m", 1, 1.0), key)
+    folder = write_scaled_version(root, "m", 1, 1.0)
     write_scaled_version(root, "light", 1, 0.5)  # unsigned
     (root / "m" / "config.yaml").write_text("fallback: {model: light}\n")
+    sign_version(folder, key)  # the model's config.yaml is signed with the version
     keys = load_trusted_keys(key.parent, False)
     settings = ServerSettings(root, intra_op_threads=1, trusted_keys=key.parent)
     manager = LifecycleManager(ModelRegistry(), settings, None, keys)

@@ -93,14 +93,14 @@ async def test_a_call_admitted_at_the_edge_is_decoded_without_asking_again() -> 
     assert model.asked == 1
     deferred = service.model_infer(request, Call(edge_admitted=True))  # type: ignore[arg-type]
     assert isinstance(deferred, Deferred)
-    await deferred.pending
-    answer = deferred.finish(deferred.pending)
+    await deferred.future
+    answer = deferred.finish(deferred.future)
     assert model.asked == 1
     assert isinstance(answer, pb.ModelInferResponse) and answer.id == "r"
     # A call the edge did not read (a stream's, or one it could not peek) is asked before decoding.
     deferred = service.model_infer(request, Call(edge_admitted=False))  # type: ignore[arg-type]
     assert isinstance(deferred, Deferred)
-    await deferred.pending
+    await deferred.future
     assert model.asked == 2
 
 

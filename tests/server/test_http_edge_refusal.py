@@ -14,7 +14,7 @@ import pytest
 
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse, json_response
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse, json_response
 from ortserve.server.http.wire import CannedResponse, canned
 
 REFUSED = canned(json_response(429, b'{"error":"busy"}', [(b"retry-after", b"1")]))
@@ -30,11 +30,11 @@ class Gate:
     def admission(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
         return REFUSED if url == b"/refuse" and method == b"POST" else None
 
-    def handler(self, request: HttpRequest) -> HttpResponse | DeferredResponse:
+    def handler(self, request: HttpRequest) -> HttpResponse | Deferred[HttpResponse]:
         self.handled.append(request.path)
         if request.path == "/slow":
             self.held = asyncio.get_running_loop().create_future()
-            return DeferredResponse(self.held, lambda _: json_response(200, b'"slow"'))
+            return Deferred(self.held, lambda _: json_response(200, b'"slow"'))
         return json_response(200, b'"%d"' % len(request.body))
 
 

@@ -20,6 +20,7 @@ from ortserve.metrics import ServerMetrics
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
@@ -58,15 +59,12 @@ async def served(demo_repository: Path, tmp_path: Path) -> AsyncIterator[Served]
     registry = ModelRegistry(observers=telemetry.observer_for)
     settings = ServerSettings(model_repository=tmp_path / "models", intra_op_threads=1)
     await LifecycleManager(registry, settings).start()
-    app = HttpApp(
-        DataPlane(registry, ServerMetadata("ortserve", "test", ())),
-        TensorLimits(1 << 20, 8, 1 << 20),
-        telemetry,
-    )
     capture = Capture(tmp_path / "capture", rate=1.0)
     await capture.start()
-    app.capture = capture
-    assert register_pipeline_routes(registry, app, telemetry) == ["/v1/predict"]
+    dataplane = DataPlane(registry, ServerMetadata("ortserve", "test", ()))
+    exchange = Exchange(dataplane, telemetry, capture)
+    app = HttpApp(dataplane, TensorLimits(1 << 20, 8, 1 << 20), exchange=exchange)
+    assert register_pipeline_routes(registry, app) == ["/v1/predict"]
     try:
         yield Served(app, metrics, exporter, capture)
     finally:

@@ -58,6 +58,7 @@ def serve(
     grpc_restricted_protocol: str | None,
     trusted_keys: Path | None,
     require_signed: bool,
+    min_signed_version: int,
     enable_fault_injection: bool,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
@@ -68,6 +69,8 @@ def serve(
 
     if require_signed and trusted_keys is None:
         raise click.BadParameter("needs --trusted-keys", param_hint="--require-signed")
+    if min_signed_version and trusted_keys is None:
+        raise click.BadParameter("needs --trusted-keys", param_hint="--min-signed-version")
     if workers > 1 and shared_memory_regions:
         # Each worker is a process with its own registry: a region registered through one
         # connection was unknown to the other workers (a 400 on their connections).
@@ -122,6 +125,7 @@ def serve(
         grpc_restricted_protocol=grpc_restricted_protocol,
         trusted_keys=trusted_keys,
         require_signed=require_signed,
+        min_signed_version=min_signed_version,
         enable_fault_injection=enable_fault_injection,
     )
     try:

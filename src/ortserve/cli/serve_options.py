@@ -315,6 +315,13 @@ _OPTIONS = [
         help="Refuse unsigned versions (needs --trusted-keys).",
     ),
     click.option(
+        "--min-signed-version",
+        envvar="ORTSERVE_MIN_SIGNED_VERSION",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Refuse signed versions numbered below N (rollback protection; needs --trusted-keys).",
+    ),
+    click.option(
         "--enable-fault-injection",
         envvar="ORTSERVE_ENABLE_FAULT_INJECTION",
         is_flag=True,

@@ -82,6 +82,13 @@ class DataPlane:
         extra = served.fallback_parameters() if isinstance(served, ServedVersion) else {}
         return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs, roles, extra)
 
+    def resolve(self, name: str, version: str | None = None) -> Servable:
+        """The servable answering ``name`` (its newest ready version, or ``version``) now.
+
+        Raises: ModelNotFound, ModelNotReady.
+        """
+        return self._resolver.resolve(name, version)
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Raises: ModelNotFound for an unknown model or version."""
         try:

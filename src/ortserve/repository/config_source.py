@@ -7,15 +7,21 @@ would make the served behaviour depend on a precedence rule nobody reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from google.protobuf import text_format
+from pydantic import ValidationError
 
 from ortserve.core.model import VersionInfo
 from ortserve.errors import ConfigError
-from ortserve.repository.bounded_config import DEFAULT_LIMITS, check_yaml
-from ortserve.repository.config import CONFIG_FILE, ModelConfig, load_model_config
+from ortserve.protocol.grpc import model_config_pb2 as mc
+from ortserve.repository.bounded_config import DEFAULT_LIMITS, bounded_text, load_yaml
+from ortserve.repository.config import CONFIG_FILE, ModelConfig
 from ortserve.repository.reshape import Reshape
-from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, parse_pbtxt
+from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, to_model_config
 
 __all__ = ["PBTXT_FILE", "ModelSource", "check_declared", "read_model_config", "read_model_source"]
 
@@ -30,6 +36,9 @@ class ModelSource:
     where: str
     inputs: tuple[DeclaredTensor, ...] = ()
     outputs: tuple[DeclaredTensor, ...] = ()
+    digests: Mapping[str, str] | None = None
+    """SHA-256 of the configuration file parsed, by name (``{}``: the folder has none; None:
+    not from the folder, a load request's configuration)."""
 
     @classmethod
     def from_triton(cls, triton: TritonConfig, where: str) -> ModelSource:
@@ -52,6 +61,10 @@ class ModelSource:
 def read_model_source(folder: Path) -> ModelSource:
     """The model's configuration from its folder (defaults when it has no file).
 
+    The file is read once, measured (bounded_config.py), parsed from those bytes, and their
+    SHA-256 kept in :attr:`ModelSource.digests` for the signature check: the configuration
+    that serves is the one whose digest was checked.
+
     Raises:
         ConfigError: both files, or an invalid one; the message names the file and the field.
     """
@@ -59,25 +72,54 @@ def read_model_source(folder: Path) -> ModelSource:
     if yaml_path.exists() and pbtxt_path.exists():
         raise ConfigError(f"{folder}: has both {CONFIG_FILE} and {PBTXT_FILE}; keep one of them")
     if pbtxt_path.exists():
-        _check_size(pbtxt_path)
-        return ModelSource.from_triton(parse_pbtxt(pbtxt_path, folder.name), str(pbtxt_path))
-    if yaml_path.exists():
-        check_yaml(_check_size(yaml_path).read_text(encoding="utf-8", errors="replace"), str(yaml_path))
-    try:
-        return ModelSource(load_model_config(folder), str(yaml_path))
-    except RecursionError:  # check_yaml bounds the depth far below this; never a traceback
-        raise ConfigError(f"{yaml_path}: nested too deeply") from None
+        data = _read_bounded(pbtxt_path)
+        try:
+            message = text_format.Parse(data.decode("utf-8"), mc.ModelConfig())
+        except (UnicodeDecodeError, text_format.ParseError, RecursionError) as exc:
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else bounded_text(str(exc), 300)
+            raise ConfigError(f"{pbtxt_path}: cannot parse: {problem}") from None
+        triton = to_model_config(message, str(pbtxt_path), folder.name)
+        return replace(ModelSource.from_triton(triton, str(pbtxt_path)), digests=_digest(PBTXT_FILE, data))
+    if not yaml_path.exists():
+        return ModelSource(ModelConfig(), str(yaml_path), digests={})
+    data = _read_bounded(yaml_path)
+    raw = load_yaml(data.decode("utf-8", errors="replace"), str(yaml_path))
+    return ModelSource(_validated(raw, yaml_path), str(yaml_path), digests=_digest(CONFIG_FILE, data))
 
 
-def _check_size(path: Path) -> Path:
-    """Raises: ConfigError: larger than a configuration may be (bounded_config.py)."""
+def _digest(name: str, data: bytes) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest()}
+
+
+def _validated(raw: object, path: Path) -> ModelConfig:
+    """Raises: ConfigError naming the file and every field that is wrong."""
+    if raw is None:
+        return ModelConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
     try:
-        size = path.stat().st_size
+        return ModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{path}: {bounded_text(problems, 4000)}") from None
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, refused past the size a configuration may have (bounded_config.py).
+
+    Raises:
+        ConfigError: unreadable or too large.
+    """
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(DEFAULT_LIMITS.max_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if size > DEFAULT_LIMITS.max_bytes:
+    if len(data) > DEFAULT_LIMITS.max_bytes:
         raise ConfigError(f"{path}: larger than {DEFAULT_LIMITS.max_bytes} bytes")
-    return path
+    return data
 
 
 def read_model_config(folder: Path) -> ModelConfig:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -306,7 +306,8 @@ class LifecycleManager:
         try:
             model_file = snapshot.model_file(number, config.default_model_filename)
             keep = SMALL_FILE_BYTES if config.kind == "llm" else 0
-            verified = await self._verify(name, number, snapshot.versions[number].folder, model_file, keep)
+            folder = snapshot.versions[number].folder
+            verified = await self._verify(name, number, folder, model_file, keep, source.digests)
             served: Servable
             if config.kind == "llm":  # generation is another servable, with its own engine
                 checked = None if verified.files is None else VerifiedFiles(verified.files, verified.kept)
@@ -349,7 +350,13 @@ class LifecycleManager:
         return None
 
     async def _verify(
-        self, name: str, number: int, folder: Path, model_file: Path, keep_below: int = 0
+        self,
+        name: str,
+        number: int,
+        folder: Path,
+        model_file: Path,
+        keep_below: int = 0,
+        config: Mapping[str, str] | None = None,
     ) -> VerifiedVersion:
         """Check the signature (with ``--trusted-keys``), keeping the model file's bytes as hashed.
 
@@ -359,7 +366,9 @@ class LifecycleManager:
         if self.trusted is None:
             return VerifiedVersion(False)
         relative = model_file.relative_to(folder).as_posix()
-        verified = await asyncio.to_thread(verify_and_read, folder, self.trusted, relative, keep_below)
+        verified = await asyncio.to_thread(
+            verify_and_read, folder, self.trusted, relative, keep_below, config
+        )
         logger.info(
             "model %s version %d: %s", name, number, "signature verified" if verified.signed else "unsigned"
         )

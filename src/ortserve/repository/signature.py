@@ -1,4 +1,6 @@
-"""Signed model versions: an Ed25519 signature over the SHA-256 of every file in a version folder.
+"""Signed model versions: an Ed25519 signature over the SHA-256 of every file in a version folder,
+and over where the folder belongs (model, version, the model's config file, the key's purpose:
+:mod:`ortserve.repository.signed_scope`).
 
 ``ortserve sign`` writes :data:`SIGNATURE_FILE` into the version folder: a JSON document with
 the manifest (relative path -> SHA-256, every file but the signature and the completion
@@ -20,6 +22,7 @@ import hashlib
 import hmac
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ortserve.core.model_files import ModelFiles, external_locations, relative_location
 from ortserve.errors import OrtServeError, RepositoryError
+from ortserve.repository.signed_scope import (
+    Scope,
+    canonical,
+    read_scope,
+    scope_document,
+    scope_mismatch,
+    scope_of,
+)
 from ortserve.repository.snapshot import COMPLETE_MARKER, MAX_FILES
 
 __all__ = [
@@ -62,6 +73,9 @@ class TrustedKeys:
 
     keys: tuple[Ed25519PublicKey, ...]
     required: bool
+    min_version: int = 0
+    """``--min-signed-version``: a signed version numbered lower is refused (rollback), and so is
+    an old manifest that does not sign its version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +114,12 @@ def generate_key(path: Path) -> Path:
 
 
 def sign_version(folder: Path, key_path: Path) -> Path:
-    """Hash every file of ``folder``, sign the manifest, write :data:`SIGNATURE_FILE`.
+    """Hash every file of ``folder``, sign the manifest with its scope (model, version, the
+    model folder's config file, purpose: see ``signed_scope.py``), write :data:`SIGNATURE_FILE`.
 
     Raises:
-        SignatureError: the key is not an Ed25519 private key, or the folder is not readable.
+        SignatureError: the key is not an Ed25519 private key, the folder is not a numbered
+            version folder, holds a symlinked folder, or is not readable.
     """
     try:
         private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
@@ -111,15 +127,23 @@ def sign_version(folder: Path, key_path: Path) -> Path:
         raise SignatureError(f"{key_path}: not a readable private key: {exc}") from exc
     if not isinstance(private, Ed25519PrivateKey):
         raise SignatureError(f"{key_path}: not an Ed25519 private key")
+    try:
+        scope = scope_of(folder)
+    except ValueError as exc:
+        raise SignatureError(f"{folder}: {exc}") from None
     manifest = {name: _sha256(folder / name) for name in _files(folder)}
-    signature = private.sign(_canonical(manifest))
-    document = {"manifest": manifest, "signature": base64.b64encode(signature).decode()}
+    signature = private.sign(canonical(manifest, scope))
+    document = {
+        **scope_document(scope),
+        "manifest": manifest,
+        "signature": base64.b64encode(signature).decode(),
+    }
     target = folder / SIGNATURE_FILE
     target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return target
 
 
-def load_trusted_keys(path: Path, required: bool) -> TrustedKeys:
+def load_trusted_keys(path: Path, required: bool, min_version: int = 0) -> TrustedKeys:
     """Every ``.pub`` file at ``path`` (a file, or a folder of them).
 
     Raises:
@@ -137,7 +161,7 @@ def load_trusted_keys(path: Path, required: bool) -> TrustedKeys:
         keys.append(key)
     if not keys:
         raise SignatureError(f"{path}: no .pub file with a trusted key")
-    return TrustedKeys(tuple(keys), required)
+    return TrustedKeys(tuple(keys), required, min_version)
 
 
 def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
@@ -150,14 +174,22 @@ def verify_version(folder: Path, trusted: TrustedKeys) -> bool:
 
 
 def verify_and_read(
-    folder: Path, trusted: TrustedKeys, model_file: str | None, keep_below: int = 0
+    folder: Path,
+    trusted: TrustedKeys,
+    model_file: str | None,
+    keep_below: int = 0,
+    config: Mapping[str, str] | None = None,
 ) -> VerifiedVersion:
     """Check ``folder`` against its signature, keeping the bytes of ``model_file`` (a name in
     the folder) and of every external-data file its graph names as they were hashed, for the
     session to be built from; also every other file of at most ``keep_below`` bytes.
 
+    Args:
+        config: the digests of the model's configuration as parsed (None: the files now).
+
     Raises:
-        SignatureError: unsigned while required, a signature no trusted key made, or a file
+        SignatureError: unsigned while required, a signature no trusted key made, signed for
+            another model, version, configuration or purpose, below ``min_version``, or a file
             missing, extra or different from the manifest (named in the message), or a graph
             naming external data the manifest does not list.
     """
@@ -166,10 +198,11 @@ def verify_and_read(
         if trusted.required:
             raise SignatureError(f"{folder}: unsigned ({SIGNATURE_FILE} missing) and --require-signed is set")
         return VerifiedVersion(False)
-    manifest, signature = _read_signature(signature_path)
-    canonical = _canonical(manifest)
-    if not any(_verifies(key, signature, canonical) for key in trusted.keys):
+    manifest, signature, scope = _read_signature(signature_path)
+    signed_bytes = canonical(manifest, scope)
+    if not any(_verifies(key, signature, signed_bytes) for key in trusted.keys):
         raise SignatureError(f"{signature_path}: the signature was not made by a trusted key")
+    _check_scope(folder, scope, trusted, config)
     present = set(_files(folder))
     missing, extra = sorted(set(manifest) - present), sorted(present - set(manifest))
     if missing:
@@ -197,6 +230,31 @@ def verify_and_read(
         return VerifiedVersion(True, None, kept)
     external = {location: kept[name] for location, name in locations.items()}
     return VerifiedVersion(True, ModelFiles(graph, external), kept)
+
+
+def _check_scope(
+    folder: Path, signed: Scope | None, trusted: TrustedKeys, config: Mapping[str, str] | None
+) -> None:
+    """Raises: SignatureError: the signature does not name this model, version, config."""
+    if signed is None:
+        if trusted.min_version:
+            raise SignatureError(
+                f"{folder}: an old signature that names no version, refused with "
+                "--min-signed-version; re-sign it with `ortserve sign`"
+            )
+        logger.warning(
+            "%s: signed with an old manifest that names no model, version or config (deprecated: "
+            "it would verify in any folder); re-sign it with `ortserve sign`",
+            folder,
+        )
+        return
+    try:
+        actual = scope_of(folder, config)
+    except ValueError as exc:
+        raise SignatureError(f"{folder}: {exc}") from None
+    problem = scope_mismatch(signed, actual, trusted.min_version)
+    if problem is not None:
+        raise SignatureError(f"{folder}: {problem}")
 
 
 def _check(folder: Path, name: str, digest: str, manifest: dict[str, str]) -> None:
@@ -241,7 +299,7 @@ def _verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
     return True
 
 
-def _read_signature(path: Path) -> tuple[dict[str, str], bytes]:
+def _read_signature(path: Path) -> tuple[dict[str, str], bytes, Scope | None]:
     try:
         raw = path.read_bytes()
         if len(raw) > _MAX_SIGNATURE_BYTES:
@@ -249,23 +307,32 @@ def _read_signature(path: Path) -> tuple[dict[str, str], bytes]:
         document = orjson.loads(raw)
         manifest = document["manifest"]
         signature = base64.b64decode(document["signature"], validate=True)
+        scope = read_scope(document)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SignatureError(f"{path}: not a signature file: {exc}") from exc
     if not isinstance(manifest, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in manifest.items()
     ):
         raise SignatureError(f"{path}: the manifest must map file names to SHA-256 hex digests")
-    return manifest, signature
-
-
-def _canonical(manifest: dict[str, str]) -> bytes:
-    """The signed bytes: one ``<sha256>  <path>`` line per file, sorted by path."""
-    return "".join(f"{manifest[name]}  {name}\n" for name in sorted(manifest)).encode()
+    return manifest, signature, scope
 
 
 def _files(folder: Path) -> list[str]:
+    """Every file under ``folder`` by relative path.
+
+    Raises:
+        SignatureError: a symlinked folder (os.walk would skip it silently, leaving what it
+            holds unsigned yet readable by the loader), or too many files.
+    """
     names = []
-    for current, _dirs, files in os.walk(folder):
+    for current, dirs, files in os.walk(folder):
+        linked = [name for name in dirs if os.path.islink(os.path.join(current, name))]
+        if linked:
+            relative = (Path(current) / linked[0]).relative_to(folder).as_posix()
+            raise SignatureError(
+                f"{folder}: {relative} is a symlinked folder; copy its files in (they are signed "
+                "and verified only inside the version folder)"
+            )
         for name in files:
             relative = (Path(current) / name).relative_to(folder).as_posix()
             if relative not in _SKIPPED:

@@ -31,6 +31,7 @@ from ortserve.routing.metrics import RoutingMetrics
 from ortserve.routing.table import RoutingTable
 from ortserve.server.collector import freeze_startup_heap
 from ortserve.server.connections import ByteBudget, ConnectionLimit, connection_cap
+from ortserve.server.exchange import Exchange
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
 from ortserve.server.grpc.service import InferenceService
 from ortserve.server.http.admission import EarlyRefusal
@@ -92,7 +93,9 @@ class Server:
         trusted = (
             None
             if settings.trusted_keys is None
-            else load_trusted_keys(settings.trusted_keys, settings.require_signed)
+            else load_trusted_keys(
+                settings.trusted_keys, settings.require_signed, settings.min_signed_version
+            )
         )
         self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events, trusted)
         # A released session frees its arena and weights into glibc's heap: give the pages back.
@@ -111,7 +114,14 @@ class Server:
         limits = TensorLimits(
             settings.max_tensor_elements, settings.max_json_depth, settings.max_bytes_element
         )
-        self.http_app = HttpApp(self.dataplane, limits, self.telemetry, settings.max_body_bytes)
+        self.routing = RoutingTable(self.registry, time.monotonic)
+        self.dataplane.routers = self.routing.routers
+        self.capture = _capture(settings, self.observability)
+        # The one request edge, for both transports and every request kind.
+        self.exchange = Exchange(self.dataplane, self.telemetry, self.capture, self.routing.routers)
+        self.http_app = HttpApp(
+            self.dataplane, limits, self.telemetry, settings.max_body_bytes, exchange=self.exchange
+        )
         self.observability.add_routes(self.http_app)
         add_shared_memory_routes(self.http_app, shared_memory)
         add_openapi_routes(self.http_app, __version__)
@@ -126,14 +136,10 @@ class Server:
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}
         )
         add_repository_routes(self.http_app, self.control, http_restricted.get("model-repository"))
-        self.routing = RoutingTable(self.registry, time.monotonic)
-        self.dataplane.routers = self.routing.routers
         add_routing_routes(self.http_app, self.routing, http_restricted.get("routing"))
         self.control.roles = self.routing.role_names
         if self.observability.metrics is not None:
             self.observability.metrics.registry.register(RoutingMetrics(self.routing))
-        self.capture = _capture(settings, self.observability)
-        self.http_app.capture = self.capture
         # One cap on connections across both listeners: a socket costs the same either way.
         self.connection_limit = ConnectionLimit(connection_cap(settings.max_connections))
         # And one intake governor: both listeners' connections share the loop it watches.
@@ -149,6 +155,8 @@ class Server:
                 header_timeout_s=settings.header_timeout_s,
             ),
             self.connection_limit,
+                min_body_rate=settings.request_min_rate,
+                request_timeout_s=settings.request_timeout_s,
             self.byte_budget,
             EarlyRefusal(self.dataplane, self.telemetry),
             self.intake,
@@ -164,10 +172,10 @@ class Server:
                 self.byte_budget,
             )
             if settings.grpc_port >= 0
+                self.exchange,
             else None
         )
         if self._grpc is not None:
-            self._grpc.service.capture = self.capture
             self._grpc.service.control = self.control
             if settings.grpc_restricted_protocol:
                 restricted = parse_restriction(settings.grpc_restricted_protocol)
@@ -254,7 +262,7 @@ class Server:
             self._grpc.readiness_changed()
 
     def _register_pipeline_routes(self) -> None:
-        register_pipeline_routes(self.registry, self.http_app, self.telemetry, self.routing)
+        register_pipeline_routes(self.registry, self.http_app)
 
     def request_stop(self, delayed: bool = True) -> None:
         """Begin shutting down; ``delayed`` False (or a second request) skips the shutdown delay."""

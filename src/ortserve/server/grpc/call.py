@@ -346,8 +346,8 @@ class GrpcCall:
         if isinstance(result, Message):
             self._answer(result)
         elif isinstance(result, Deferred):
-            self._task = result.pending
-            result.pending.add_done_callback(functools.partial(self._on_deferred, result.finish))
+            self._task = result.future
+            result.future.add_done_callback(functools.partial(self._on_deferred, result.finish))
         else:
             task = self._loop.create_task(result)
             self._task = task

@@ -19,6 +19,7 @@ from ortserve.server.connections import (
     Refusal,
     listen,
 )
+from ortserve.server.exchange import Exchange
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -95,7 +96,8 @@ class GrpcListener:
     ) -> None:
         self._options = options
         self._budget = budget
-        self.service = InferenceService(dataplane, limits, telemetry)
+        exchange: the server's one request edge, shared with HTTP (capture, routing).
+        self.service = InferenceService(dataplane, limits, telemetry, exchange)
         self.health = ReadinessHealth(dataplane)
         self._routes: dict[str, Rpc] = {
             **self.service.routes(),
@@ -106,6 +108,7 @@ class GrpcListener:
         self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
+        exchange: Exchange | None = None,
         self.reuse_port = False
         """Bind with SO_REUSEPORT (the workers of ``--workers N`` share the port)."""
 

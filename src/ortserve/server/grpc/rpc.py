@@ -7,30 +7,22 @@ runs it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf.message import Message
+
+from ortserve.server.deferred import Deferred
 
 if TYPE_CHECKING:
     from ortserve.server.grpc.call import GrpcCall
 
 __all__ = ["Deferred", "EdgeRefusal", "Rpc", "StreamHandler", "UnaryHandler", "UnaryResult"]
 
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred(Generic[_T]):
-    """A unary answer still being computed: ``finish`` turns the settled future into the reply."""
-
-    pending: asyncio.Future[_T]
-    finish: Callable[[asyncio.Future[_T]], Message]
-
-
-UnaryResult: TypeAlias = "Message | Deferred[Any] | Coroutine[Any, Any, Message]"
+UnaryResult: TypeAlias = "Message | Deferred[Message] | Coroutine[Any, Any, Message]"
+"""A unary handler's answer: a reply now, one a future will finish (the server's one
+:class:`~ortserve.server.deferred.Deferred`: no task per call), or a coroutine."""
 # Handlers are typed by their request message; the router only knows it as a Message.
 UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
 StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]

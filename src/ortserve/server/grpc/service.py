@@ -9,16 +9,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
-from ortserve.capture import Capture
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
-from ortserve.errors import (
-    InternalError,
-    InvalidInput,
-    NotImplementedByServer,
-    OrtServeError,
-)
+from ortserve.errors import InvalidInput, NotImplementedByServer, OrtServeError
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import (
     decode_infer_request,
@@ -31,11 +25,12 @@ from ortserve.protocol.grpc.codec import (
 )
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.edge import EncodedRefusals, edge_verdict
+from ortserve.server.exchange import Deferred, Exchange
 from ortserve.server.grpc.call import GrpcCall
-from ortserve.server.grpc.errors import INTERNAL_MESSAGE, abort_for, log_internal
+from ortserve.server.grpc.errors import abort_for
 from ortserve.server.grpc.headers import trailers_only
 from ortserve.server.grpc.peek import peek_infer_target
-from ortserve.server.grpc.rpc import Deferred, Rpc, UnaryHandler
+from ortserve.server.grpc.rpc import Rpc, UnaryHandler
 from ortserve.server.model_control import ModelControl
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot
@@ -60,17 +55,24 @@ class InferenceService:
         dataplane: the DataPlane the HTTP routes use too.
         limits: tensor limits applied while decoding.
         telemetry: request accounting (metrics, statistics, traces) shared with HTTP.
+        exchange: the server's one request edge (shared with HTTP); by default one over
+            ``dataplane`` and ``telemetry`` without capture or routing.
     """
 
     def __init__(
-        self, dataplane: DataPlane, limits: TensorLimits, telemetry: Telemetry | None = None
+        self,
+        dataplane: DataPlane,
+        limits: TensorLimits,
+        telemetry: Telemetry | None = None,
+        exchange: Exchange | None = None,
     ) -> None:
         self._dataplane = dataplane
         self._limits = limits
-        self._telemetry = telemetry or Telemetry(ServerStatistics())
+        if exchange is None:
+            exchange = Exchange(dataplane, telemetry or Telemetry(ServerStatistics()))
+        self._exchange = exchange
+        self._telemetry = exchange.telemetry
         self._refusals = EncodedRefusals(_trailers_for)  # each kept verdict's trailers-only block
-        self.capture: Capture | None = None
-        """Set by the server when ``--capture-dir`` is given; None costs one check per call."""
         self.control: ModelControl | None = None
         self.statistics_view: StatisticsView | None = None
         """Set in a worker of ``--workers N``: the statistics of every worker, merged."""
@@ -206,8 +208,7 @@ class InferenceService:
         request scope. With tracing, the access log or capture on, every call takes the full
         path (each wants its own record of the call).
         """
-        telemetry = self._telemetry
-        if self.capture is not None or telemetry.tracing is not None or telemetry.access_log:
+        if self._exchange.records_each_request:
             return False
         target = peek_infer_target(message)
         if target is None:
@@ -217,36 +218,12 @@ class InferenceService:
         error = edge_verdict(self._dataplane, name, version or None)
         if isinstance(error, bool):
             return error
-        telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
+        self._telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
         return self._refusals.answer(error)
 
-    def model_infer(
-        self, request: pb.ModelInferRequest, call: GrpcCall
-    ) -> Deferred[InferResponse] | Coroutine[Any, Any, pb.ModelInferResponse]:
+    def model_infer(self, request: pb.ModelInferRequest, call: GrpcCall) -> Deferred[pb.ModelInferResponse]:
         """Submit at once and answer from the future's callback: no task per call."""
-        capture = self.capture
-        if capture is not None and capture.sampled():
-            return self._captured_infer(capture, request, call)
         return self._submit(request, call)
-
-    async def _captured_infer(
-        self, capture: Capture, request: pb.ModelInferRequest, call: GrpcCall
-    ) -> pb.ModelInferResponse:
-        """Answer as usual, then record the call in HTTP form (undecodable ones are skipped)."""
-        arrival = (time.time(), time.monotonic())
-        status = 200
-        try:
-            return await self._infer(request, call)
-        except OrtServeError as error:
-            status = error.http_status
-            raise
-        finally:
-            try:
-                decoded = decode_infer_request(request, self._limits)
-            except OrtServeError:
-                pass
-            else:
-                capture.offer_grpc(decoded, arrival, status)
 
     async def model_stream_infer(self, call: GrpcCall) -> None:
         """Answer each request on the stream as soon as it is done, in any order.
@@ -276,7 +253,7 @@ class InferenceService:
 
     async def _infer(self, request: pb.ModelInferRequest, call: GrpcCall) -> pb.ModelInferResponse:
         deferred = self._submit(request, call)
-        pending = deferred.pending
+        pending = deferred.future
         try:
             await asyncio.wait((pending,))
         except asyncio.CancelledError:
@@ -286,13 +263,14 @@ class InferenceService:
         assert isinstance(answer, pb.ModelInferResponse)
         return answer
 
-    def _submit(self, request: pb.ModelInferRequest, call: GrpcCall) -> Deferred[InferResponse]:
-        """Decode and queue one request, accounted like HTTP's.
+    def _submit(self, request: pb.ModelInferRequest, call: GrpcCall) -> Deferred[pb.ModelInferResponse]:
+        """Decode and queue one request through the Exchange, as HTTP's.
 
         Raises:
             OrtServeError: the request was refused (anything unexpected is logged, then INTERNAL).
         """
-        scope = self._telemetry.begin(
+        exchange = self._exchange
+        scope = exchange.begin(
             "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
         try:
@@ -305,14 +283,11 @@ class InferenceService:
                 if refused is not None:
                     raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
-            scope.identify(infer_request)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
-            infer_request.headers = call.metadata_value
-            pending = self._dataplane.submit(infer_request)
+            pending = exchange.submit(scope, infer_request, call.metadata_value)
         except Exception as exc:
-            raise _finished_with(scope, exc) from None
-        scope.pending = pending
-        return Deferred(pending, functools.partial(_infer_answer, scope, call))
+            raise _finished_with(exchange, scope, exc) from None
+        return Deferred(pending, functools.partial(_infer_answer, exchange, scope, call))
 
     def _traceparent(self, call: GrpcCall) -> str | None:
         """The caller's W3C trace context, read only when tracing is on."""
@@ -329,11 +304,11 @@ DEGRADED_METADATA = "x-ortserve-degraded"
 
 
 def _infer_answer(
-    scope: RequestScope, call: GrpcCall, done: asyncio.Future[InferResponse]
+    exchange: Exchange, scope: RequestScope, call: GrpcCall, done: asyncio.Future[InferResponse]
 ) -> pb.ModelInferResponse:
     """The answer to a settled inference; the future is cancelled when the client went away."""
     if done.cancelled():
-        scope.abandon()
+        exchange.abandon(scope)
         raise asyncio.CancelledError
     try:
         response = done.result()
@@ -342,8 +317,8 @@ def _infer_answer(
         scope.inferred(response.model_version)
         answer = encode_infer_response(response)
     except Exception as exc:
-        raise _finished_with(scope, exc) from None
-    scope.finish(None, "OK")
+        raise _finished_with(exchange, scope, exc) from None
+    exchange.finish(scope, None, "OK")
     return answer
 
 
@@ -352,14 +327,11 @@ def _trailers_for(error: OrtServeError) -> bytes:
     return trailers_only(abort.code, abort.message, abort.trailers)
 
 
-def _finished_with(scope: RequestScope, exc: Exception) -> OrtServeError:
+def _finished_with(exchange: Exchange, scope: RequestScope, exc: Exception) -> OrtServeError:
     """Account for a failed request; what the client is told (unexpected errors are logged)."""
-    if not isinstance(exc, OrtServeError):
-        with scope.bound():
-            log_internal(exc)
-        exc = InternalError(INTERNAL_MESSAGE)
-    scope.finish(exc, exc.grpc_code)
-    return exc
+    error = exchange.settle(scope, exc)
+    exchange.finish(scope, error, error.grpc_code)
+    return error
 
 
 def _refuse(message: str, request: object, call: GrpcCall) -> NoReturn:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -12,8 +11,7 @@ import orjson
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferRequest, InferResponse
-from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
-from ortserve.loadtest.capture import Capture
+from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
 from ortserve.protocol.http_codec import (
     decode_infer_request,
     encode_infer_response,
@@ -21,10 +19,12 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import answered, failed
 from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
 from ortserve.server.http.errors import error_response, internal_error_response
 from ortserve.server.http.messages import (
-    DeferredResponse,
+    Deferred,
     HttpRequest,
     HttpResponse,
     RouteResult,
@@ -77,6 +77,8 @@ class HttpApp:
         dataplane: the server's one DataPlane.
         limits: tensor limits applied while decoding.
         telemetry: request accounting and the statistics extension's totals.
+        exchange: the server's one request edge (shared with gRPC); by default one over
+            ``dataplane`` and ``telemetry`` without capture or routing.
     """
 
     def __init__(
@@ -85,18 +87,20 @@ class HttpApp:
         limits: TensorLimits,
         telemetry: Telemetry | None = None,
         max_body_bytes: int = 64 * 1024 * 1024,
+        exchange: Exchange | None = None,
     ) -> None:
         self._dataplane = dataplane
         self._max_body_bytes = max_body_bytes
         self._limits = limits
-        self._telemetry = telemetry or Telemetry(ServerStatistics())
+        if exchange is None:
+            exchange = Exchange(dataplane, telemetry or Telemetry(ServerStatistics()))
+        self.exchange = exchange
+        self._telemetry = exchange.telemetry
         self._extra: dict[tuple[str, str], RouteHandler] = {}
         self._extra_paths: dict[str, list[str]] = {}
         self._sections: dict[str, SectionHandler] = {}
         self._added: dict[tuple[str, str], Operation | None] = {}
         self._model_routes: dict[str, ModelRouteHandler] = {}
-        self.capture: Capture | None = None
-        """Set by the server when ``--capture-dir`` is given; None costs one check per request."""
 
     def add_route(
         self, method: str, path: str, handler: RouteHandler, operation: Operation | None = None
@@ -165,7 +169,7 @@ class HttpApp:
             result = self._route(request)
         else:
             result = inflate_then_route(request, coding, self._max_body_bytes, self._route)
-            if not isinstance(result, (HttpResponse, DeferredResponse)):
+            if not isinstance(result, (HttpResponse, Deferred)):
                 result = _guarded(result)  # inflating in a thread: its errors become responses there
         reply_coding = answer_coding(request)  # infer answers only, as Triton (encoding.py says why)
         return result if reply_coding is None else compress_answer(result, reply_coding)
@@ -223,13 +227,11 @@ class HttpApp:
         if rest == ["infer"]:
             if request.method != "POST":
                 return method_not_allowed("POST")
-            if self.capture is not None and self.capture.sampled():
-                return self._captured_infer(request, name, version)
             return self._infer(request, name, version)
         handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
         if handler is not None:  # before the built-in stats, which a worker of --workers N replaces
             result = handler(request, name, version)
-            return result if isinstance(result, (HttpResponse, DeferredResponse)) else _guarded(result)
+            return result if isinstance(result, (HttpResponse, Deferred)) else _guarded(result)
         if rest == ["stats"]:
             return self._get(
                 request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
@@ -242,21 +244,19 @@ class HttpApp:
             return method_not_allowed("GET")
         return json_response(200, body())
 
-    async def _captured_infer(self, request: HttpRequest, name: str, version: str | None) -> HttpResponse:
-        """Answer as usual, then hand the request to the capture buffer (which never blocks)."""
-        arrival = (time.time(), time.monotonic())
-        response = await resolve_response(self._infer(request, name, version))
-        if self.capture is not None:
-            self.capture.offer_http(
-                request.path, name, version, request.headers, request.body, arrival, response.status
-            )
-        return response
-
     def _infer(
         self, request: HttpRequest, name: str, version: str | None
-    ) -> HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]:
-        scope = self._telemetry.begin(
-            "http", name, version, request.header(b"x-request-id"), request.header(b"traceparent")
+    ) -> HttpResponse | Deferred[HttpResponse] | Coroutine[Any, Any, HttpResponse]:
+        exchange = self.exchange
+        scope = exchange.begin(
+            "http",
+            name,
+            version,
+            request.header(b"x-request-id"),
+            request.header(b"traceparent"),
+            request.path,
+            request.text_header,
+            request.body,
         )
         try:
             header_length = _header_length(request)
@@ -267,7 +267,7 @@ class HttpApp:
             )
             return self._submit(request, infer_request, scope)
         except Exception as exc:
-            return _failed(scope, exc)
+            return failed(exchange, scope, exc)
 
     async def _infer_decoded_off_loop(
         self,
@@ -295,60 +295,38 @@ class HttpApp:
             )
             result = self._submit(request, infer_request, scope)
         except Exception as exc:
-            return _failed(scope, exc)
+            return failed(self.exchange, scope, exc)
         return await resolve_response(result)
 
     def _submit(
         self, request: HttpRequest, infer_request: InferRequest, scope: RequestScope
-    ) -> HttpResponse | DeferredResponse:
+    ) -> HttpResponse | Deferred[HttpResponse]:
+        exchange = self.exchange
         try:
-            scope.identify(infer_request)
-            infer_request.headers = request.text_header
-            pending = self._dataplane.submit(infer_request)
+            pending = exchange.submit(scope, infer_request, request.text_header)
         except Exception as exc:
-            return _failed(scope, exc)
-        scope.pending = pending
+            return failed(exchange, scope, exc)
         binary_default = infer_request.parameters.get("binary_data_output", False) is True
-        return DeferredResponse(pending, functools.partial(_infer_response, binary_default, scope))
-
-
-def _failed(scope: RequestScope, exc: Exception) -> HttpResponse:
-    """The answer to a request refused (its error) or failed (500, logged with its context)."""
-    if isinstance(exc, OrtServeError):
-        return _answered(scope, error_response(exc), exc)
-    with scope.bound():
-        return _answered(scope, internal_error_response(exc), InternalError("internal server error"))
-
-
-def _answered(scope: RequestScope, response: HttpResponse, error: OrtServeError | None) -> HttpResponse:
-    """Account for the request and echo its id (``X-Request-ID``)."""
-    scope.finish(error, response.status)
-    request_id = scope.echoed_id()
-    if request_id is not None:
-        response.headers.append((b"x-request-id", request_id))
-    return response
+        return Deferred(pending, functools.partial(_infer_response, exchange, binary_default, scope))
 
 
 def _infer_response(
-    binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
+    exchange: Exchange, binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
 ) -> HttpResponse:
     try:
         response = done.result()
         scope.inferred(response.model_version)
         encoded = encode_infer_response(response, binary_default)
-    except OrtServeError as error:
-        return _answered(scope, error_response(error), error)
     except Exception as exc:
-        with scope.bound():
-            return _answered(scope, internal_error_response(exc), InternalError("internal server error"))
+        return failed(exchange, scope, exc)
     status, headers = 200, []
     if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
         status = response.degraded.http_status
         headers.append((b"x-ortserve-degraded", response.degraded.header.encode("ascii")))
     if encoded.header_length is None:
-        return _answered(scope, HttpResponse(status, encoded.chunks, headers=headers), None)
+        return answered(exchange, scope, HttpResponse(status, encoded.chunks, headers=headers), None)
     headers.append((b"inference-header-content-length", str(encoded.header_length).encode()))
-    return _answered(scope, HttpResponse(status, encoded.chunks, _OCTET_STREAM, headers), None)
+    return answered(exchange, scope, HttpResponse(status, encoded.chunks, _OCTET_STREAM, headers), None)
 
 
 def _header_length(request: HttpRequest) -> int | None:

@@ -7,20 +7,21 @@ The body holds ``text_input`` and the sampling fields, at the top level or in ``
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
 import orjson
 
-from ortserve.errors import InternalError, InvalidInput, OrtServeError
+from ortserve.errors import InvalidInput, OrtServeError
 from ortserve.llm.servable import GenerationStream, LlmVersion, sampling_from
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import answered, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
-from ortserve.server.http.errors import error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
 from ortserve.server.http.methods import method_not_allowed
-from ortserve.server.http.openai_routes import resolve_llm
 
 __all__ = ["add_generate_routes"]
 
@@ -54,16 +55,17 @@ def _answer(llm: LlmVersion, stream: GenerationStream, text: str, finish: str | 
 
 
 async def _events(llm: LlmVersion, stream: GenerationStream) -> AsyncIterator[bytes]:
-    try:
-        async for event in stream.events():
-            yield codec.sse(_answer(llm, stream, event.text, event.finish_reason))
-    except OrtServeError as error:
-        yield codec.sse({"error": error.message})
+    async for event in stream.events():
+        yield codec.sse(_answer(llm, stream, event.text, event.finish_reason))
+
+
+def _error_event(error: OrtServeError) -> bytes:
+    return codec.sse({"error": error.message})
 
 
 class _GenerateRoutes:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
 
     def generate(self, request: HttpRequest, name: str, version: str | None) -> RouteResult:
         return self._start(request, name, version, streaming=False)
@@ -79,25 +81,35 @@ class _GenerateRoutes:
     async def _run(
         self, request: HttpRequest, name: str, version: str | None, streaming: bool
     ) -> HttpResponse:
+        exchange = self._exchange
+        scope = exchange.begin(
+            "http",
+            name,
+            version,
+            request.header(b"x-request-id"),
+            request.header(b"traceparent"),
+            request.path,
+            request.text_header,
+            request.body,
+        )
         try:
-            llm = resolve_llm(self._registry, name, version)
             text, fields = _fields(request.body)
+            llm = exchange.llm(scope, name, version, request.text_header, fields)
             stream = llm.generate(llm.tokenizer.encode(text), sampling_from(fields, llm.default_max_tokens))
             if streaming:
-                return HttpResponse(
-                    200,
-                    [],
-                    b"text/event-stream",
-                    [(b"cache-control", b"no-cache")],
-                    stream=_events(llm, stream),
+                events = exchange.stream(scope, _events(llm, stream), _error_event)
+                response = HttpResponse(
+                    200, [], b"text/event-stream", [(b"cache-control", b"no-cache")], stream=events
                 )
+                return with_request_id(scope, response)
             result = await stream.collect()
-            return json_response(200, orjson.dumps(_answer(llm, stream, result.text, result.finish_reason)))
-        except OrtServeError as error:
-            return error_response(error)
-        except Exception:
-            logger.exception("generate failed")
-            return error_response(InternalError("internal server error"))
+            body = orjson.dumps(_answer(llm, stream, result.text, result.finish_reason))
+        except asyncio.CancelledError:  # the client went away
+            exchange.abandon(scope)
+            raise
+        except Exception as exc:
+            return failed(exchange, scope, exc)
+        return answered(exchange, scope, json_response(200, body), None)
 
 
 def _operation(name: str, streaming: bool) -> Callable[[str], Operation]:
@@ -133,7 +145,7 @@ def _operation(name: str, streaming: bool) -> Callable[[str], Operation]:
 
 def add_generate_routes(app: HttpApp, registry: ModelRegistry) -> None:
     """Add ``generate`` and ``generate_stream`` under every model path."""
-    routes = _GenerateRoutes(registry)
+    routes = _GenerateRoutes(app.exchange)
     app.add_model_route("POST", "generate", routes.generate, _operation("generate", False))
     app.add_model_route(
         "POST", "generate_stream", routes.generate_stream, _operation("generate_stream", True)

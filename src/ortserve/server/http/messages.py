@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from ortserve.server.deferred import Deferred
+
 __all__ = [
-    "DeferredResponse",
+    "Deferred",
     "HttpRequest",
     "HttpResponse",
     "RouteResult",
@@ -58,28 +59,18 @@ def json_response(status: int, body: bytes, headers: list[tuple[bytes, bytes]] |
     return HttpResponse(status, [body], b"application/json", headers or [])
 
 
-@dataclass(frozen=True, slots=True)
-class DeferredResponse:
-    """A response that ``finish`` builds once ``future`` is done (no task per request).
-
-    The connection cancels ``future`` if the client goes away first.
-    """
-
-    future: asyncio.Future[Any]
-    finish: Callable[[asyncio.Future[Any]], HttpResponse]
-
-
-RouteResult = HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]
-"""What a route answers: a response now, one a future will finish, or a coroutine."""
+RouteResult = HttpResponse | Deferred[HttpResponse] | Coroutine[Any, Any, HttpResponse]
+"""What a route answers: a response now, one a future will finish (no task per request; the
+connection cancels the future if the client goes away first), or a coroutine."""
 
 
 def map_response(result: RouteResult, change: Callable[[HttpResponse], HttpResponse]) -> RouteResult:
     """``result`` with ``change`` applied to its response whenever that response exists."""
     if isinstance(result, HttpResponse):
         return change(result)
-    if isinstance(result, DeferredResponse):
+    if isinstance(result, Deferred):
         finish = result.finish
-        return DeferredResponse(result.future, lambda future: change(finish(future)))
+        return Deferred(result.future, lambda future: change(finish(future)))
     return _changed(result, change)
 
 
@@ -93,7 +84,7 @@ async def resolve_response(result: RouteResult) -> HttpResponse:
     """Wait for whatever ``result`` is to become a response."""
     if isinstance(result, HttpResponse):
         return result
-    if isinstance(result, DeferredResponse):
+    if isinstance(result, Deferred):
         with contextlib.suppress(Exception):  # finish() turns the failure into a response
             await result.future
         return result.finish(result.future)

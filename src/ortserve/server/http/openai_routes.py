@@ -1,25 +1,31 @@
 """OpenAI-compatible routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``GET /v1/models``; non-streaming JSON or server-sent events, errors in OpenAI's shape.
 
-Decode, hand the prompt to the model's LLM version, encode: the engine does the rest. A client
-that hangs up mid-stream closes the event generator, which cancels its sequence.
+Decode, hand the prompt to the model's LLM version through the Exchange (request id, routing
+between LLM versions, metrics, access log, span, capture), encode: the engine does the rest. A
+client that hangs up mid-stream closes the event generator, which cancels its sequence and
+finishes the request's scope.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 
-from ortserve.errors import InternalError, InvalidInput, ModelNotFound, OrtServeError
+from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
 from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.protocol import openai_codec as codec
 from ortserve.protocol.openai_sampling import sampling_params
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import answered, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.telemetry import RequestScope
 
 __all__ = ["add_openai_routes", "llm_versions", "resolve_llm"]
 
@@ -56,16 +62,9 @@ def _usage(stream: GenerationStream) -> codec.Usage:
     return codec.Usage(stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens)
 
 
-async def _errors_as_events(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A failure after the head is out becomes one error event, then the stream ends."""
-    try:
-        async for piece in events:
-            yield piece
-    except OrtServeError as error:
-        yield codec.sse(codec.error_body(error.message, "server_error", None))
-    except Exception:
-        logger.exception("generation stream failed")
-        yield codec.sse(codec.error_body("internal server error", "server_error", None))
+def _error_event(error: OrtServeError) -> bytes:
+    """A failure after the head is out: one error event, then the stream ends."""
+    return codec.sse(codec.error_body(error.message, "server_error", None))
 
 
 async def _chat_events(
@@ -95,39 +94,68 @@ async def _completion_events(
     yield codec.DONE
 
 
-def _streaming(events: AsyncIterator[bytes]) -> HttpResponse:
-    return HttpResponse(200, [], _SSE, list(_SSE_HEADERS), stream=_errors_as_events(events))
-
-
 class _OpenAiRoutes:
-    def __init__(self, registry: ModelRegistry) -> None:
+    def __init__(self, registry: ModelRegistry, exchange: Exchange) -> None:
         self._registry = registry
+        self._exchange = exchange
+
+    def _begin(self, request: HttpRequest, model: str) -> RequestScope:
+        return self._exchange.begin(
+            "http",
+            model,
+            None,
+            request.header(b"x-request-id"),
+            request.header(b"traceparent"),
+            request.path,
+            request.text_header,
+            request.body,
+        )
+
+    def _refused(self, request: HttpRequest, exc: Exception) -> HttpResponse:
+        """A body that does not parse: accounted under no model, in OpenAI's error shape."""
+        return failed(self._exchange, self._begin(request, ""), exc, openai_error_response)
+
+    def _streaming(self, scope: RequestScope, events: AsyncIterator[bytes]) -> HttpResponse:
+        """Server-sent events; the scope finishes when the stream ends or the client leaves."""
+        stream = self._exchange.stream(scope, events, _error_event)
+        return with_request_id(scope, HttpResponse(200, [], _SSE, list(_SSE_HEADERS), stream=stream))
 
     async def chat(self, request: HttpRequest) -> HttpResponse:
         try:
             parsed = codec.parse_chat(request.body)
-            llm = resolve_llm(self._registry, parsed.model)
+        except Exception as exc:
+            return self._refused(request, exc)
+        exchange = self._exchange
+        scope = self._begin(request, parsed.model)
+        try:
+            llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
             params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, True)
             prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
             stream = llm.generate(prompt, params)
             ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
             if parsed.stream:
-                return _streaming(_chat_events(stream, ident, created, parsed.model, parsed.include_usage))
+                events = _chat_events(stream, ident, created, parsed.model, parsed.include_usage)
+                return self._streaming(scope, events)
             result = await stream.collect()
             body = codec.chat_response(
                 ident, created, parsed.model, result.text, result.finish_reason, _usage(stream)
             )
-            return json_response(200, body)
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("chat completion failed")
-            return openai_error_response(InternalError("internal server error"))
+        except asyncio.CancelledError:  # the client went away
+            exchange.abandon(scope)
+            raise
+        except Exception as exc:
+            return failed(exchange, scope, exc, openai_error_response)
+        return answered(exchange, scope, json_response(200, body), None)
 
     async def completion(self, request: HttpRequest) -> HttpResponse:
         try:
             parsed = codec.parse_completion(request.body)
-            llm = resolve_llm(self._registry, parsed.model)
+        except Exception as exc:
+            return self._refused(request, exc)
+        exchange = self._exchange
+        scope = self._begin(request, parsed.model)
+        try:
+            llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
             params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, False)
             if isinstance(parsed.prompt, str):
                 prompt, echo = llm.tokenizer.encode(parsed.prompt), parsed.prompt
@@ -140,20 +168,21 @@ class _OpenAiRoutes:
             ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
             echoed = echo if parsed.echo else ""
             if parsed.stream:
-                return _streaming(
-                    _completion_events(stream, ident, created, parsed.model, parsed.include_usage, echoed)
+                events = _completion_events(
+                    stream, ident, created, parsed.model, parsed.include_usage, echoed
                 )
+                return self._streaming(scope, events)
             result = await stream.collect()
             text = echoed + result.text
             body = codec.completion_response(
                 ident, created, parsed.model, text, result.finish_reason, _usage(stream)
             )
-            return json_response(200, body)
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("completion failed")
-            return openai_error_response(InternalError("internal server error"))
+        except asyncio.CancelledError:  # the client went away
+            exchange.abandon(scope)
+            raise
+        except Exception as exc:
+            return failed(exchange, scope, exc, openai_error_response)
+        return answered(exchange, scope, json_response(200, body), None)
 
     async def models(self, request: HttpRequest) -> HttpResponse:
         names = []
@@ -192,7 +221,7 @@ def _operation(operation_id: str, summary: str, body: bool) -> Operation:
 
 def add_openai_routes(app: HttpApp, registry: ModelRegistry) -> None:
     """Add the OpenAI-compatible routes (they answer 404 for models that are not LLMs)."""
-    routes = _OpenAiRoutes(registry)
+    routes = _OpenAiRoutes(registry, app.exchange)
     app.add_route(
         "POST", "/v1/chat/completions", routes.chat, _operation("openai_chat", "OpenAI chat completion", True)
     )

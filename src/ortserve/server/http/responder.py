@@ -21,14 +21,14 @@ import httptools
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet
-from ortserve.server.http.messages import DeferredResponse, HttpRequest, HttpResponse
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.server.http.wire import CannedResponse, response_head, status_line
 
 __all__ = ["Handler", "Responder"]
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[HttpRequest], "HttpResponse | DeferredResponse | Coroutine[Any, Any, HttpResponse]"]
+Handler = Callable[[HttpRequest], "HttpResponse | Deferred[HttpResponse] | Coroutine[Any, Any, HttpResponse]"]
 
 _MAX_PIPELINED = 32
 
@@ -135,7 +135,7 @@ class Responder(asyncio.Protocol, abc.ABC):
                 if not self._respond(result, keep_alive):
                     return
                 continue
-            if isinstance(result, DeferredResponse):
+            if isinstance(result, Deferred):
                 self._task = result.future
                 result.future.add_done_callback(
                     functools.partial(self._on_deferred, result.finish, keep_alive=keep_alive)

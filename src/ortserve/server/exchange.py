@@ -1,0 +1,279 @@
+"""The one request edge: every request kind reaches a model through an :class:`Exchange`.
+
+OIP inference over HTTP and gRPC, the pipelines' REST routes and the LLM routes (OpenAI chat
+and completions, the generate extension) are four decoders in front of one object, built once
+by the server and handed to both transports. It knows no ``HttpResponse`` and no gRPC call: it
+takes plain values (model, version, request id, traceparent, a header getter, the body) and
+does, for every kind alike:
+
+- identification: the request scope (request id, trace span) and the capture sample;
+- routing: a model's traffic policy picks the version (split, sticky key, override, shadow,
+  rollout), ONNX, pipeline and LLM models alike;
+- admission and refusal: the scheduler's or the generation engine's own;
+- telemetry: ``ortserve_requests_total`` and the latency histograms under the same labels,
+  the access log line, the span;
+- capture: the sampled request offered once it is answered;
+- error settling: :func:`~ortserve.server.deferred.settle`.
+
+A transport keeps decode -> exchange -> encode, and maps the settled error to its wire in one
+function. The OIP path costs what it did: no task per request (the transports wrap the
+submitted future in one :class:`~ortserve.server.deferred.Deferred`), and a request that is
+not sampled pays one ``None`` check for capture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import orjson
+
+from ortserve.capture import Capture
+from ortserve.core.dataplane import DataPlane
+from ortserve.core.types import InferRequest, InferResponse
+from ortserve.errors import ModelNotFound, OrtServeError
+from ortserve.llm.servable import LlmVersion
+from ortserve.pipeline.runtime import ROUTED_VERSIONS, PipelineVersion, pipeline_model_name
+from ortserve.routing.router import ModelRouter
+from ortserve.server.deferred import Deferred, settle
+from ortserve.telemetry import RequestScope, Telemetry
+
+__all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
+
+Headers = Callable[[str], str | None]
+"""A request's header (gRPC: metadata) by lower-case name."""
+
+CLIENT_CLOSED = 499
+"""The access log's status of a streamed answer the client left before its end (nginx's)."""
+
+STEP_PHASES = ("input", "infer", "output")
+"""A pipeline's steps as ``ortserve_compute_seconds`` phases of ``<model>.pipeline``: parse +
+preprocess, the model calls (queueing included), postprocess + encoding."""
+
+_PIPELINE_SUFFIX = pipeline_model_name("")
+
+
+class Exchange:
+    """Where every request meets the server: one per server, shared by HTTP and gRPC.
+
+    Args:
+        dataplane: the models (resolution, the OIP submit path, shared memory).
+        telemetry: request accounting (metrics, statistics, access log, traces).
+        capture: the traffic capture (``--capture-dir``), or None.
+        routers: the models' traffic policies by name (the routing table's dict, read live).
+    """
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        telemetry: Telemetry,
+        capture: Capture | None = None,
+        routers: Mapping[str, ModelRouter] | None = None,
+    ) -> None:
+        self.dataplane = dataplane
+        self.telemetry = telemetry
+        self.capture = capture
+        self.routers: Mapping[str, ModelRouter] = routers if routers is not None else {}
+
+    @property
+    def records_each_request(self) -> bool:
+        """Tracing, the access log or capture is on: every request wants its own record, so
+        the transports' cheap edge refusals (no scope) are skipped."""
+        telemetry = self.telemetry
+        return self.capture is not None or telemetry.tracing is not None or telemetry.access_log
+
+    # -- identification ------------------------------------------------------------------
+
+    def begin(
+        self,
+        transport: str,
+        model: str,
+        version: str | None,
+        request_id: str | None,
+        traceparent: str | None,
+        path: str = "",
+        header: Headers | None = None,
+        body: bytes = b"",
+    ) -> RequestScope:
+        """Open one request's scope; end it with :meth:`finish` (or the stream's close).
+
+        ``path``, ``header`` and ``body`` are what a capture record keeps of an HTTP request
+        (a gRPC call's record is made from its decoded request, see :meth:`submit`).
+        """
+        scope = self.telemetry.begin(transport, model, version, request_id, traceparent)
+        capture = self.capture
+        if capture is not None:
+            scope.sample = capture.sample(path, header, body)
+        return scope
+
+    def finish(self, scope: RequestScope, error: OrtServeError | None, status: int | str) -> None:
+        """Account for the answered request (metrics, access log, span), offer its capture
+        sample, and settle what its router waits for."""
+        scope.finish(error, status)
+        sample = scope.sample
+        # A gRPC call that could not be decoded has no HTTP form: it is not recorded.
+        if sample is not None and self.capture is not None and (sample.path or sample.request is not None):
+            http_status = status if isinstance(status, int) else (200 if error is None else error.http_status)
+            self.capture.offer_sample(sample, scope.model, scope.version, http_status)
+        routed = scope.routed
+        if routed is not None and not routed.done():
+            if error is None:
+                routed.set_result(None)
+            else:
+                routed.set_exception(error)
+                routed.exception()  # retrieved: the transport answers it
+
+    def abandon(self, scope: RequestScope) -> None:
+        """The client went away before an answer: only the in-flight count changes."""
+        scope.abandon()
+        if scope.routed is not None:
+            scope.routed.cancel()
+
+    def settle(self, scope: RequestScope, exc: BaseException) -> OrtServeError:
+        """What the client is told about ``exc`` (unexpected ones logged with the scope bound)."""
+        return settle(exc, scope)
+
+    # -- OIP inference ---------------------------------------------------------------------
+
+    def submit(
+        self, scope: RequestScope, request: InferRequest, headers: Headers
+    ) -> asyncio.Future[InferResponse]:
+        """Queue a decoded OIP request (routed when its model has a policy).
+
+        Raises:
+            ModelNotFound, ModelNotReady, InvalidInput, Overloaded; the future may fail with
+            DeadlineExceeded, ModelNotReady or InferenceError.
+        """
+        scope.identify(request)
+        request.headers = headers
+        sample = scope.sample
+        if sample is not None and not sample.body:  # a gRPC call: recorded in its HTTP form
+            sample.request = request
+        pending = self.dataplane.submit(request)
+        scope.pending = pending
+        return pending
+
+    # -- generation --------------------------------------------------------------------------
+
+    def llm(
+        self,
+        scope: RequestScope,
+        name: str,
+        version: str | None,
+        headers: Headers | None,
+        fields: Mapping[str, object] | None = None,
+    ) -> LlmVersion:
+        """The LLM version that serves this request, through the model's policy when it has
+        one (split, sticky key, override from a header or the body's fields, rollout).
+
+        Raises:
+            ModelNotFound: no such model, or not a generation model. ModelNotReady, InvalidInput.
+        """
+        router = self.routers.get(name)
+        if router is None:
+            served = self.dataplane.resolve(name, version)
+        else:
+            served, choice = router.choose(router.view_of(version, {}, headers, fields))
+            scope.routed = asyncio.get_running_loop().create_future()
+            router.record(choice.version, choice.reason, scope.routed)
+        if not isinstance(served, LlmVersion):
+            raise ModelNotFound(f"model {name!r} is not a text-generation model (kind: llm)")
+        scope.version = served.info.version
+        return served
+
+    async def stream(
+        self,
+        scope: RequestScope,
+        events: AsyncIterator[bytes],
+        error_event: Callable[[OrtServeError], bytes],
+    ) -> AsyncIterator[bytes]:
+        """A streamed answer's body: ``events``, then the scope finishes when the stream ends,
+        fails (one last ``error_event``: the head is already out), or the client leaves
+        (the connection closes this iterator; the generation is cancelled)."""
+        error: OrtServeError | None = None
+        status: int = 200
+        try:
+            async for piece in events:
+                yield piece
+        except GeneratorExit:
+            status = CLIENT_CLOSED
+            raise
+        except Exception as exc:
+            error = settle(exc, scope)
+            yield error_event(error)
+        finally:
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+            if scope.trace is not None:
+                scope.inferred(scope.version or "")
+            self.finish(scope, error, status if error is None else error.http_status)
+
+    # -- pipelines -----------------------------------------------------------------------------
+
+    async def pipeline(
+        self, scope: RequestScope, name: str, headers: Headers, body: bytes
+    ) -> tuple[str, bytes]:
+        """Run a pipeline's REST request; returns the version of its model that answered and
+        the JSON answer. Its model calls follow the model's policy (sticky key from a header
+        or the body's top-level fields, stripped before the pipeline sees them).
+
+        Raises:
+            ModelNotFound: not a pipeline; whatever the pipeline raises.
+        """
+        started = time.monotonic()
+        served = self.dataplane.resolve(name, None)
+        if not isinstance(served, PipelineVersion):
+            raise ModelNotFound(f"model {name!r} is not a pipeline")
+        scope.version = version = served.info.version
+        model = name.removesuffix(_PIPELINE_SUFFIX)
+        router = self.routers.get(model)
+        marks: list[float] = []
+        try:
+            if router is None:
+                return version, await served.handle_body(body, marks)
+            fields, body = _routing_fields(router, body)
+            _, choice = router.choose(router.view_of(None, {}, headers, fields))
+            scope.routed = asyncio.get_running_loop().create_future()
+            router.record(choice.version, choice.reason, scope.routed)
+            token = ROUTED_VERSIONS.set({model: choice.version})
+            try:
+                return choice.version, await served.handle_body(body, marks)
+            finally:
+                ROUTED_VERSIONS.reset(token)
+        finally:
+            self._steps(scope, started, marks)
+
+    def _steps(self, scope: RequestScope, started: float, marks: list[float]) -> None:
+        """Step timings into the pipeline version's compute histograms and its trace's spans."""
+        ended = time.monotonic()
+        if len(marks) != 2 or scope.version is None:
+            return
+        if scope.trace is not None:
+            scope.trace.decoded, scope.trace.inferred = marks
+        metrics = self.telemetry.recorder(scope.model, scope.version, answered=True).metrics
+        if metrics is not None:
+            for phase, seconds in zip(
+                STEP_PHASES, (marks[0] - started, marks[1] - marks[0], ended - marks[1]), strict=True
+            ):
+                metrics.compute[phase].observe(seconds)
+
+
+def _routing_fields(router: ModelRouter, body: bytes) -> tuple[dict[str, object] | None, bytes]:
+    """The body's top-level fields, parsed only when it may hold the override parameter or the
+    sticky field, and the body without them: they are routing's, not the pipeline's."""
+    config = router.policy.config
+    names = [
+        n for n in (config.override and config.override.parameter, config.sticky and config.sticky.field) if n
+    ]
+    if not any(f'"{n}"'.encode() in body for n in names):
+        return None, body
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, body  # the pipeline's own parsing answers 400
+    if not isinstance(document, dict) or not any(n in document for n in names):
+        return None, body
+    rest = {k: v for k, v in document.items() if k not in names}
+    return document, orjson.dumps(rest)
