@@ -38,8 +38,8 @@ from ortserve.server.http.admission import EarlyRefusal
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.generate_routes import add_generate_routes
-from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.listener import HttpListener
+from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.openai_routes import add_openai_routes, llm_versions
 from ortserve.server.http.openapi_routes import add_openapi_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
@@ -155,8 +155,6 @@ class Server:
                 header_timeout_s=settings.header_timeout_s,
             ),
             self.connection_limit,
-                min_body_rate=settings.request_min_rate,
-                request_timeout_s=settings.request_timeout_s,
             self.byte_budget,
             EarlyRefusal(self.dataplane, self.telemetry),
             self.intake,
@@ -170,9 +168,9 @@ class Server:
                 self.connection_limit,
                 self.intake,
                 self.byte_budget,
+                self.exchange,
             )
             if settings.grpc_port >= 0
-                self.exchange,
             else None
         )
         if self._grpc is not None:

@@ -82,6 +82,7 @@ class GrpcListener:
         intake: parks connections while the loop is saturated (shared with HTTP).
         budget: the server-wide bound on request bytes held (``--max-inflight-bytes``,
             shared with HTTP): a call whose message would pass it ends RESOURCE_EXHAUSTED.
+        exchange: the server's one request edge, shared with HTTP (capture, routing).
     """
 
     def __init__(
@@ -93,10 +94,10 @@ class GrpcListener:
         connection_limit: ConnectionLimit | None = None,
         intake: IntakeGovernor | None = None,
         budget: ByteBudget | None = None,
+        exchange: Exchange | None = None,
     ) -> None:
         self._options = options
         self._budget = budget
-        exchange: the server's one request edge, shared with HTTP (capture, routing).
         self.service = InferenceService(dataplane, limits, telemetry, exchange)
         self.health = ReadinessHealth(dataplane)
         self._routes: dict[str, Rpc] = {
@@ -108,7 +109,6 @@ class GrpcListener:
         self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
-        exchange: Exchange | None = None,
         self.reuse_port = False
         """Bind with SO_REUSEPORT (the workers of ``--workers N`` share the port)."""
 
