@@ -140,6 +140,7 @@ async def load_llm_version(
         _default_max_tokens(prepared.files, config),
         loop,
     )
+    served.cache_salt_header = llm.cache_salt_header.lower() if llm.cache_salt_header else None
     holder.append(weakref.ref(served))
     engine.start(f"{name}-{version}")
     logger.info(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from collections.abc import Sequence as Tokens
 from dataclasses import dataclass
 
@@ -15,7 +16,14 @@ import numpy as np
 
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, TensorSpec
-from ortserve.errors import InferenceError, InvalidInput, ModelNotReady, OrtServeError, Overloaded
+from ortserve.errors import (
+    InferenceError,
+    InvalidField,
+    InvalidInput,
+    ModelNotReady,
+    OrtServeError,
+    Overloaded,
+)
 from ortserve.llm.engine import GenerationEngine
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent, Sequence
@@ -127,6 +135,9 @@ class LlmVersion:
         self._streams: dict[Sequence, GenerationStream] = {}
         self._drained = asyncio.Event()
         self._drained.set()
+        self.cache_salt_header: str | None = "authorization"
+        """Requests are salted by a digest of this header (a tenant's API key): prefixes are
+        never shared across its values. None: only the ``cache_salt`` field salts."""
 
     @property
     def ready(self) -> bool:
@@ -143,6 +154,19 @@ class LlmVersion:
     @property
     def kv_bytes(self) -> int:
         return self.engine.kv_bytes
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        """What ``kv_bytes`` stays within: the pool's budget plus the prefix cache's."""
+        return self.engine.limits.kv_pool_bytes + self.engine.cache.budget_bytes
+
+    @property
+    def expected_wait_s(self) -> float:
+        return self.engine.expected_wait_s
+
+    @property
+    def preemptions(self) -> int:
+        return self.engine.preemptions
 
     @property
     def prefix_hit_ratio(self) -> float:
@@ -184,7 +208,26 @@ class LlmVersion:
             )
         return None
 
-    def generate(self, prompt: Tokens[int], params: SamplingParams) -> GenerationStream:
+    def cache_salt(self, fields: Mapping[str, object], header: Callable[[str], str | None]) -> str:
+        """A request's prefix-cache salt: its ``cache_salt`` field (vLLM's name), behind a digest
+        of the tenant header (``cache_salt_header``) when the request carries one. Prefixes are
+        shared, and ``cached_tokens`` reported, only between requests of the same salt.
+
+        Raises:
+            InvalidField: ``cache_salt`` is not a non-empty string of at most 1,024 characters.
+        """
+        value = fields.get("cache_salt")
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 1024):
+            raise InvalidField(
+                "cache_salt", "cache_salt must be a non-empty string of at most 1024 characters"
+            )
+        salt = value or ""
+        tenant = header(self.cache_salt_header) if self.cache_salt_header else None
+        if tenant:
+            salt = hashlib.sha256(tenant.encode("utf-8", "surrogateescape")).hexdigest()[:32] + "/" + salt
+        return salt
+
+    def generate(self, prompt: Tokens[int], params: SamplingParams, cache_salt: str = "") -> GenerationStream:
         """Queue a generation; its events arrive on the returned stream.
 
         Raises:
@@ -202,6 +245,7 @@ class LlmVersion:
                 f"the prompt has {len(prompt)} tokens; this model's context is {self.max_context_len} tokens"
             )
         sequence = Sequence(prompt, params, self.tokenizer, self.eos_ids, self.max_context_len)
+        sequence.cache_salt = cache_salt
         stream = GenerationStream(sequence, self._loop)
         self.engine.submit(sequence)
         self._streams[sequence] = stream

@@ -75,6 +75,15 @@ class _Source(Protocol):
     def kv_bytes(self) -> int: ...
 
     @property
+    def kv_budget_bytes(self) -> int: ...
+
+    @property
+    def expected_wait_s(self) -> float: ...
+
+    @property
+    def preemptions(self) -> int: ...
+
+    @property
     def prefix_hit_ratio(self) -> float: ...
 
     @property
@@ -125,6 +134,11 @@ class LlmCollector(Collector):
         counters += (
             ("engine_steps", "Steps of the generation engine", [t[0] for t in timing]),
             (
+                "preemptions",
+                "Running sequences paused for keys-and-values memory",
+                [s.preemptions for _, s in rows],
+            ),
+            (
                 "engine_step_seconds",
                 "Wall time of engine steps (prefill, decode, sampling)",
                 [t[1] for t in timing],
@@ -147,6 +161,16 @@ class LlmCollector(Collector):
                 "kv_cache_bytes",
                 "Bytes of keys and values held (batch and prefix cache)",
                 [s.kv_bytes for _, s in rows],
+            ),
+            (
+                "kv_budget_bytes",
+                "Bytes of keys and values the engine may hold (pool and prefix cache budgets)",
+                [s.kv_budget_bytes for _, s in rows],
+            ),
+            (
+                "expected_wait_seconds",
+                "Expected wait for a first token of a request arriving now (queue and prefill)",
+                [s.expected_wait_s for _, s in rows],
             ),
             (
                 "prefix_cache_hit_ratio",

@@ -20,7 +20,7 @@ _SAMPLING = frozenset(
         "model", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "seed",
         "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
         # vLLM's extensions, honoured the same way
-        "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids",
+        "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "cache_salt",
     }
 )  # fmt: skip
 _INFORMATIONAL = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key"})

@@ -131,7 +131,7 @@ class _OpenAiRoutes:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
             params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, True)
             prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
-            stream = llm.generate(prompt, params)
+            stream = llm.generate(prompt, params, llm.cache_salt(parsed.fields, request.text_header))
             ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
             if parsed.stream:
                 events = _chat_events(stream, ident, created, parsed.model, parsed.include_usage)
@@ -164,7 +164,7 @@ class _OpenAiRoutes:
                 if any(not 0 <= t < llm.tokenizer.vocab_size for t in prompt):  # before decoding them
                     raise InvalidInput(f"prompt: token ids must be in [0, {llm.tokenizer.vocab_size})")
                 echo = llm.tokenizer.decode(prompt)
-            stream = llm.generate(prompt, params)
+            stream = llm.generate(prompt, params, llm.cache_salt(parsed.fields, request.text_header))
             ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
             echoed = echo if parsed.echo else ""
             if parsed.stream:
