@@ -186,3 +186,36 @@ async def test_a_large_or_weighted_instance_is_solved_off_the_event_loop(
         assert len(answer["orders"]) == len(document["orders"])  # type: ignore[arg-type]
     assert threads[0] != loop_thread and threads[1] != loop_thread
     assert threads[2] == loop_thread
+
+
+async def test_an_address_in_another_city_is_outside_the_service_area_with_its_distance(
+    harness: PipelineHarness,
+) -> None:
+    hangzhou = {
+        "id": "hz",
+        "address": "浙江省杭州市西湖区文三路1号",
+        "created_at": NOW,
+        "deadline": NOW + 40 * MINUTE,
+    }
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3}]
+    document = {"orders": [order("o1", 39.92, 116.44), hangzhou], "couriers": couriers, "now": NOW}
+    answer: Any = await harness.post("/v1/route", orjson.dumps(document))
+    assert [o["courier_id"] for o in answer["orders"]] == ["c1", None]
+    assert answer["orders"][1]["city"] == "杭州市"
+    [far] = answer["unassigned"]
+    assert far["order_id"] == "hz" and "outside the service area" in far["reason"]
+    km = float(far["reason"].split(" is ")[1].split(" km")[0].replace(",", ""))
+    assert 1_000 < km < 1_300  # Beijing to Hangzhou, about 1,100 km
+
+
+async def test_an_unknown_order_field_keeps_the_order_and_is_named_in_its_answer(
+    harness: PipelineHarness,
+) -> None:
+    mine = order("o1", 39.92, 116.44) | {"priority": "high"}
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 3}]
+    answer: Any = await harness.post(
+        "/v1/route", orjson.dumps({"orders": [mine], "couriers": couriers, "now": NOW})
+    )
+    [result] = answer["orders"]
+    assert result["courier_id"] == "c1" and result["ignored_fields"] == ["priority"]
+    assert answer["unassigned"] == []

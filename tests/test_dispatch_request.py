@@ -94,7 +94,7 @@ def test_a_valid_request_parses_with_defaults() -> None:
         ({"orders": [], "couriers": [courier()]}, "'orders'"),
         ({"orders": [order()]}, "'couriers'"),
         ({"orders": ["o1"], "couriers": [courier()]}, r"orders\[0\]"),
-        ({"orders": [order(), order()], "couriers": [courier()]}, r"orders\[1\]\.id"),
+        ({"orders": [order()], "couriers": [courier(), courier()]}, r"couriers\[1\]\.id"),
         ({"orders": [order(id=7)], "couriers": [courier()]}, r"orders\[0\]\.id"),
         ({"orders": [order()], "couriers": [courier(capacity=True)]}, r"couriers\[0\]\.capacity"),
         ({"orders": [order()], "couriers": [courier(load=-1)]}, r"couriers\[0\]\.load"),
@@ -114,7 +114,6 @@ def test_a_request_malformed_as_a_whole_is_rejected_naming_the_field(
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
-        (order("bad", colour="red"), r"orders\[1\]\.colour"),
         (order("bad", lat="39.9"), r"orders\[1\]\.lat"),
         (order("bad", lat=95.0), r"orders\[1\]\.lat"),
         (order("bad", deadline=NOW - 1), r"orders\[1\]\.deadline"),
@@ -160,3 +159,21 @@ def test_the_vectorised_neighbourhood_agrees_with_geohash_strings() -> None:
         [[geohash(b, d) in neighbourhood(a, c) for b, d in zip(lat, lon)] for a, c in zip(lat, lon)]
     )
     assert np.array_equal(flags, expected) and 0 < flags.mean() < 1
+
+
+def test_an_order_id_given_twice_rejects_only_the_second_order() -> None:
+    request = parse_dispatch_request(
+        {"orders": [order(), order(), order(id="o2")], "couriers": [courier()]}, NOW
+    )
+    assert [o.id for o in request.orders] == ["o1", "o2"]
+    (duplicate,) = request.rejected
+    assert duplicate.id == "o1" and "orders[1].id" in duplicate.reason and "twice" in duplicate.reason
+
+
+def test_an_unknown_order_field_is_ignored_and_named_not_a_rejection() -> None:
+    request = parse_dispatch_request({"orders": [order(priority=3, tip="x")], "couriers": [courier()]}, NOW)
+    (only,) = request.orders
+    assert not request.rejected and only.ignored == ("priority", "tip")
+    many = order() | {f"f{i:02}": i for i in range(40)}
+    (capped,) = parse_dispatch_request({"orders": [many], "couriers": [courier()]}, NOW).orders
+    assert len(capped.ignored) == 8

@@ -21,6 +21,7 @@ __all__ = [
     "DEADLINE_PASSED",
     "NO_CAPACITY",
     "NO_DEADLINE",
+    "SERVICE_RADIUS_KM",
     "TAKEN",
     "Assignment",
     "PairScores",
@@ -32,6 +33,10 @@ NO_CAPACITY = "no courier has room for the order's weight"
 NO_DEADLINE = "no courier with room is on time with the requested probability (min_on_time)"
 DEADLINE_PASSED = "the deadline has already passed"
 TAKEN = "the couriers that could take it are full: serving it would leave more orders unserved"
+SERVICE_RADIUS_KM = 50.0
+"""An order farther than this from every courier is outside the service area: a courier
+could not reach it in a delivery window, and its address was most likely read in the wrong
+city. Its reason says so, with the distance, rather than "not on time"."""
 
 Floats = npt.NDArray[np.float64]
 
@@ -99,6 +104,9 @@ def _reason(
         return None
     if expired[o]:
         return DEADLINE_PASSED
+    nearest = float(pairs.distance[o].min()) if pairs.distance.shape[1] else 0.0
+    if nearest > SERVICE_RADIUS_KM:
+        return f"outside the service area: the nearest courier is {nearest:,.0f} km away"
     if not pairs.fits[o].any():
         return NO_CAPACITY
     if not eligible[o].any():

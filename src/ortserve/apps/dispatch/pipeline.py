@@ -152,8 +152,12 @@ class _DispatchSteps:
             "courier_id": courier_ids[chosen] if chosen >= 0 else None,
             "candidates": candidates,
         }
+        if order.ignored:
+            answer["ignored_fields"] = list(order.ignored)
         if order.placed_by:
             answer["placed_in"] = order.placed_by
+        if order.place is not None and not order.geocoded:
+            answer["city"] = order.place.city
         if order.placed_by or order.geocoded:
             answer["placed_by"] = "geocoder" if order.geocoded else "gazetteer"
         if order.place is not None:

@@ -35,6 +35,9 @@ _TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_sy
 MAX_ADDRESS = 512
 """Characters of an order's address; real ones are tens."""
 _ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
+MAX_IGNORED = 8
+"""Unknown fields named per order at most (each cut to 64 characters): the answer stays small
+whatever a client sends."""
 _COURIER = frozenset({"id", "lat", "lon", "capacity", "load"})
 
 
@@ -56,6 +59,8 @@ class Order:
     """The position came from the geocoding service rather than the gazetteer."""
     place: Place | None = None
     """The gazetteer's reading of the address (road, house number, precision), if any."""
+    ignored: tuple[str, ...] = ()
+    """Fields of the order this server does not know: ignored, and named in its answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +135,13 @@ def _identifier(item: dict[str, object], field: str, seen: set[str]) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= 64:
         raise InvalidInput(f"field '{field}.id' must be a string of 1 to 64 characters")
     if value in seen:
-        raise InvalidInput(f"field '{field}.id': {value!r} appears twice")
+        raise _Duplicate(f"field '{field}.id': {value!r} appears twice; only its first order is routed")
     seen.add(value)
     return value
+
+
+class _Duplicate(InvalidInput):
+    """An id given twice: a courier's fails the request, an order's only that order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +171,20 @@ def _order(value: object, field: str, seen: set[str], frame: _Frame) -> Order | 
     could name it in the answer, so the request fails."""
     if not isinstance(value, dict):
         raise InvalidInput(f"field {field!r} must be an object")
-    identifier = _identifier(value, field, seen)
+    try:
+        identifier = _identifier(value, field, seen)
+    except _Duplicate as error:
+        return Rejected(str(value["id"]), str(error))
     try:
         return _valid_order(value, field, identifier, frame)
     except InvalidInput as error:
         return Rejected(identifier, str(error))
 
 
-def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order | Rejected:
-    item = _object(value, field, _ORDER)
+def _valid_order(item: dict[str, object], field: str, identifier: str, frame: _Frame) -> Order | Rejected:
+    # A field this server does not know (a client's own "priority", say) costs the order
+    # nothing: it is ignored and named in the order's answer.
+    ignored = tuple(sorted(str(key) for key in item if key not in _ORDER))[:MAX_IGNORED]
     address = item.get("address")
     if isinstance(address, str) and len(address) > MAX_ADDRESS:
         # The gazetteer scans the whole text for every name it knows: a million characters
@@ -200,6 +214,7 @@ def _valid_order(value: dict[str, object], field: str, identifier: str, frame: _
         place.district or place.city if place else None,
         address if isinstance(address, str) else None,
         place=place,
+        ignored=tuple(name[:64] for name in ignored),
     )
     return order if unplaced is None else Rejected(identifier, str(unplaced), order)
 
