@@ -11,11 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from fake_executor import FakeExecutor
+from fake_executor import BatchRecorder, FakeExecutor
 from ortserve.core.adaptive import ServiceMeter
 from ortserve.core.admission import in_flight_capacity
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.read_delay import read_delay_of
 from ortserve.core.scheduler import Scheduler
 from ortserve.errors import Overloaded
 from ortserve.testing import FakeClock
@@ -146,3 +147,37 @@ def test_an_idle_runner_is_not_slow_service() -> None:
         arrival = float(i)
         meter.observe(arrival, arrival, arrival + 0.010, 0.010)
     assert meter.slowdown == pytest.approx(1.0)
+
+
+async def test_the_wait_unread_in_the_socket_counts_in_admission_beyond_the_capacity() -> None:
+    loop = asyncio.get_running_loop()
+    executor, clock = FakeExecutor(), FakeClock()
+    policy = SchedulingPolicy(max_batch_size=BATCH, max_queue_size=1024)
+    scheduler = Scheduler(executor, policy, clock, loop, fitted(0.005))  # target 80 ms
+    for _ in range(BATCH):
+        scheduler.submit(one_row(), 1)
+    await settle()  # a full batch runs: 40 ms
+    for _ in range(BATCH):  # the capacity in flight: admitted, however long unread
+        read_delay_of(loop).unread_s = 1.0
+        scheduler.submit(one_row(), 1)
+    read_delay_of(loop).unread_s = 0.070  # beyond it: 80 ms queued and running + 70 ms unread
+    with pytest.raises(Overloaded, match="unread"):
+        scheduler.submit(one_row(), 1)
+    assert scheduler.refusal() is not None
+    read_delay_of(loop).unread_s = 0.0
+    assert scheduler.refusal() is None  # a refusal by the unread wait is not kept
+    scheduler.submit(one_row(), 1)  # 80 ms ahead: within the target
+
+
+async def test_a_requests_wait_counts_from_before_it_was_read() -> None:
+    loop = asyncio.get_running_loop()
+    executor, clock = FakeExecutor(), FakeClock()
+    recorder = BatchRecorder()
+    policy = SchedulingPolicy(max_batch_size=BATCH)
+    scheduler = Scheduler(executor, policy, clock, loop, fitted(0.005), recorder)
+    read_delay_of(loop).unread_s = 0.025
+    future = scheduler.submit(one_row(), 1)
+    await settle()
+    executor.finish()
+    await future
+    assert recorder.records[0].queue_waits_s == pytest.approx((0.025,))

@@ -88,10 +88,10 @@ class ServiceMeter:
     concurrency-limits and Envoy's adaptive concurrency, with service in the place of their
     no-load latency.
 
-    One batch's service time is from the later of the previous batch's end and its oldest
-    request's arrival (a runner left idle by an empty queue is not slow service) to its own
-    end. With several instances their batches overlap; a batch started before the previous
-    end is timed from its own start.
+    One batch's service time is from the previous batch's end to its own, counted only when
+    its oldest request was already waiting then (a runner left idle by an empty queue is not
+    slow service). With several instances their batches overlap; a batch started before the
+    previous end is timed from its own start.
     """
 
     __slots__ = ("_last_end", "slowdown")
@@ -104,9 +104,9 @@ class ServiceMeter:
     def observe(self, started: float, oldest_arrival: float, end: float, predicted_s: float) -> None:
         """One batch booked at ``started`` ended at ``end``; it was predicted ``predicted_s``."""
         origin = self._last_end if self._last_end <= started else started
-        served = end - max(origin, oldest_arrival)
+        served = end - origin
         self._last_end = max(self._last_end, end)
-        if predicted_s <= 0 or served <= 0:
+        if predicted_s <= 0 or served <= 0 or oldest_arrival > origin:
             return
         ratio = min(_MAX_SLOWDOWN, max(1.0, served / predicted_s))
         self.slowdown += _SERVICE_WEIGHT * (ratio - self.slowdown)

@@ -12,6 +12,7 @@ from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.clock import Clock
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.policy import AUTO_WAIT_BATCHES, SchedulingPolicy, queue_wait_target
+from ortserve.core.read_delay import ReadDelay
 from ortserve.errors import DeadlineUnmeetable, Overloaded
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class Admission:
         concurrency: the limit on requests held, or None (see :func:`concurrency_limit`).
         clock: time source.
         lock: the scheduler's lock, which guards the backlog.
+        read_delay: how long requests now sit unread before the transports read them
+            (:mod:`ortserve.core.read_delay`), added to the wait ahead; None: not known.
     """
 
     __slots__ = (
@@ -55,6 +58,7 @@ class Admission:
         "_kept",
         "_lock",
         "_policy",
+        "_read_delay",
     )
 
     def __init__(
@@ -65,7 +69,9 @@ class Admission:
         concurrency: AdaptiveLimit | None,
         clock: Clock,
         lock: threading.Lock,
+        read_delay: ReadDelay | None = None,
     ) -> None:
+        self._read_delay = read_delay
         self._backlog = backlog
         self._policy = policy
         self._cost_model = cost_model
@@ -154,15 +160,20 @@ class Admission:
         if not self._cost_model.fitted:
             return None, 0.0
         ahead = sum(backlog.lanes[i].rows for i in range(lane + 1))
-        wait = self._drain_estimate(now, ahead)
+        queued = self._drain_estimate(now, ahead)
+        unread = self._read_delay.unread_s if self._read_delay is not None else 0.0
+        wait = queued + unread
         target = wait_target(policy, self._cost_model, backlog.service.slowdown)
         if wait > target and not backlog.within_capacity(rows):
             late = Overloaded(
-                f"about {wait * 1e3:.1f} ms of work is queued ahead, more than the "
-                f"{target * 1e3:.1f} ms queue-wait target",
-                retry_after_s=wait,
+                f"about {wait * 1e3:.1f} ms of waiting ahead ({unread * 1e3:.1f} ms of it unread "
+                f"in the socket), more than the {target * 1e3:.1f} ms queue-wait target",
+                retry_after_s=queued,
             )
-            return late, _slack(wait - target, self._busy_for(now))
+            # The unread wait moves with every read, not with the counts: a refusal it
+            # decided is not kept past this request.
+            slack = _slack(wait - target, self._busy_for(now)) if queued > target else 0.0
+            return late, slack
         limit = deadline
         if policy.latency_budget_s is not None:
             budget_end = now + policy.latency_budget_s

@@ -32,6 +32,7 @@ from ortserve.core.inlining import InlineGate
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import NullObserver, SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
+from ortserve.core.read_delay import read_delay_of
 from ortserve.core.screening import BatchScreen, split_refused
 from ortserve.errors import DeadlineExceeded, InvalidInput, ModelNotReady, OrtServeError
 
@@ -82,8 +83,11 @@ class Scheduler:
         # workers both take batches and book their ends.
         self._lock = threading.Lock()
         self._backlog = Backlog(policy, self.cost_model, executor.instances)
+        # How long requests sat unread before this loop's transports read them: admission
+        # counts it in the wait, and a request's arrival is dated back by it.
+        self._read_delay = read_delay_of(loop)
         self._admission = Admission(
-            self._backlog, policy, self.cost_model, self.concurrency, clock, self._lock
+            self._backlog, policy, self.cost_model, self.concurrency, clock, self._lock, self._read_delay
         )
         self._inline = InlineGate()
         # Loop thread only:
@@ -144,7 +148,7 @@ class Scheduler:
         deadline = None if timeout_s is None else now + timeout_s
         future: asyncio.Future[list[Array]] = self._loop.create_future()
         signature = tuple(a.shape[1:] for a in feeds.values()) if policy.max_batch_size else ()
-        pending = Pending(feeds, rows, signature, now, deadline, future, lane)
+        pending = Pending(feeds, rows, signature, now - self._read_delay.unread_s, deadline, future, lane)
         backlog = self._backlog
         with self._lock:
             if as_at_edge and self._admission.still_admitted(lane):

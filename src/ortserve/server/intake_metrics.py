@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.intake import IntakeGovernor
+from ortserve.server.read_lag import read_lags
 
 __all__ = ["IntakeMetrics"]
 
@@ -54,3 +55,38 @@ class IntakeMetrics(Collector):
         yield CounterMetricFamily(
             "ortserve_intake_parks", "Connections parked because the loop was saturated", intake.parked_total
         )
+        yield from _read_lag_families()
+
+
+def _read_lag_families() -> Iterator[Metric]:
+    """Where an overloaded loop's time goes (:mod:`ortserve.server.read_lag`)."""
+    lags = read_lags()
+    maxima = [lag.take_maxima() for lag in lags]
+    yield CounterMetricFamily(
+        "ortserve_loop_read_iterations",
+        "Event-loop iterations that read at least one request head",
+        sum(lag.iterations for lag in lags),
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_request_heads", "Request heads read (HTTP)", sum(lag.reads for lag in lags)
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_read_stretch_seconds",
+        "Time from each iteration's first request head read to its last, summed",
+        sum(lag.stretch_total_s for lag in lags),
+    )
+    yield GaugeMetricFamily(
+        "ortserve_loop_read_stretch_max_seconds",
+        "Longest read stretch of one iteration since the last scrape",
+        max((m[0] for m in maxima), default=0.0),
+    )
+    yield CounterMetricFamily(
+        "ortserve_request_unread_seconds",
+        "Estimated time request heads sat unread in their sockets, summed",
+        sum(lag.unread_total_s for lag in lags),
+    )
+    yield GaugeMetricFamily(
+        "ortserve_request_unread_max_seconds",
+        "Longest estimated unread wait since the last scrape",
+        max((m[1] for m in maxima), default=0.0),
+    )

@@ -11,6 +11,7 @@ through a request scope (unless the access log or tracing wants one line per req
 
 from __future__ import annotations
 
+import asyncio
 import time
 from urllib.parse import unquote
 
@@ -18,6 +19,7 @@ from ortserve.core.dataplane import DataPlane
 from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
+from ortserve.server.read_lag import ReadLag, read_lag_of
 from ortserve.telemetry import Telemetry, echoable_id
 
 __all__ = ["EarlyRefusal", "infer_target"]
@@ -64,8 +66,14 @@ class EarlyRefusal:
         self._telemetry = telemetry
         self._targets: dict[bytes, Target | None] = {}
         self._answers = EncodedRefusals(lambda error: canned(error_response(error)))
+        self._lag: ReadLag | None = None
 
     def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
+        # Every request head is timed: how long it sat unread feeds the loop's schedulers.
+        lag = self._lag
+        if lag is None:
+            lag = self._lag = read_lag_of(asyncio.get_running_loop())
+        lag.observe()
         if method != b"POST" or b"expect" in headers:
             return None  # a client waiting for 100 Continue would not send the body we skip
         target = self._targets.get(url, _UNSEEN)
