@@ -45,17 +45,52 @@ OUT = Path(__file__).parent / "out"
 HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass\n"
 
 
-def rejections(server: ServerProcess) -> dict[str, float]:
-    """The scheduler's rejections so far, by model and reason."""
+LOOP = (
+    "ortserve_loop_read_iterations_total",
+    "ortserve_loop_request_heads_total",
+    "ortserve_loop_read_stretch_seconds_total",
+    "ortserve_loop_read_stretch_max_seconds",
+    "ortserve_request_unread_seconds_total",
+    "ortserve_request_unread_max_seconds",
+)
+
+
+def scrape(server: ServerProcess) -> tuple[dict[str, float], dict[str, float]]:
+    """The scheduler's rejections so far, by model and reason; the loop's read statistics
+    (``server/read_lag.py``; absent from older checkouts; the maxima reset at each scrape)."""
     url = f"http://{server.host}:{server.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
     counts: dict[str, float] = {}
+    loop: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("ortserve_scheduler_rejections_total{"):
             labels, value = line.rsplit(" ", 1)
             counts[labels[len("ortserve_scheduler_rejections_total") :]] = float(value)
-    return counts
+        elif line.split(" ", 1)[0] in LOOP:
+            name, value = line.split(" ", 1)
+            loop[name] = float(value)
+    return counts, loop
+
+
+def rejections(server: ServerProcess) -> dict[str, float]:
+    return scrape(server)[0]
+
+
+def loop_figures(after: dict[str, float], before: dict[str, float]) -> dict[str, float] | None:
+    """Heads read per iteration, mean and longest read stretch, mean and longest unread wait."""
+    if not after:
+        return None
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    iterations = d["ortserve_loop_read_iterations_total"] or 1.0
+    heads = d["ortserve_loop_request_heads_total"] or 1.0
+    return {
+        "heads_per_iteration": round(heads / iterations, 1),
+        "stretch_mean_ms": round(d["ortserve_loop_read_stretch_seconds_total"] / iterations * 1e3, 2),
+        "stretch_max_ms": round(after["ortserve_loop_read_stretch_max_seconds"] * 1e3, 1),
+        "unread_mean_ms": round(d["ortserve_request_unread_seconds_total"] / heads * 1e3, 2),
+        "unread_max_ms": round(after["ortserve_request_unread_max_seconds"] * 1e3, 1),
+    }
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -77,12 +112,14 @@ def open_loop(
     server: ServerProcess, model: str, rate: float, connections: int, seconds: float, timeout_s: float
 ) -> dict:
     request = wire(server, model, "http-json")
-    before, cpu = rejections(server), server_cpu_s(server)
+    (before, loop_before), cpu = scrape(server), server_cpu_s(server)
     summary = run_openloop(
         request.target, request.data, rate, seconds, connections, 1, timeout_s, warmup_s=1.0
     )
     row = open_figures(summary, server_cpu_s(server) - cpu)
-    row["rejections"] = delta(rejections(server), before)
+    after, loop_after = scrape(server)
+    row["rejections"] = delta(after, before)
+    row["loop"] = loop_figures(loop_after, loop_before)
     row["rate"] = round(rate)
     row["connections"] = connections
     return row
@@ -123,7 +160,16 @@ def many_round(root: Path, logs: Path, env: dict[str, str] | None, args: argpars
 
 
 def summary_line(row: dict) -> str:
-    keys = ("goodput", "offered", "admitted_p99_ms", "refused_p99_ms", "timeouts", "statuses", "rejections")
+    keys = (
+        "goodput",
+        "offered",
+        "admitted_p99_ms",
+        "refused_p99_ms",
+        "timeouts",
+        "statuses",
+        "rejections",
+        "loop",
+    )
     keys += ("first_2s_statuses", "rejections_whole_run")
     return " ".join(f"{k}={row.get(k)}" for k in keys)
 
@@ -140,13 +186,18 @@ def main() -> None:
     parser.add_argument("--models", type=lambda s: s.split(","), default=["heavy_mlp", "small_mlp"])
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout, open loop")
     parser.add_argument("--baseline-src", type=Path, help="src/ of an older checkout to compare")
+    parser.add_argument("--new-src", type=Path, help="src/ of the checkout to measure (default: this one)")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
-    arms: list[tuple[str, dict[str, str] | None]] = [("new", None)]
+    new_env = (
+        None if args.new_src is None else {"PYTHONPATH": str(args.new_src), "PYTHONDONTWRITEBYTECODE": "1"}
+    )
+    arms: list[tuple[str, dict[str, str] | None]] = [("new", new_env)]
     if args.baseline_src is not None:
         base_env = {"PYTHONPATH": str(args.baseline_src), "PYTHONDONTWRITEBYTECODE": "1"}
         arms.insert(0, ("base", base_env))
-    results: dict = {"stamp": machine.stamp(), "args": vars(args) | {"baseline_src": str(args.baseline_src)}}
+    paths = {"baseline_src": str(args.baseline_src), "new_src": str(args.new_src)}
+    results: dict = {"stamp": machine.stamp(), "args": vars(args) | paths}
     rounds: dict[str, list] = {name: [] for name, _ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"

@@ -72,6 +72,17 @@ class ServerSettings:
     """Most connections open at once, HTTP and gRPC together (lowered to what ``ulimit -n``
     allows); at the cap the longest-idle connection is closed for a new one, and when none is
     idle the new one is refused (HTTP 503, gRPC GOAWAY)."""
+    request_min_rate: float = 500.0
+    """Bytes per second a request must average once ``header_timeout_s`` has passed (an HTTP
+    body, a gRPC unary call's request): a slow link still uploads, a trickle is answered 408
+    (gRPC: DEADLINE_EXCEEDED) and its place freed."""
+    request_timeout_s: float = 120.0
+    """A whole request (HTTP head and body; a gRPC unary call's request, HEADERS to
+    END_STREAM) must arrive within this, whatever its rate."""
+    max_connections_per_peer: int = 0
+    """Most connections one peer address may hold (0: no limit, the default: behind a load
+    balancer or a proxy every client may share one address; the cap's eviction already keeps
+    the slow or silent connections of one peer from locking the others out)."""
     max_inflight_bytes: int = 1024 * 1024 * 1024
     """Memory HTTP request bodies may take at once (bodies held, plus room for one being joined
     from its pieces: at least twice ``max_body_bytes``); a request past it is 429."""

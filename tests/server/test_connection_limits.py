@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from ortserve.cli.main import main
 from ortserve.metrics import ServerMetrics
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
+from ortserve.server.http import listener as http_listener_module
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
@@ -111,6 +112,7 @@ async def until(condition: object, timeout_s: float = 5.0) -> None:
 class FakeConnection:
     members: ConnectionSet[FakeConnection]
     evicted: bool = False
+    received: int = 0
 
     def evict(self) -> None:
         self.evicted = True
@@ -167,7 +169,34 @@ def test_the_byte_budget_must_leave_room_for_a_body_being_joined(tmp_path: Path)
     assert result.exit_code == 2 and "at least twice --max-body-bytes" in result.output
 
 
-async def test_a_connection_over_the_cap_gets_503_and_close_while_others_are_served() -> None:
+async def test_over_the_cap_a_probe_is_answered_and_anything_else_gets_503_and_close() -> None:
+    """Every place serves a whole request (none can make room): a new connection still gets
+    one of the places kept for health probes, answered once, then closed."""
+    held, cap = HeldAnswers(), ConnectionLimit(2)
+    async with serving(held, cap=cap) as site:
+        busy = [await site.connect() for _ in range(2)]
+        for _, writer in busy:
+            writer.write(post_head(3) + b"abc")
+        await until(lambda: held.arrived == 2)
+        reader, writer = await site.connect()
+        writer.write(post_head(3) + b"abc")
+        status, headers, body = await read_response(reader)
+        assert status == 503 and headers[b"connection"] == b"close" and headers[b"retry-after"] == b"1"
+        assert b"too many connections" in body and await closed_by_server(reader)
+        reader, writer = await site.connect()
+        writer.write(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        await until(lambda: held.arrived == 3)  # the probe reached the handler
+        held.release.set()
+        status, headers, _ = await read_response(reader)
+        assert status == 200 and headers[b"connection"] == b"close" and await closed_by_server(reader)
+        for reader, _ in busy:
+            assert (await read_response(reader))[0] == 200
+
+
+async def test_with_no_probe_place_left_a_connection_over_the_cap_gets_503_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_listener_module, "PROBE_PLACES", 0)
     held, cap = HeldAnswers(), ConnectionLimit(2)
     async with serving(held, cap=cap) as site:
         busy = [await site.connect() for _ in range(2)]
@@ -345,12 +374,16 @@ async def test_the_metrics_port_has_a_cap_of_its_own() -> None:
     metrics = MetricsListener(ServerMetrics(lambda: [], lambda: {"http": 0, "grpc": 0}))
     site = Site(await metrics.start("127.0.0.1", 0))
     try:
-        for _ in range(64):  # bodies under way (the server has read their heads): not evictable
+        stalled = []
+        for _ in range(64):  # bodies under way that stopped: the cap may close them for others
             reader, writer = await site.connect()
             writer.write(b"POST /metrics HTTP/1.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
             assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100")
-        reader, _ = await site.connect()
-        assert (await read_response(reader))[0] == 503
+            stalled.append(reader)
+        reader, writer = await site.connect()
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_response(reader))[0] == 200
+        assert await closed_by_server(stalled[0])  # the 65th took the oldest stalled one's place
     finally:
         for writer in site.clients:
             writer.transport.abort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,16 +13,21 @@ import grpc
 import h2.config
 import h2.connection
 import pytest
+from google.protobuf import empty_pb2
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.model import ServedVersion
 from ortserve.core.types import ServerMetadata
 from ortserve.errors import ModelNotFound
+from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.grpc import listener as grpc_listener_module
+from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.listener import GrpcListener, GrpcOptions
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.settings import ServerSettings
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -150,28 +156,70 @@ async def test_a_connection_with_no_call_open_makes_room_at_the_cap() -> None:
         await grpc_listener.wait_closed()
 
 
-async def test_over_the_cap_calls_fail_unavailable_and_a_flood_of_refusals_gets_a_bare_goaway(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(grpc_listener_module, "_MAX_REFUSING", 1)
+def held_call(path: str) -> bytes:
+    """A client's preface and one whole unary call (an empty message, END_STREAM)."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x")]
+    client.send_headers(1, [*fields, ("content-type", "application/grpc"), ("te", "trailers")])
+    client.send_data(1, b"\x00\x00\x00\x00\x00", end_stream=True)
+    return client.data_to_send()
+
+
+@contextlib.asynccontextmanager
+async def serving_one_held_call() -> AsyncIterator[int]:
+    """A listener capped at one connection, taken by a call whose whole request is being
+    answered (never closed for a new connection); yields the port."""
+    release = asyncio.Event()
+
+    async def hold(request: Message, call: GrpcCall) -> Message:
+        await release.wait()
+        return empty_pb2.Empty()
+
     dataplane = DataPlane(FakeResolver(), ServerMetadata("ortserve", "test", ()))
     grpc_listener = GrpcListener(dataplane, TensorLimits(), options(), connection_limit=ConnectionLimit(1))
+    grpc_listener._routes["/test.Hold/Call"] = Rpc(empty_pb2.Empty, unary=hold)
     port = await grpc_listener.start("127.0.0.1", 0)
     try:
         occupant = await asyncio.open_connection("127.0.0.1", port)
-        occupant[1].write(open_call())  # a call open: not evictable
+        occupant[1].write(held_call("/test.Hold/Call"))
         await occupant[0].readexactly(9)  # the server's SETTINGS: it is being served
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert refused.value.details() == "too many connections"
-            bare = await asyncio.open_connection("127.0.0.1", port)  # one refusing connection lives
-            answer = await asyncio.wait_for(bare[0].read(), 5)
-            assert answer[3] == 4 and answer[9 + 3] == 7  # SETTINGS, then GOAWAY, then closed
-            assert int.from_bytes(answer[9 + 13 : 9 + 17], "big") == 7  # REFUSED_STREAM
-            bare[1].close()
+        yield port
         occupant[1].close()
     finally:
+        release.set()
         grpc_listener.stop_accepting(0.5)
         await grpc_listener.wait_closed()
+
+
+async def test_over_the_cap_probes_are_answered_and_other_calls_fail_unavailable() -> None:
+    async with serving_one_held_call() as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert answer.status == NOT_SERVING  # answered: the fake models are not all ready
+        live = channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerLive",
+            request_serializer=pb.ServerLiveRequest.SerializeToString,
+            response_deserializer=pb.ServerLiveResponse.FromString,
+        )
+        assert (await live(pb.ServerLiveRequest(), timeout=5)).live
+        metadata = channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerMetadata",
+            request_serializer=pb.ServerMetadataRequest.SerializeToString,
+            response_deserializer=pb.ServerMetadataResponse.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await metadata(pb.ServerMetadataRequest(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert refused.value.details() == "too many connections"
+
+
+async def test_with_no_refusing_place_left_a_connection_over_the_cap_gets_a_bare_goaway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(grpc_listener_module, "_MAX_REFUSING", 0)
+    async with serving_one_held_call() as port:
+        bare = await asyncio.open_connection("127.0.0.1", port)
+        answer = await asyncio.wait_for(bare[0].read(), 5)
+        assert answer[3] == 4 and answer[9 + 3] == 7  # SETTINGS, then GOAWAY, then closed
+        assert int.from_bytes(answer[9 + 13 : 9 + 17], "big") == 7  # REFUSED_STREAM
+        bare[1].close()

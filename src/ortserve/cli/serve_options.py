@@ -127,6 +127,30 @@ _OPTIONS = [
         help="Seconds an idle HTTP keep-alive connection stays open.",
     ),
     click.option(
+        "--request-timeout",
+        envvar="ORTSERVE_REQUEST_TIMEOUT",
+        type=click.FloatRange(min=0.001),
+        default=120.0,
+        help="Seconds a whole request (HTTP head and body, a gRPC unary call's request) may take "
+        "to arrive, whatever its rate (then 408, gRPC DEADLINE_EXCEEDED).",
+    ),
+    click.option(
+        "--request-min-rate",
+        envvar="ORTSERVE_REQUEST_MIN_RATE",
+        type=click.FloatRange(min=1.0),
+        default=500.0,
+        help="Bytes per second a request body must average after --header-timeout (a request "
+        "may take --header-timeout plus one second per this many bytes).",
+    ),
+    click.option(
+        "--max-connections-per-peer",
+        envvar="ORTSERVE_MAX_CONNECTIONS_PER_PEER",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Connections one client address may hold (0: no limit; behind a load balancer every "
+        "client may share one address). Past it: HTTP 503, gRPC GOAWAY.",
+    ),
+    click.option(
         "--grpc-max-message-bytes",
         envvar="ORTSERVE_GRPC_MAX_MESSAGE_BYTES",
         type=int,
@@ -279,6 +303,13 @@ _OPTIONS = [
         type=click.FloatRange(min=0.05),
         default=5.0,
         help="Poll mode: seconds between two looks at the repository.",
+    ),
+    click.option(
+        "--require-complete-marker/--no-require-complete-marker",
+        envvar="ORTSERVE_REQUIRE_COMPLETE_MARKER",
+        default=True,
+        help="Re-scans load a version only once ortserve.complete is written into it last "
+        "(off: also once its files stop changing, unsafe with preallocating copiers).",
     ),
     click.option(
         "--load-model",

@@ -7,10 +7,10 @@ import asyncio
 import logging
 import resource
 import socket
-from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
+from ortserve.server.connection_limit import ConnectionLimit, Evictable, peer_address
 from ortserve.server.intake import IntakeGovernor
 from ortserve.server.memory import HeapTrimmer
 
@@ -23,6 +23,7 @@ __all__ = [
     "Refusal",
     "connection_cap",
     "listen",
+    "peer_address",
 ]
 
 logger = logging.getLogger(__name__)
@@ -32,59 +33,6 @@ _FD_RESERVE = 128  # descriptors kept for model files, logs, the metrics listene
 _REFUSAL_LINGER_S = 1.0
 _TRIM_WORTHY = 64 * 1024  # smaller bodies live in pymalloc's pools or reused heap chunks
 _MAX_LINGERING = 1024  # refused sockets lingering at once; past it they are closed at once
-
-
-class Evictable(Protocol):
-    """A connection the limit may close to make room (it has no request in progress)."""
-
-    def evict(self) -> None: ...
-
-
-class ConnectionLimit:
-    """At most ``maximum`` connections open across every listener sharing this object.
-
-    A connection counts from the moment its listener admits it (before ``connection_made``:
-    an event loop may accept thousands of sockets in one tick) until it leaves its
-    :class:`ConnectionSet`. Connections with no request in progress say so (``idle``); one
-    arriving at the cap closes the connection idle the longest to make room, and is refused
-    only when none is idle. So idle sockets, however many, can never lock real clients out.
-
-    Args:
-        maximum: the bound (>= 1).
-    """
-
-    def __init__(self, maximum: int) -> None:
-        self.maximum = maximum
-        self.open = 0
-        self.refused = 0
-        self.evicted = 0
-        self.lingering = 0  # refused connections still open (see Refusal)
-        self._idle: OrderedDict[object, Evictable] = OrderedDict()
-
-    def admit(self) -> bool:
-        """Count a new connection, evicting the longest-idle one at the cap; False: refuse it."""
-        while self.open >= self.maximum and self._idle:
-            _, oldest = self._idle.popitem(last=False)
-            self.evicted += 1
-            oldest.evict()  # leaves its set at once, which gives its place back
-        if self.open >= self.maximum:
-            self.refused += 1
-            return False
-        self.open += 1
-        return True
-
-    def idle(self, connection: Evictable) -> None:
-        """``connection`` may be evicted from now on (newest last)."""
-        self._idle[connection] = connection
-
-    def busy(self, connection: object) -> None:
-        """``connection`` has a request in progress: not evictable."""
-        self._idle.pop(connection, None)
-
-    def leave(self, connection: object) -> None:
-        """``connection`` closed (or was evicted): its place is free."""
-        self._idle.pop(connection, None)
-        self.open -= 1
 
 
 def connection_cap(requested: int) -> int:
@@ -210,30 +158,47 @@ class Refusal(asyncio.Protocol):
 class FirstBytesGate(asyncio.Protocol):
     """Stands in front of a connection's protocol until the peer sends its first bytes.
 
-    Until then the connection is idle as far as the :class:`ConnectionLimit` knows, so a
-    socket that connects and says nothing can be evicted for a real client; the first bytes
+    Until then the connection is waiting for its first request as far as the
+    :class:`ConnectionLimit` knows, so a socket that connects and says nothing can be evicted
+    for a real client; the first bytes
     hand the transport to ``inner`` (``set_protocol``), which then costs nothing more. For
     protocols that cannot report idleness themselves (the gRPC connection).
 
     Args:
         inner: the protocol that serves the connection; it joins ``connections`` itself.
         connections: the listener's set, whose limit may evict this connection.
+        peer_refusal: written, before closing, to a connection whose peer address holds its
+            share of the limit already (``ConnectionLimit.per_peer``).
     """
 
-    def __init__(self, inner: asyncio.Protocol, connections: ConnectionSet[Any]) -> None:
+    received = 0  # bytes the inner protocol has not been given: none, by definition
+
+    def __init__(
+        self, inner: asyncio.Protocol, connections: ConnectionSet[Any], peer_refusal: bytes = b""
+    ) -> None:
         self._inner = inner
         self._connections = connections
+        self._peer_refusal = peer_refusal
         self._transport: asyncio.Transport | None = None
-        self._evicted = False
+        self._evicted = False  # before the inner protocol saw the connection: it never will
         # From the listener's accept on (a burst may be accepted before connection_made runs);
-        # the inner protocol joins again in its connection_made, which changes nothing.
+        # the inner protocol joins again in its connection_made, which changes nothing. It
+        # ranks with the requests arriving (its first is to come), so a burst of new clients
+        # closes the oldest stalled connections rather than one another.
         connections.connections.add(inner)
-        connections.limit.idle(self)
+        connections.limit.receiving(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         if self._evicted:
             transport.close()
+            return
+        if not self._connections.limit.join_peer(self._inner, peer_address(transport)):
+            self._evicted = True
+            self._connections.limit.busy(self)
+            self._connections.discard(self._inner)
+            transport.write(self._peer_refusal)  # type: ignore[attr-defined]
+            transport.close()  # after what was written
             return
         self._inner.connection_made(transport)
 
@@ -259,6 +224,7 @@ class FirstBytesGate(asyncio.Protocol):
 
     def evict(self) -> None:
         """The cap needs this silent connection's place: give it back now and close."""
+        self._connections.limit.busy(self)
         self._connections.discard(self._inner)
         if self._transport is None:
             self._evicted = True  # connection_made will close it without the inner protocol

@@ -141,7 +141,9 @@ class Server:
         if self.observability.metrics is not None:
             self.observability.metrics.registry.register(RoutingMetrics(self.routing))
         # One cap on connections across both listeners: a socket costs the same either way.
-        self.connection_limit = ConnectionLimit(connection_cap(settings.max_connections))
+        self.connection_limit = ConnectionLimit(
+            connection_cap(settings.max_connections), settings.max_connections_per_peer
+        )
         # And one intake governor: both listeners' connections share the loop it watches.
         self.intake = IntakeGovernor(settings.intake_lag_ms / 1e3)
         # And one bound on request bytes held. Room is kept for one body being joined from
@@ -153,6 +155,8 @@ class Server:
                 max_body_bytes=settings.max_body_bytes,
                 keepalive_timeout_s=settings.keepalive_timeout_s,
                 header_timeout_s=settings.header_timeout_s,
+                min_body_rate=settings.request_min_rate,
+                request_timeout_s=settings.request_timeout_s,
             ),
             self.connection_limit,
             self.byte_budget,

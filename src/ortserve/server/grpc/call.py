@@ -200,6 +200,11 @@ class GrpcCall:
         return held + (0 if request is None else len(request))
 
     @property
+    def unary(self) -> bool:
+        """The method takes one request message (a streaming one reads them as they come)."""
+        return self._rpc.streaming is None
+
+    @property
     def backlogged(self) -> bool:
         """Messages wait for the handler: the client gets no more window until it takes them."""
         return bool(self._inbox) or self._request is not None or self._inflating is not None

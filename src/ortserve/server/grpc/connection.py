@@ -9,7 +9,10 @@ and writes what it has to send: what one read produced leaves in one system call
 
 It owns only what is gRPC's: the calls by stream id and the request bytes they hold (a
 connection holding more than twice the message limit in bytes no handler has taken fails
-its newest call with RESOURCE_EXHAUSTED).
+its newest call with RESOURCE_EXHAUSTED), a unary call whose request misses its arrival
+deadline (ended DEADLINE_EXCEEDED), and what the connection cap is told: idle (no stream
+open), serving (a unary call's whole request is being answered) or receiving (requests
+arriving, or only streaming calls, which the cap may close for a new connection).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ __all__ = ["Http2Connection"]
 logger = logging.getLogger(__name__)
 
 _EMPTY = memoryview(b"")
+# What the connection cap was last told (ConnectionLimit: idle, receiving, busy).
+_AT_REST = 0
+_ARRIVING = 1
+_SERVING = 2
 
 
 class Http2Connection(asyncio.Protocol):
@@ -70,7 +77,8 @@ class Http2Connection(asyncio.Protocol):
         self._inflater = inflater
         self._settings = settings
         self._connections = connections
-        self._evictable = False  # no call open: registered with the cap as evictable
+        self._told = _SERVING  # the gate in front of it tells the cap until the first bytes
+        self._serving: set[int] = set()  # unary calls whose whole request is being answered
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         config = settings.engine()
@@ -84,8 +92,12 @@ class Http2Connection(asyncio.Protocol):
         self._reading = True
         self._write_paused = False
         self._parked = False  # the intake governor paused reading (the loop is saturated)
+        self._parked_at = 0.0
         self._intake = connections.intake
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # the loop time the timer fires at
+        # The soonest a request just begun can be late (none has made progress yet).
+        self._first_due = min(config.request_grace_s, config.request_timeout_s)
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,10 +127,13 @@ class Http2Connection(asyncio.Protocol):
 
     def park(self) -> None:
         self._parked = True
+        self._parked_at = self._loop.time()
         self._pause_reading()
 
     def unpark(self) -> None:
         self._parked = False
+        # Time parked was the server's, not the client's: the request clocks skip it.
+        self._engine.postpone_requests(self._loop.time() - self._parked_at)
         self._resume_reading()
 
     def _pause_reading(self) -> None:
@@ -156,6 +171,11 @@ class Http2Connection(asyncio.Protocol):
             self._cancel_all()
         finally:
             self._in_read = False
+        if self._engine.awaiting_requests and self._timer is not None:
+            due = self._loop.time() + self._first_due
+            if due < self._timer_at:  # a request began: its deadline may come before the timer
+                self._timer.cancel()
+                self._arm(due)
         self._flush()
         if self._intake.saturated:
             self._intake.admit_more(self)
@@ -176,6 +196,8 @@ class Http2Connection(asyncio.Protocol):
             self, stream_id, head, rpc, self._loop, self._settings.max_message_bytes, self._inflater
         )
         self._calls[stream_id] = call
+        if rpc.streaming is not None:
+            self._engine.open_ended(stream_id)  # its messages come at the client's pace
         call.start()
         if event.end_stream:
             self._receive(call, _EMPTY, True)
@@ -187,6 +209,8 @@ class Http2Connection(asyncio.Protocol):
         stream_id = call.stream_id
         if self._calls.get(stream_id) is not call:
             return  # the call ended while it took them
+        if end_stream and not call.ended and call.unary:
+            self._serving.add(stream_id)
         if not end_stream and not call.backlogged:
             self._engine.consumed(stream_id)
         held = call.held
@@ -211,6 +235,7 @@ class Http2Connection(asyncio.Protocol):
             call.cancel()
 
     def _forget(self, stream_id: int) -> GrpcCall | None:
+        self._serving.discard(stream_id)
         held = self._held_by.pop(stream_id, 0)
         self._held -= held
         if held:
@@ -220,6 +245,7 @@ class Http2Connection(asyncio.Protocol):
     def _cancel_all(self) -> None:
         calls = list(self._calls.values())
         self._calls.clear()
+        self._serving.clear()
         self._held_by.clear()
         if self._held:
             self._budget.give(self._held)
@@ -231,6 +257,7 @@ class Http2Connection(asyncio.Protocol):
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
         stream_id = call.stream_id
         self._calls.pop(stream_id, None)
+        self._serving.discard(stream_id)
         held = self._held_by.pop(stream_id, 0)
         if held:
             self._held -= held
@@ -274,19 +301,37 @@ class Http2Connection(asyncio.Protocol):
             self._closed = True
             self._transport.close()
             return
-        quiet = self._engine.open_streams == 0
-        if quiet != self._evictable:
-            # A connection with no call open may make room for a new one at the cap, as an
-            # HTTP/1.1 keep-alive connection does: 10,000 connections that sent the preface
-            # and then nothing held every place for two hours (until keepalive).
-            self._evictable = quiet
-            if quiet:
-                self._connections.limit.idle(self)
+        # A connection with no call open may make room for a new one at the cap, as an idle
+        # HTTP/1.1 keep-alive connection does; so may one whose calls are still arriving
+        # (10,000 connections that opened a call and went silent held every place until
+        # keepalive, two hours); one answering a whole request may not. Until its first bytes
+        # the gate in front of it speaks for it.
+        if not self._engine.received:
+            return
+        if not self._engine.open_streams:
+            told = _AT_REST
+        elif self._serving:
+            told = _SERVING
+        else:
+            told = _ARRIVING
+        if told != self._told:
+            self._told = told
+            limit = self._connections.limit
+            if told == _AT_REST:
+                limit.idle(self)
+            elif told == _SERVING:
+                limit.busy(self)
             else:
-                self._connections.limit.busy(self)
+                limit.receiving(self)
+
+    @property
+    def received(self) -> int:
+        """Bytes read from the peer so far (the connection cap ranks progress by it)."""
+        return self._engine.received
 
     def evict(self) -> None:
-        """The connection cap needs this quiet connection's place: GOAWAY, then close."""
+        """The connection cap needs this place (no call open, or calls arriving slower than
+        the other connections' requests): GOAWAY, then close; calls open are cancelled."""
         self._connections.discard(self)
         if not self._closed:
             self._engine.close(ErrorCode.NO_ERROR, "closed to make room for a new connection")
@@ -311,11 +356,23 @@ class Http2Connection(asyncio.Protocol):
             self._transport.abort()
 
     def _on_timer(self) -> None:
-        """The engine's timers (preface deadline, keepalive) on the loop's clock."""
+        """The engine's timers (preface deadline, requests' arrival, keepalive) on the loop's
+        clock."""
         self._timer = None
         if self._closed:
             return
+        if self._engine.awaiting_requests and not self._parked:
+            for stream_id in self._engine.expired_requests():
+                call = self._calls.get(stream_id)
+                if call is None:
+                    self._engine.reset_stream(stream_id, ErrorCode.CANCEL)
+                else:  # answered, then the stream reset (the client may still be sending)
+                    call.fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "the request was not received in time"))
         delay = self._engine.tick()
         self._flush()
         if delay is not None:
-            self._timer = self._loop.call_later(delay, self._on_timer)
+            self._arm(self._loop.time() + delay)
+
+    def _arm(self, when: float) -> None:
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._on_timer)

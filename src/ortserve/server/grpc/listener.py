@@ -36,18 +36,29 @@ from ortserve.telemetry import Telemetry
 __all__ = ["GrpcListener", "GrpcOptions"]
 
 # Long enough for a loaded client to send its first call (GOAWAY before it would make the
-# client retry elsewhere instead of failing); at most _MAX_REFUSING such connections live.
+# client retry elsewhere instead of failing); at most _MAX_REFUSING such connections live, and
+# they make room for one another as connections under the cap do (a silent one first).
 _REFUSAL_LINGER_S = 5.0
 _MAX_REFUSING = 256
 _GOAWAY = settings_frame({}) + goaway_frame(0, ErrorCode.REFUSED_STREAM, "too many connections")
+_PEER_GOAWAY = settings_frame({}) + goaway_frame(
+    0, ErrorCode.ENHANCE_YOUR_CALM, "too many connections from this address"
+)
+PROBES = (
+    "/inference.GRPCInferenceService/ServerLive",
+    "/inference.GRPCInferenceService/ServerReady",
+    "/grpc.health.v1.Health/Check",
+)
+"""Methods answered even over the connection cap: an orchestrator's probes."""
 
 
 def _refuse(request: Message, call: GrpcCall) -> Message:
     raise GrpcAbort(StatusCode.UNAVAILABLE, "too many connections")
 
 
-class _RefuseEveryCall(Mapping[str, Rpc]):
-    """The routes of a connection over the cap: every method answers UNAVAILABLE.
+class _ProbesOnly(Mapping[str, Rpc]):
+    """The routes of a connection over the cap: health probes (:data:`PROBES`) are answered,
+    every other method answers UNAVAILABLE.
 
     A GOAWAY or a stream reset would be cleaner on the wire, but gRPC clients retry those
     transparently on a new connection until their deadline, so the caller would wait; a
@@ -56,8 +67,11 @@ class _RefuseEveryCall(Mapping[str, Rpc]):
 
     _rpc = Rpc(empty_pb2.Empty, unary=_refuse)
 
+    def __init__(self, routes: Mapping[str, Rpc]) -> None:
+        self._probes = {path: routes[path] for path in PROBES if path in routes}
+
     def __getitem__(self, path: str) -> Rpc:
-        return self._rpc
+        return self._probes.get(path, self._rpc)
 
     def __iter__(self) -> Iterator[str]:
         return iter(())
@@ -106,7 +120,8 @@ class GrpcListener:
             **Reflection().routes(),
         }
         self._connections: ConnectionSet[Http2Connection] = ConnectionSet(connection_limit, intake)
-        self._refused: ConnectionSet[Http2Connection] = ConnectionSet()
+        self._refused: ConnectionSet[Http2Connection] = ConnectionSet(ConnectionLimit(_MAX_REFUSING))
+        self._probes_only = _ProbesOnly(self._routes)
         self._server: asyncio.Server | None = None
         self._grace: asyncio.TimerHandle | None = None
         self.reuse_port = False
@@ -127,7 +142,7 @@ class GrpcListener:
             connection = Http2Connection(
                 self._routes, self._options, self._connections, loop, inflater, self._budget
             )
-            return FirstBytesGate(connection, self._connections)
+            return FirstBytesGate(connection, self._connections, _PEER_GOAWAY)
 
         try:
             self._server = await listen(accept, host, port, self.reuse_port)
@@ -136,16 +151,17 @@ class GrpcListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     def _refusal(self, loop: asyncio.AbstractEventLoop, inflater: Inflater) -> asyncio.Protocol:
-        """A connection over the cap: calls answered UNAVAILABLE, GOAWAY after 5 s.
+        """A connection over the cap: probes answered, other calls UNAVAILABLE, GOAWAY after 5 s.
 
-        At most ``_MAX_REFUSING`` such connections live at once; past that, a refusal is the
-        server preface and GOAWAY, then close (the client retries until its deadline).
+        At most ``_MAX_REFUSING`` such connections live at once (a silent or answered one
+        makes room for a new one); past that, a refusal is the server preface and GOAWAY, then
+        close (the client retries until its deadline).
         """
-        if len(self._refused.connections) >= _MAX_REFUSING:
+        if not self._refused.limit.admit():
             return Refusal(_GOAWAY, self._connections.limit)
-        connection = Http2Connection(_RefuseEveryCall(), self._options, self._refused, loop, inflater)
+        connection = Http2Connection(self._probes_only, self._options, self._refused, loop, inflater)
         loop.call_later(_REFUSAL_LINGER_S, connection.go_away)  # a no-op once it has closed
-        return connection
+        return FirstBytesGate(connection, self._refused)
 
     def readiness_changed(self) -> None:
         """Tell health watchers to re-read readiness (after loading, on drain)."""

@@ -21,7 +21,12 @@ class GrpcOptions:
     max_concurrent_streams: int
     max_header_list_bytes: int = 64 * 1024
     preface_timeout_s: float = 10.0
-    """A new connection must send the HTTP/2 preface within this (``--header-timeout``)."""
+    """A new connection must send the HTTP/2 preface within this (``--header-timeout``); a
+    call's request may take as long plus a second per ``request_min_rate`` bytes."""
+    request_min_rate: float = 500.0
+    """``--request-min-rate``: see :attr:`~ortserve.settings.ServerSettings.request_min_rate`."""
+    request_timeout_s: float = 120.0
+    """``--request-timeout``: a call's request must arrive whole within this of its HEADERS."""
 
     def engine(self) -> EngineConfig:
         """The HTTP/2 engine's limits: a connection window with room for the largest message plus
@@ -35,6 +40,9 @@ class GrpcOptions:
             keepalive_time_s=self.keepalive_time_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
             preface_timeout_s=self.preface_timeout_s,
+            request_grace_s=self.preface_timeout_s,
+            request_min_rate=self.request_min_rate,
+            request_timeout_s=self.request_timeout_s,
         )
 
     @classmethod
@@ -46,4 +54,6 @@ class GrpcOptions:
             keepalive_timeout_s=settings.grpc_keepalive_timeout_s,
             max_concurrent_streams=settings.grpc_max_concurrent_streams,
             preface_timeout_s=settings.header_timeout_s,
+            request_min_rate=settings.request_min_rate,
+            request_timeout_s=settings.request_timeout_s,
         )

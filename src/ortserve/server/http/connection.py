@@ -8,8 +8,9 @@ requests answered in order, body and header limits, an idle timeout, and a 400 t
 the connection on anything it cannot parse.
 
 What one connection may hold is bounded in time and memory: a request head must arrive within
-``header_timeout_s`` and its body at a minimum average rate (slowloris), an idle keep-alive
-connection closes after ``keepalive_timeout_s``, body bytes count against the server-wide
+``header_timeout_s``, its body at a minimum average rate (slowloris), the whole request within
+``request_timeout_s`` (a trickle just above the rate), an idle keep-alive connection closes
+after ``keepalive_timeout_s``, body bytes count against the server-wide
 :class:`~ortserve.server.connections.ByteBudget` until answered, and nothing keeps a body
 alive once its request is answered (the parser, which references the connection, is dropped
 when the connection closes, so neither waits for the cyclic garbage collector).
@@ -29,7 +30,7 @@ from urllib.parse import unquote
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
-from ortserve.server.connections import ByteBudget, ConnectionSet
+from ortserve.server.connections import ByteBudget, ConnectionSet, peer_address
 from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.server.http.responder import Handler, Responder
 from ortserve.server.http.wire import CannedResponse
@@ -47,9 +48,11 @@ _RESET = struct.pack("ii", 1, 0)
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
-# A body may take header_timeout_s plus one second per this many bytes (Apache's
-# mod_reqtimeout rule): a slow link still uploads, a trickle cannot hold a connection forever.
-_MIN_BODY_RATE = 500
+_PEER_BODY = encode_error("too many connections from this address")
+_TOO_MANY_FROM_PEER = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+    b"retry-after: 1\r\nconnection: close\r\n\r\n%s" % (len(_PEER_BODY), _PEER_BODY)
+)
 _RETRY_AFTER = [(b"retry-after", b"1"), (b"connection", b"close")]
 
 # What a connection is waiting for, and so what its deadline means.
@@ -57,6 +60,11 @@ _IDLE = 0  # the next request head: close quietly at the deadline
 _HEAD = 1  # the rest of a request head: 408 at the deadline
 _BODY = 2  # the rest of a request body: 408 at the deadline
 _BUSY = 3  # our answer: no deadline
+
+# What the connection limit was last told (ConnectionLimit: idle, receiving, busy).
+_AT_REST = 0
+_ARRIVING = 1
+_SERVING = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,12 @@ class ConnectionLimits:
     max_headers: int = 100
     keepalive_timeout_s: float = 75.0
     header_timeout_s: float = 10.0
+    min_body_rate: float = 500.0
+    """A body may take ``header_timeout_s`` plus one second per this many bytes (Apache's
+    mod_reqtimeout rule): a slow link still uploads, a trickle cannot hold a connection."""
+    request_timeout_s: float = 120.0
+    """A whole request, head and body, must arrive within this of its first byte, whatever its
+    rate: a trickle just above ``min_body_rate`` held a place for hours (64 MiB at 600 B/s)."""
 
 
 class _TooLarge(Exception):
@@ -117,20 +131,29 @@ class HttpConnection(Responder):
         self._now = loop.time()
         self._deadline = self._now + limits.header_timeout_s
         self._body_started = 0.0
+        self._request_end = 0.0  # the request_timeout_s deadline of the request arriving
+        self._received = 0
+        self._told = _ARRIVING  # a new connection: its first request is to come
         self._discard_left: int | None = None
         self._upgrade_offered = False
         # Member and evictable from the listener's accept on: a loop may accept a burst of
         # sockets before any connection_made runs, and a real client in the same burst must
-        # still be able to take a silent socket's place.
+        # still be able to take a silent socket's place (or a stalled request's: a new
+        # connection ranks with the requests arriving, from its accept on, so a burst of new
+        # clients closes the oldest stalled ones rather than one another).
         self._limit = state.limit
         state.connections.add(self)
-        state.limit.idle(self)
+        state.limit.receiving(self)
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
         if self._closed:  # evicted before it was made
             transport.close()
+            return
+        if self._limit.per_peer and not self._limit.join_peer(self, peer_address(transport)):
+            transport.write(_TOO_MANY_FROM_PEER)  # type: ignore[attr-defined]
+            self._close()
             return
         self._timer = self._loop.call_later(self._tick, self._on_timer)
 
@@ -143,8 +166,10 @@ class HttpConnection(Responder):
 
     def unpark(self) -> None:
         self._parked = False
-        # Time parked was the server's, not the client's: the body-rate clock skips it.
-        self._body_started += self._loop.time() - self._parked_at
+        # Time parked was the server's, not the client's: the request clocks skip it.
+        parked = self._loop.time() - self._parked_at
+        self._body_started += parked
+        self._request_end += parked
         if not self._busy:
             self._resume_reading()
 
@@ -165,6 +190,7 @@ class HttpConnection(Responder):
     def data_received(self, data: bytes) -> None:
         if self._closed or self._parser is None:
             return
+        self._received += len(data)
         if self._discard_left is not None:
             self._discard(len(data))
             return
@@ -200,6 +226,10 @@ class HttpConnection(Responder):
             else:
                 self._reject(400, f"malformed HTTP request: {exc}")
             return
+        if self._receiving and self._told == _AT_REST:
+            # A request began and is not whole: evictable at the cap by its progress.
+            self._told = _ARRIVING
+            self._limit.receiving(self)
         if self._intake.saturated:
             self._intake.admit_more(self)
 
@@ -207,7 +237,8 @@ class HttpConnection(Responder):
     def on_message_begin(self) -> None:
         self._receiving = True
         self._phase = _HEAD
-        self._deadline = self._now + self._limits.header_timeout_s
+        self._request_end = self._now + self._limits.request_timeout_s
+        self._deadline = min(self._now + self._limits.header_timeout_s, self._request_end)
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -246,10 +277,9 @@ class HttpConnection(Responder):
                 raise _TooLarge()
             if not self._budget.fits(size):
                 raise _OverBudget()
-        self._limit.busy(self)
         self._phase = _BODY
         self._body_started = self._now
-        self._deadline = self._now + self._limits.header_timeout_s
+        self._deadline = min(self._now + self._limits.header_timeout_s, self._request_end)
         if self._admission is not None:
             parser = self._parser
             assert parser is not None
@@ -280,7 +310,9 @@ class HttpConnection(Responder):
         self._body_size += size
         if self._body_size > self._limits.max_body_bytes:
             raise _TooLarge()
-        self._deadline = self._body_started + self._limits.header_timeout_s + self._body_size / _MIN_BODY_RATE
+        limits = self._limits
+        deadline = self._body_started + limits.header_timeout_s + self._body_size / limits.min_body_rate
+        self._deadline = deadline if deadline < self._request_end else self._request_end
         if self._refusal is not None:
             return  # refused from its headers: the body is read and dropped, never held
         if not self._budget.take(size):
@@ -295,11 +327,14 @@ class HttpConnection(Responder):
         self._phase = _BUSY
         if self._parser is None:
             return
+        if self._refusal is not None and self._refusal_sent:
+            self._refusal_sent = False
+            self._to_idle()  # it was answered when nothing else was owed, and nothing is
+            return
+        if self._told != _SERVING:
+            self._told = _SERVING  # a whole request: never closed to make room
+            self._limit.busy(self)
         if self._refusal is not None:
-            if self._refusal_sent:
-                self._refusal_sent = False
-                self._to_idle()  # it was answered when nothing else was owed, and nothing is
-                return
             self._enqueue(self._refusal, 0)
             return
         try:
@@ -376,14 +411,21 @@ class HttpConnection(Responder):
 
     # -- deadlines and idle connections -------------------------------------------------
     def _to_idle(self) -> None:
-        """Nothing in progress: wait for the next request head, evictable by the connection cap.
+        """Nothing is owed: wait for the next request head, evictable by the connection cap
+        (or, when the next request is arriving already, by its progress).
 
         The deadline is a stamp, not a timer: one timer per connection ticks at most every
         ``min(header, keep-alive timeout)`` and re-arms for the remainder, so a request costs
         no timer operations, and every deadline set is at least one tick ahead.
         """
+        if self._receiving:  # pipelined: its own deadline runs already
+            if self._told != _ARRIVING:
+                self._told = _ARRIVING
+                self._limit.receiving(self)
+            return
         self._phase = _IDLE
         self._deadline = self._loop.time() + self._limits.keepalive_timeout_s
+        self._told = _AT_REST
         self._limit.idle(self)
 
     def _on_timer(self) -> None:
@@ -415,8 +457,14 @@ class HttpConnection(Responder):
         else:
             self._reject(408, "the request was not received in time")
 
+    @property
+    def received(self) -> int:
+        """Bytes read from the client so far (the connection cap ranks progress by it)."""
+        return self._received
+
     def evict(self) -> None:
-        """The connection cap needs this idle connection's place: leave it now and close."""
+        """The connection cap needs this place (the connection is idle, or its request is
+        arriving slower than the others'): leave it now and close."""
         self._state.discard(self)
         self._closed = True
         if self._transport is not None:

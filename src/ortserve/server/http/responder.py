@@ -99,8 +99,8 @@ class Responder(asyncio.Protocol, abc.ABC):
 
     @abc.abstractmethod
     def _to_idle(self) -> None:
-        """Nothing is in progress: the connection waits for the next request head (its
-        deadline and idle bookkeeping are the connection's)."""
+        """Nothing is owed: the connection waits for the next request, or for the rest of one
+        arriving (its deadline and idle bookkeeping are the connection's)."""
 
     # -- request handling -------------------------------------------------------------
     def _enqueue(self, item: HttpRequest | CannedResponse, body_size: int) -> None:
@@ -147,7 +147,7 @@ class Responder(asyncio.Protocol, abc.ABC):
             return
         self._busy = False
         self._resume_reading()
-        if not self._queue and not self._receiving and not self._closed:
+        if not self._queue and not self._closed:
             self._to_idle()
 
     def _on_deferred(

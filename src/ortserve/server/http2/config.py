@@ -37,6 +37,12 @@ class EngineConfig:
     frame_timeout_s: float = 30.0
     """Seconds a frame (or a header block of several) may take to arrive whole once begun: a
     1 MiB frame at 35 KB/s; a peer that stops halfway is dropped, not held until keepalive."""
+    request_grace_s: float = 10.0
+    """A stream's request (its DATA up to END_STREAM) may take this long plus one second per
+    ``request_min_rate`` bytes received, and ``request_timeout_s`` at most: a stream opened and
+    left silent held its connection (and a place under the connection cap) until keepalive."""
+    request_min_rate: float = 500.0
+    request_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not 0 < self.connection_window <= MAX_WINDOW or not 0 < self.stream_window <= MAX_WINDOW:

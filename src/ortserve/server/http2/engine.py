@@ -86,6 +86,8 @@ class Http2Engine(ControlFrames[_H]):
         self._pings_sent = 0
         self._unfinished_since: float | None = None
         """When the frame or header block still unfinished began to arrive (None: none is)."""
+        self.received = 0
+        """Bytes read from the peer so far (the connection cap ranks progress by it)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -104,6 +106,7 @@ class Http2Engine(ControlFrames[_H]):
         if self.closed:
             return []
         self._last_read = self._clock()
+        self.received += len(data)
         if self._partial:
             self._partial.append(data)
             self._partial_size += len(data)
@@ -205,8 +208,10 @@ class Http2Engine(ControlFrames[_H]):
         if stream.recv_window < 0:
             self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
             return
+        stream.request_bytes += size
         if flags & _END_STREAM:
             stream.remote_closed = True
+            self._awaiting.pop(stream_id, None)
             self._events.append(DataReceived(stream_id, payload, True))
             if stream.local_closed and not stream.outbound:
                 self._forget(stream)
@@ -255,6 +260,9 @@ class Http2Engine(ControlFrames[_H]):
         stream = Stream(stream_id, self._out.initial_window, self._stream_window)
         streams[stream_id] = stream
         stream.remote_closed = end_stream
+        if not end_stream:
+            stream.request_since = self._last_read
+            self._awaiting[stream_id] = stream
         self._events.append(RequestReceived(stream_id, head, end_stream))
 
     def _trailers(self, stream: Stream | None, stream_id: int, end_stream: bool, block: bytes) -> None:
@@ -275,6 +283,7 @@ class Http2Engine(ControlFrames[_H]):
             self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
         else:
             stream.remote_closed = True
+            self._awaiting.pop(stream_id, None)
             self._events.append(DataReceived(stream_id, _EMPTY, True))
             self._remote_done(stream)
 
@@ -293,7 +302,8 @@ class Http2Engine(ControlFrames[_H]):
     def tick(self) -> float | None:
         """Timers: the preface deadline, a frame or header block left unfinished, then keepalive
         (ping a quiet peer, drop one that does not answer). Returns the seconds until the next
-        tick (at most ``frame_timeout_s``: a frame may be begun at any time), or None once the
+        tick (at most ``frame_timeout_s``: a frame may be begun at any time; sooner when a
+        request's arrival deadline, :meth:`expired_requests`, comes first), or None once the
         connection is over."""
         if self.closed:
             return None
@@ -320,13 +330,41 @@ class Http2Engine(ControlFrames[_H]):
             self._pings_sent += 1
             self._out.write(frame(FrameType.PING, 0, 0, self._pings_sent.to_bytes(8, "big")))
         if since is not None:
-            return min(delay, since + config.frame_timeout_s - now)
-        return min(delay, config.frame_timeout_s)
+            delay = min(delay, since + config.frame_timeout_s - now)
+        else:
+            delay = min(delay, config.frame_timeout_s)
+        if self._awaiting:
+            delay = min(delay, max(min(map(self._request_due, self._awaiting.values())) - now, 0.001))
+        return delay
+
+    # -- requests arriving -------------------------------------------------------------------
+    def _request_due(self, stream: Stream) -> float:
+        """When the stream's request must have ended: the grace plus a second per
+        ``request_min_rate`` bytes received, within ``request_timeout_s`` of its opening."""
+        config = self._config
+        due = stream.request_since + config.request_grace_s + stream.request_bytes / config.request_min_rate
+        return min(due, stream.request_since + config.request_timeout_s)
+
+    def expired_requests(self) -> list[int]:
+        """Streams whose request missed its arrival deadline (each reported once; the
+        application ends them). The engine's timer covers these deadlines (:meth:`tick`)."""
+        now = self._clock()
+        late = [sid for sid, stream in self._awaiting.items() if self._request_due(stream) <= now]
+        for stream_id in late:
+            del self._awaiting[stream_id]
+        return late
+
+    def postpone_requests(self, seconds: float) -> None:
+        """The application stopped reading for ``seconds`` (the loop was saturated): the peer
+        could not send, so its requests' clocks skip that time."""
+        for stream in self._awaiting.values():
+            stream.request_since += seconds
 
     def _fail(self, code: ErrorCode, message: str) -> None:
         self._out.write(goaway_frame(self._last_stream_id, code, message))
         self.closed = True
         self._streams.clear()
+        self._awaiting.clear()
         self._out.clear()
         self._open_block = None
         self._partial = []

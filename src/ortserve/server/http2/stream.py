@@ -22,6 +22,8 @@ class Stream:
         "outbound_bytes",
         "recv_window",
         "remote_closed",
+        "request_bytes",
+        "request_since",
         "send_window",
         "stream_id",
         "unconsumed",
@@ -44,3 +46,7 @@ class Stream:
         when the first one has to wait (an answer that fits the windows never does)."""
         self.outbound_bytes = 0
         """DATA bytes in :attr:`outbound`."""
+        self.request_since = 0.0
+        """When the stream opened (its request's arrival deadline counts from it)."""
+        self.request_bytes = 0
+        """DATA bytes the peer sent on the stream."""

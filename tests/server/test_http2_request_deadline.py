@@ -1,0 +1,84 @@
+"""The engine's deadline for a stream's request to arrive (DATA up to END_STREAM): a grace, a
+minimum rate after it, an absolute cap, on a hand-moved clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from http2_peer import DATA, END_STREAM, RST_STREAM, Peer, raw_frame
+
+RULES = {"request_grace_s": 10.0, "request_min_rate": 500.0, "request_timeout_s": 60.0}
+
+
+def test_a_stream_opened_and_left_silent_is_late_after_the_grace() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    assert peer.engine.awaiting_requests == 1
+    assert peer.engine.tick() == pytest.approx(10.0)  # the timer comes for it
+    peer.now = 9.9
+    assert peer.engine.expired_requests() == []
+    peer.now = 10.0
+    assert peer.engine.expired_requests() == [1]
+    assert peer.engine.expired_requests() == []  # reported once
+    assert peer.engine.awaiting_requests == 0 and peer.engine.open_streams == 1  # the application ends it
+
+
+def test_each_byte_buys_time_at_the_minimum_rate() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    peer.now = 5.0
+    peer.send(raw_frame(DATA, 0, 1, bytes(2500)))  # 5 s more: due at 15 s
+    peer.now = 14.9
+    assert peer.engine.expired_requests() == []
+    assert peer.engine.tick() == pytest.approx(0.1)
+    peer.now = 15.0
+    assert peer.engine.expired_requests() == [1]
+
+
+def test_a_trickle_above_the_rate_is_late_at_the_absolute_cap() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    for second in range(1, 60):
+        peer.now = float(second)
+        peer.send(raw_frame(DATA, 0, 1, bytes(600)))  # 600 B/s: each byte buys 2 ms
+        assert peer.engine.expired_requests() == []
+    peer.now = 60.0
+    assert peer.engine.expired_requests() == [1]
+
+
+def test_a_request_that_ends_in_time_is_no_longer_timed() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1), peer.request(3))
+    peer.send(raw_frame(DATA, END_STREAM, 1, b"x"))
+    peer.send(raw_frame(RST_STREAM, 0, 3, (8).to_bytes(4, "big")))  # the client cancelled it
+    assert peer.engine.awaiting_requests == 0
+    peer.send(peer.request(5, end_stream=True))  # whole at once: never timed
+    peer.now = 1000.0
+    assert peer.engine.awaiting_requests == 0 and peer.engine.expired_requests() == []
+
+
+def test_a_stream_whose_requests_come_at_their_own_pace_is_not_timed() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    peer.engine.open_ended(1)  # a streaming call
+    peer.now = 1000.0
+    assert peer.engine.expired_requests() == []
+
+
+def test_time_the_application_did_not_read_is_not_the_peers() -> None:
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    peer.now = 9.0
+    peer.engine.postpone_requests(5.0)  # the loop was saturated: reading was paused 5 s
+    peer.now = 14.9
+    assert peer.engine.expired_requests() == []
+    peer.now = 15.0
+    assert peer.engine.expired_requests() == [1]
+
+
+def test_the_engine_counts_every_byte_it_reads() -> None:
+    peer = Peer(**RULES)
+    before = peer.engine.received
+    peer.handshake()
+    peer.send(peer.request(1), raw_frame(DATA, END_STREAM, 1, bytes(100)))
+    assert peer.engine.received - before > 100 + 24
