@@ -106,6 +106,9 @@ class ServerSettings:
     SIGHUP) or ``explicit`` (only the repository API loads and unloads), as Triton."""
     repository_poll_secs: float = 5.0
     """Poll mode: seconds between two looks at the repository."""
+    require_complete_marker: bool = True
+    """A version found by a re-scan is loaded only once ``ortserve.complete`` was written into
+    it after every other file (False: also once its files are unchanged between two looks)."""
     load_models: tuple[str, ...] = ()
     """Explicit mode: models loaded at start (``*``: all)."""
     http_restricted_api: str | None = None

@@ -127,6 +127,7 @@ def serve(
         shared_memory_regions=shared_memory_regions,
         model_control_mode=model_control_mode,
         repository_poll_secs=repository_poll_secs,
+        require_complete_marker=require_complete_marker,
         load_models=load_models,
         http_restricted_api=http_restricted_api,
         grpc_restricted_protocol=grpc_restricted_protocol,
