@@ -312,13 +312,6 @@ _OPTIONS = [
         "(off: also once its files stop changing, unsafe with preallocating copiers).",
     ),
     click.option(
-        "--require-complete-marker/--no-require-complete-marker",
-        envvar="ORTSERVE_REQUIRE_COMPLETE_MARKER",
-        default=True,
-        help="Re-scans load a version only once ortserve.complete is written into it last "
-        "(off: also once its files stop changing, unsafe with preallocating copiers).",
-    ),
-    click.option(
         "--load-model",
         "load_models",
         envvar="ORTSERVE_LOAD_MODEL",
