@@ -96,6 +96,7 @@ class GenerationEngine:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._full = False
+        self._explored = 0
         self.cost = StepCostModel(0.005, 0.0002)
         self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
         self.chunk_tokens = limits.prefill_chunk_tokens or 256
@@ -257,6 +258,7 @@ class GenerationEngine:
             self._prefilling.clear()
             decoded = held = prefilled = 0
         elapsed = self._clock() - started
+        self._explored = max(self._explored, decoded)
         if decoded or prefilled:
             self.cost.observe(decoded, held, prefilled, elapsed)
         self._emit(events)
@@ -276,7 +278,10 @@ class GenerationEngine:
                 continue
             running = self.backend.decoding() + self._prefilling
             held = sum(s.length for s in running)
-            if len(running) >= self.limits.max_num_seqs or not admit_one_more(
+            # Grow at most by half again past the widest step measured: the cost model has
+            # seen nothing wider, and the peak of tokens/s may lie in between.
+            explore = max(4, self._explored + self._explored // 2)
+            if len(running) >= min(self.limits.max_num_seqs, explore) or not admit_one_more(
                 self.cost, len(running), held, sequence.length, self.max_itl_s
             ):
                 self._full = True
