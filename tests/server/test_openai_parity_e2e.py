@@ -9,6 +9,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
 import openai
 import pytest
 from tokenizers import Tokenizer
@@ -145,3 +148,104 @@ def test_tokenize_routes_refuse_bad_fields_by_name(
 ) -> None:
     status, answer = _post(llm_server, path, body)
     assert status == 400 and answer["error"]["param"] == param  # type: ignore[index]
+
+
+def _model_logprobs(models: Path, prompt: list[int]) -> npt.NDArray[np.float64]:
+    """log_softmax of the demo model's next-token logits after ``prompt``, run here by ORT."""
+    folder = models / DEMO_LLM_NAME / "1"
+    config = json.loads((folder / "config.json").read_text())
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = np.array([prompt], dtype=np.int64)
+    feeds: dict[str, object] = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    names = {i.name for i in session.get_inputs()}
+    if "position_ids" in names:
+        feeds["position_ids"] = np.arange(len(prompt), dtype=np.int64)[None]
+    empty = np.zeros((1, config["num_key_value_heads"], 0, config["head_dim"]), dtype=np.float32)
+    feeds.update({name: empty for name in names if name.startswith("past_key_values")})
+    if "use_cache_branch" in names:
+        feeds["use_cache_branch"] = np.array([False])
+    logits = session.run(None, feeds)[0][0, -1].astype(np.float64)
+    top = logits.max()
+    result: npt.NDArray[np.float64] = logits - top - np.log(np.exp(logits - top).sum())
+    return result
+
+
+def test_logprobs_are_the_models_log_softmax_for_the_chosen_token(
+    client: openai.OpenAI, models: Path, tokenizer: Tokenizer
+) -> None:
+    reply = client.completions.create(
+        model=DEMO_LLM_NAME, prompt=_PROMPT, max_tokens=1, temperature=0.8, seed=3, logprobs=3
+    )
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.token_logprobs and logprobs.top_logprobs
+    reference = _model_logprobs(models, tokenizer.encode(_PROMPT).ids)
+    chosen = tokenizer.encode(_PROMPT + reply.choices[0].text).ids[-1]
+    assert logprobs.token_logprobs[0] == pytest.approx(reference[chosen], abs=1e-4)
+    best = np.argsort(-reference)[:3]
+    assert list(logprobs.top_logprobs[0].values()) == pytest.approx(reference[best].tolist(), abs=1e-4)
+    assert logprobs.text_offset == [0] and "".join(logprobs.tokens or []) == reply.choices[0].text
+
+
+def test_chat_logprobs_streamed_equal_the_whole_answers(client: openai.OpenAI) -> None:
+    ask: dict[str, object] = {
+        "model": DEMO_LLM_NAME, "messages": [{"role": "user", "content": _PROMPT}], "max_tokens": 10,
+        "temperature": 0, "logprobs": True, "top_logprobs": 2,
+    }  # fmt: skip
+    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    content = whole.choices[0].logprobs.content
+    assert len(content) == 10 and all(len(t.top_logprobs) == 2 for t in content)
+    assert "".join(t.token for t in content) == whole.choices[0].message.content
+    assert all(t.logprob == pytest.approx(t.top_logprobs[0].logprob) for t in content)  # greedy: the best
+    streamed = [
+        t for c in client.chat.completions.create(**ask, stream=True)  # type: ignore[call-overload]
+        if c.choices and c.choices[0].logprobs
+        for t in c.choices[0].logprobs.content or []
+    ]  # fmt: skip
+    assert [(t.token, round(t.logprob, 5)) for t in streamed] == [
+        (t.token, round(t.logprob, 5)) for t in content
+    ]
+
+
+def test_a_logit_bias_of_100_makes_its_token_come_out(client: openai.OpenAI, tokenizer: Tokenizer) -> None:
+    token = tokenizer.token_to_id("▁lighthouse") or tokenizer.encode(" lighthouse").ids[-1]
+    reply = client.completions.create(
+        model=DEMO_LLM_NAME, prompt="The garden", max_tokens=5, temperature=1.0, logprobs=0,
+        logit_bias={str(token): 100}, seed=1,
+    )  # fmt: skip
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens is not None
+    assert len(set(logprobs.tokens)) == 1 and len(logprobs.tokens) == 5
+    assert tokenizer.encode("The garden" + logprobs.tokens[0]).ids[-1] == token
+
+
+def test_n_choices_are_greedy_equal_or_seeded_like_single_requests(client: openai.OpenAI) -> None:
+    greedy = client.completions.create(model=DEMO_LLM_NAME, prompt=_PROMPT, max_tokens=8, temperature=0, n=3)
+    assert [c.index for c in greedy.choices] == [0, 1, 2] and len({c.text for c in greedy.choices}) == 1
+    assert greedy.usage is not None and greedy.usage.completion_tokens == 24
+    seeded = client.completions.create(
+        model=DEMO_LLM_NAME, prompt="The", max_tokens=12, temperature=1.5, n=3, seed=7
+    )
+    singles = [
+        client.completions.create(
+            model=DEMO_LLM_NAME, prompt="The", max_tokens=12, temperature=1.5, seed=7 + i
+        )
+        for i in range(3)
+    ]
+    assert [c.text for c in seeded.choices] == [s.choices[0].text for s in singles]
+    chat = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "The"}], max_tokens=6, n=2, stream=True
+    )
+    texts = ["", ""]
+    for chunk in chat:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert all(texts)
+
+
+def test_best_of_returns_the_most_likely_of_its_candidates(client: openai.OpenAI) -> None:
+    ask: dict[str, object] = {"model": DEMO_LLM_NAME, "prompt": "The", "max_tokens": 6, "temperature": 1.5}
+    best = client.completions.create(**ask, best_of=3, seed=20)  # type: ignore[call-overload]
+    candidates = [client.completions.create(**ask, seed=20 + i, logprobs=0) for i in range(3)]  # type: ignore[call-overload]
+    scores = {c.choices[0].text: sum(c.choices[0].logprobs.token_logprobs) for c in candidates}
+    assert len(best.choices) == 1 and best.choices[0].logprobs is None
+    assert best.choices[0].text == max(scores, key=scores.__getitem__)

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from ortserve.errors import Overloaded
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
 from ortserve.llm.prefix_cache import PrefixCache
+from ortserve.llm.sampler import sample_batch
 from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more
 from ortserve.llm.sequence import GenerationEvent, Sequence
 
@@ -344,9 +345,10 @@ class GenerationEngine:
         held = sum(s.length for s in rows)
         rows, logits = self.backend.decode()
         finished = 0
+        draws = sample_batch([s.sampler for s in rows], logits)  # one pass for all rows
         for index, sequence in enumerate(rows):
             sequence.kv_tokens = sequence.length
-            sequence.accept(logits[index])
+            sequence.accept_draw(draws[index])
             events.append((sequence, sequence.take_event()))
             if sequence.finish_reason is not None:
                 finished += 1

@@ -1,19 +1,24 @@
-"""Choosing the next token from one row of logits: greedy, temperature, top-k, top-p, penalties.
+"""Choosing the next token of every row of a decode step: greedy, temperature, top-k, top-p,
+min-p, logit bias, penalties, token constraints, and the log-probabilities a request reports.
 
+Batched: one NumPy pass per step for all the rows that need a feature, nothing for the rows
+that do not, so a request's parameters cost its batch companions nothing beyond their own share.
 Each request owns its random generator (seeded when the request gives a seed), so its tokens do
 not depend on which other requests share its batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import InvalidInput
 
-__all__ = ["SamplingParams", "TokenSampler"]
+__all__ = ["Draw", "SamplingParams", "TokenConstraint", "TokenSampler", "sample_batch"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -74,49 +79,178 @@ class SamplingParams:
             raise InvalidInput("top_logprobs must be between 0 and 20")
 
 
+class TokenConstraint(Protocol):
+    """What structured output plugs into a request's sampler: the tokens allowed next."""
+
+    def allowed(self, vocab_size: int) -> npt.NDArray[np.bool_]:
+        """A mask over the vocabulary of the tokens that may come next."""
+        ...
+
+    def advance(self, token: int) -> None:
+        """``token`` was chosen."""
+        ...
+
+
+class Draw(NamedTuple):
+    """One row's choice: the token, its log-probability under the model's own distribution
+    (log-softmax of the raw logits, as OpenAI and vLLM report it; 0.0 unless asked for) and the
+    most likely alternatives (token, log-probability), best first."""
+
+    token: int
+    logprob: float = 0.0
+    top: tuple[tuple[int, float], ...] = ()
+
+
 class TokenSampler:
-    """Samples one request's tokens; keeps its generator and the counts the penalties need."""
+    """One request's sampling state: its generator, the counts the penalties need, its bias and
+    its constraint. ``sample_batch`` reads many of them at once."""
 
-    __slots__ = ("_counts", "_params", "_rng")
+    __slots__ = ("_counts", "_rng", "_seen", "constraint", "params")
 
-    def __init__(self, params: SamplingParams) -> None:
-        self._params = params
+    def __init__(
+        self, params: SamplingParams, prompt: Sequence[int] = (), constraint: TokenConstraint | None = None
+    ) -> None:
+        self.params = params
+        self.constraint = constraint
         self._rng = np.random.default_rng(params.seed)
         self._counts: dict[int, int] = {}
+        self._seen: set[int] = set(prompt) if params.repetition_penalty != 1.0 else set()
 
-    def sample(self, logits: F32) -> tuple[int, float]:
-        """The next token and its log-probability under the distribution it was drawn from."""
-        p = self._params
-        scores = logits.astype(np.float64)
-        if self._counts and (p.presence_penalty or p.frequency_penalty):
-            ids = np.fromiter(self._counts.keys(), dtype=np.int64)
-            counts = np.fromiter(self._counts.values(), dtype=np.float64)
-            scores[ids] -= p.presence_penalty + p.frequency_penalty * counts
-        if p.temperature == 0.0:
-            token = int(np.argmax(scores))
-            logprob = float(scores[token] - _logsumexp(scores)) if p.logprobs else 0.0
-        else:
-            token, logprob = self._draw(scores / p.temperature)
+    def sample(self, logits: F32) -> Draw:
+        """The next token from one row of logits (prefill; decode steps use ``sample_batch``)."""
+        return sample_batch([self], logits[None, :])[0]
+
+    def _chose(self, token: int) -> None:
         self._counts[token] = self._counts.get(token, 0) + 1
-        return token, logprob
+        if self.params.repetition_penalty != 1.0:
+            self._seen.add(token)
+        if self.constraint is not None:
+            self.constraint.advance(token)
 
-    def _draw(self, scores: npt.NDArray[np.float64]) -> tuple[int, float]:
-        p = self._params
-        candidates = np.arange(scores.size)
-        if 0 < p.top_k < scores.size:
-            candidates = np.argpartition(-scores, p.top_k - 1)[: p.top_k]
-        chosen = scores[candidates]
-        order = np.argsort(-chosen, kind="stable")
-        candidates, chosen = candidates[order], chosen[order]
-        probs = np.exp(chosen - chosen[0])
-        probs /= probs.sum()
-        if p.top_p < 1.0:
-            keep = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1
-            candidates, probs = candidates[:keep], probs[:keep] / probs[:keep].sum()
-        index = int(self._rng.choice(probs.size, p=probs))
-        return int(candidates[index]), float(np.log(probs[index]))
+    @property
+    def penalised(self) -> bool:
+        p = self.params
+        return bool(self._counts) and (p.presence_penalty != 0.0 or p.frequency_penalty != 0.0)
 
 
-def _logsumexp(scores: npt.NDArray[np.float64]) -> float:
-    top = float(scores.max())
-    return top + float(np.log(np.exp(scores - top).sum()))
+I64 = npt.NDArray[np.int64]
+
+
+def _rows(samplers: Sequence[TokenSampler], wanted: Callable[[TokenSampler], bool]) -> I64:
+    return np.array([i for i, s in enumerate(samplers) if wanted(s)], dtype=np.int64)
+
+
+def _apply_bias(samplers: Sequence[TokenSampler], scores: F32) -> None:
+    rows, ids, values = [], [], []
+    for index, sampler in enumerate(samplers):
+        for token, bias in sampler.params.logit_bias:
+            rows.append(index)
+            ids.append(token)
+            values.append(bias)
+    if rows:
+        scores[np.array(rows), np.array(ids)] += np.array(values, dtype=np.float32)
+
+
+def _apply_penalties(samplers: Sequence[TokenSampler], scores: F32) -> None:
+    """presence/frequency (OpenAI: subtract per output count) and repetition (vLLM: divide a
+    positive logit, multiply a negative one, for every token of the prompt or the output)."""
+    rows: list[I64] = []
+    ids: list[I64] = []
+    amounts: list[npt.NDArray[np.float64]] = []
+    for index, sampler in enumerate(samplers):
+        if sampler.penalised:
+            p = sampler.params
+            tokens = np.fromiter(sampler._counts.keys(), dtype=np.int64, count=len(sampler._counts))
+            counts = np.fromiter(sampler._counts.values(), dtype=np.float64, count=len(sampler._counts))
+            rows.append(np.full(tokens.size, index))
+            ids.append(tokens)
+            amounts.append(p.presence_penalty + p.frequency_penalty * counts)
+    if rows:
+        r, t = np.concatenate(rows), np.concatenate(ids)
+        scores[r, t] -= np.concatenate(amounts).astype(np.float32)
+    rows, ids, factors = [], [], []
+    for index, sampler in enumerate(samplers):
+        if sampler._seen:
+            tokens = np.fromiter(sampler._seen, dtype=np.int64, count=len(sampler._seen))
+            rows.append(np.full(tokens.size, index))
+            ids.append(tokens)
+            factors.append(np.full(tokens.size, sampler.params.repetition_penalty))
+    if rows:
+        r, t, f = np.concatenate(rows), np.concatenate(ids), np.concatenate(factors).astype(np.float32)
+        values = scores[r, t]
+        scores[r, t] = np.where(values > 0, values / f, values * f)
+
+
+def _apply_constraints(samplers: Sequence[TokenSampler], scores: F32) -> None:
+    vocab = scores.shape[1]
+    for index, sampler in enumerate(samplers):
+        if sampler.constraint is not None:
+            allowed = sampler.constraint.allowed(vocab)
+            scores[index, ~allowed] = -np.inf
+
+
+def _draw(samplers: Sequence[TokenSampler], rows: I64, scores: F32) -> I64:
+    """Temperature, top-k, top-p and min-p for the sampled rows, then one draw per row from
+    its own generator (inverse CDF over the kept probabilities)."""
+    params = [samplers[i].params for i in rows]
+    temperature = np.array([p.temperature for p in params], dtype=np.float32)[:, None]
+    logits = scores[rows] / temperature
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    cut = np.array([0 < p.top_k < probs.shape[1] or p.top_p < 1.0 for p in params])
+    if cut.any():
+        sub = probs[cut]
+        ordered = -np.sort(-sub, axis=1)
+        top_k = np.array([p.top_k if 0 < p.top_k < probs.shape[1] else probs.shape[1] for p in params])[cut]
+        top_p = np.array([p.top_p for p in params])[cut]
+        cumulative = np.cumsum(ordered, axis=1) / ordered.sum(axis=1, keepdims=True)
+        keep = np.minimum((cumulative < top_p[:, None]).sum(axis=1) + 1, top_k)
+        threshold = ordered[np.arange(sub.shape[0]), keep - 1]
+        probs[cut] = np.where(sub >= threshold[:, None], sub, 0.0)
+    min_p = np.array([p.min_p for p in params], dtype=np.float32)
+    if min_p.any():
+        probs = np.where(probs >= min_p[:, None] * probs.max(axis=1, keepdims=True), probs, 0.0)
+    cumulative = np.cumsum(probs, axis=1, dtype=np.float64)
+    uniform = np.array([samplers[i]._rng.random() for i in rows]) * cumulative[:, -1]
+    chosen: I64 = np.minimum((cumulative < uniform[:, None]).sum(axis=1), probs.shape[1] - 1)
+    return chosen
+
+
+def _logprobs(samplers: Sequence[TokenSampler], logits: F32, tokens: I64) -> list[Draw]:
+    draws = [Draw(int(t)) for t in tokens]
+    rows = _rows(samplers, lambda s: s.params.logprobs)
+    if rows.size == 0:
+        return draws
+    raw = logits[rows].astype(np.float64)
+    top = raw.max(axis=1, keepdims=True)
+    normal = top[:, 0] + np.log(np.exp(raw - top).sum(axis=1))
+    chosen = raw[np.arange(rows.size), tokens[rows]] - normal
+    wanted = max(samplers[i].params.top_logprobs for i in rows)
+    best: I64 = np.zeros((rows.size, 0), dtype=np.int64)
+    if wanted:
+        wanted = min(wanted, raw.shape[1])
+        best = np.argpartition(-raw, wanted - 1, axis=1)[:, :wanted]
+        order = np.argsort(-np.take_along_axis(raw, best, axis=1), axis=1, kind="stable")
+        best = np.take_along_axis(best, order, axis=1)
+    for j, i in enumerate(rows):
+        k = samplers[i].params.top_logprobs
+        alternatives = tuple((int(t), float(raw[j, t] - normal[j])) for t in best[j, :k])
+        draws[i] = Draw(int(tokens[i]), float(chosen[j]), alternatives)
+    return draws
+
+
+def sample_batch(samplers: Sequence[TokenSampler], logits: F32) -> list[Draw]:
+    """The next token of every row of ``logits`` [rows, vocab], row i for ``samplers[i]``."""
+    scores = logits
+    if any(s.params.logit_bias or s.penalised or s._seen or s.constraint is not None for s in samplers):
+        scores = np.array(logits, dtype=np.float32)  # the raw logits stay for the logprobs
+        _apply_bias(samplers, scores)
+        _apply_penalties(samplers, scores)
+        _apply_constraints(samplers, scores)
+    tokens = np.argmax(scores, axis=1)
+    sampled = _rows(samplers, lambda s: s.params.temperature > 0.0)
+    if sampled.size:
+        tokens[sampled] = _draw(samplers, sampled, scores)
+    draws = _logprobs(samplers, logits, tokens)
+    for sampler, draw in zip(samplers, draws, strict=True):
+        sampler._chose(draw.token)
+    return draws

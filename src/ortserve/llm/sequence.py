@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence as Tokens
 from dataclasses import dataclass, field
 
-from ortserve.llm.sampler import F32, SamplingParams, TokenSampler
+from ortserve.llm.sampler import F32, Draw, SamplingParams, TokenConstraint, TokenSampler
 from ortserve.llm.tokenizer import Detokenizer, TextTokenizer
 
 __all__ = ["GenerationEvent", "Sequence"]
@@ -20,6 +20,8 @@ class GenerationEvent:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    """Per token, when asked for: the most likely alternatives (token, log-probability)."""
     finish_reason: str | None = None
     """"stop" (EOS or a stop string), "length" (max_tokens or the context), "abort", "error"."""
     error: str | None = None
@@ -34,6 +36,7 @@ class Sequence:
         tokenizer: for incremental detokenization.
         eos_ids: tokens that end generation (unless ``params.ignore_eos``).
         max_context_len: prompt plus output tokens at most.
+        constraint: the tokens allowed at each step (structured output), if any.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class Sequence:
         tokenizer: TextTokenizer,
         eos_ids: tuple[int, ...],
         max_context_len: int,
+        constraint: TokenConstraint | None = None,
     ) -> None:
         self.prompt = list(prompt)
         self.params = params
@@ -59,7 +63,8 @@ class Sequence:
         """Tokens whose keys and values the engine holds for this sequence (prefill progress)."""
         self.preempted = 0
         """Times its keys and values were given up for others; it resumes where it was."""
-        self._sampler = TokenSampler(params)
+        self.sampler = TokenSampler(params, self.prompt, constraint)
+        """Its sampling state, read by ``sample_batch`` for the whole batch at once."""
         self._detokenizer = Detokenizer(tokenizer, self.prompt)
         self._stop_ids = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos else frozenset(eos_ids)
@@ -93,14 +98,19 @@ class Sequence:
 
     def accept(self, logits: F32) -> None:
         """Sample the next token from ``logits`` and apply the stop rules."""
-        token, logprob = self._sampler.sample(logits)
+        self.accept_draw(self.sampler.sample(logits))
+
+    def accept_draw(self, draw: Draw) -> None:
+        """Take the token sampled for this sequence (``sample_batch``) and apply the stop rules."""
+        token = draw.token
         if token in self._stop_ids:
             self._finish("stop")
             return
         self.output.append(token)
         self.pending.token_ids.append(token)
         if self.params.logprobs:
-            self.pending.logprobs.append(logprob)
+            self.pending.logprobs.append(draw.logprob)
+            self.pending.top_logprobs.append(draw.top)
         self._text += self._detokenizer.add(token)
         if self.params.stop and self._cut_at_stop():
             self._finish("stop")

@@ -1,8 +1,8 @@
-"""OpenAI's completion and chat-completion wire bodies (and server-sent events): pure functions.
+"""OpenAI's completion and chat-completion requests, usage and server-sent events: pure functions.
 
 Requests are checked field by field with errors naming the field; answers are built as the
 official ``openai`` client parses them (ids, ``object`` names, ``usage`` with
-``prompt_tokens_details.cached_tokens``, ``data: [DONE]``).
+``prompt_tokens_details.cached_tokens``, ``data: [DONE]``; the choices in ``openai_choices``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "Usage",
-    "chat_chunk",
-    "chat_response",
-    "completion_chunk",
-    "completion_response",
     "error_body",
     "models_body",
     "parse_chat",
@@ -87,9 +83,6 @@ def _common(fields: dict[str, object]) -> tuple[str, bool, bool]:
     stream = fields.get("stream", False)
     if not isinstance(stream, bool | None):
         raise InvalidInput("stream must be a boolean")
-    n = fields.get("n", 1)
-    if n not in (1, None):
-        raise InvalidField("n", "n: only 1 choice per request is supported")
     options = fields.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     return model, bool(stream), include_usage
@@ -181,84 +174,6 @@ def parse_completion(body: bytes) -> CompletionRequest:
 def sse(payload: dict[str, object]) -> bytes:
     """One server-sent event carrying ``payload`` as JSON."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def chat_response(
-    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage
-) -> bytes:
-    return orjson.dumps(
-        {
-            "id": request_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-            ],
-            "usage": usage.body(),
-        }
-    )
-
-
-def chat_chunk(
-    request_id: str,
-    created: int,
-    model: str,
-    delta: dict[str, object],
-    finish: str | None,
-    usage: Usage | None = None,
-) -> bytes:
-    choices = (
-        [] if usage is not None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-    )
-    payload: dict[str, object] = {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-    }
-    if usage is not None:
-        payload["usage"] = usage.body()
-    return sse(payload)
-
-
-def completion_response(
-    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage
-) -> bytes:
-    return orjson.dumps(
-        {
-            "id": request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
-            "usage": usage.body(),
-        }
-    )
-
-
-def completion_chunk(
-    request_id: str, created: int, model: str, text: str, finish: str | None, usage: Usage | None = None
-) -> bytes:
-    choices = (
-        [] if usage is not None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
-    )
-    payload: dict[str, object] = {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-    }
-    if usage is not None:
-        payload["usage"] = usage.body()
-    return sse(payload)
 
 
 def models_body(names: list[tuple[str, int]]) -> bytes:

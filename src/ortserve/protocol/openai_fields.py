@@ -51,12 +51,6 @@ _NOT_YET: dict[str, str] = {
     "tools": "tool calls are not supported yet",
     "tool_choice": "tool calls are not supported yet",
     "chat_template_kwargs": "chat_template_kwargs is not supported yet",
-    "logit_bias": "logit_bias is not supported yet",
-    "min_p": "min_p is not supported yet",
-    "repetition_penalty": "repetition_penalty is not supported yet",
-    "logprobs": "logprobs are not supported yet",
-    "top_logprobs": "logprobs are not supported yet",
-    "best_of": "best_of is not supported yet",
 }
 """Named fields whose support lands later: refused by name meanwhile, never ignored."""
 

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import AsyncIterator
 
-from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
-from ortserve.llm.servable import GenerationStream, LlmVersion
+from ortserve.errors import ModelNotFound, OrtServeError
+from ortserve.llm.servable import LlmVersion
 from ortserve.protocol import openai_codec as codec
-from ortserve.protocol.openai_sampling import sampling_params
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
 from ortserve.server.http.answers import answered, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.openai_answers import start_chat, start_completion
 from ortserve.telemetry import RequestScope
 
 __all__ = ["add_openai_routes", "llm_versions", "resolve_llm"]
@@ -58,40 +56,9 @@ def llm_versions(registry: ModelRegistry) -> list[tuple[str, str, LlmVersion]]:
     ]
 
 
-def _usage(stream: GenerationStream) -> codec.Usage:
-    return codec.Usage(stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens)
-
-
 def _error_event(error: OrtServeError) -> bytes:
     """A failure after the head is out: one error event, then the stream ends."""
     return codec.sse(codec.error_body(error.message, "server_error", None))
-
-
-async def _chat_events(
-    stream: GenerationStream, ident: str, created: int, model: str, usage: bool
-) -> AsyncIterator[bytes]:
-    yield codec.chat_chunk(ident, created, model, {"role": "assistant", "content": ""}, None)
-    async for event in stream.events():
-        if event.text:
-            yield codec.chat_chunk(ident, created, model, {"content": event.text}, None)
-        if event.finish_reason is not None:
-            yield codec.chat_chunk(ident, created, model, {}, event.finish_reason)
-    if usage:
-        yield codec.chat_chunk(ident, created, model, {}, None, _usage(stream))
-    yield codec.DONE
-
-
-async def _completion_events(
-    stream: GenerationStream, ident: str, created: int, model: str, usage: bool, echo: str
-) -> AsyncIterator[bytes]:
-    if echo:
-        yield codec.completion_chunk(ident, created, model, echo, None)
-    async for event in stream.events():
-        if event.token_ids or event.text or event.finish_reason is not None:  # a chunk per step
-            yield codec.completion_chunk(ident, created, model, event.text, event.finish_reason)
-    if usage:
-        yield codec.completion_chunk(ident, created, model, "", None, _usage(stream))
-    yield codec.DONE
 
 
 class _OpenAiRoutes:
@@ -129,17 +96,10 @@ class _OpenAiRoutes:
         scope = self._begin(request, parsed.model)
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, True)
-            prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
-            stream = llm.generate(prompt, params, llm.cache_salt(parsed.fields, request.text_header))
-            ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            answer = start_chat(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
             if parsed.stream:
-                events = _chat_events(stream, ident, created, parsed.model, parsed.include_usage)
-                return self._streaming(scope, events)
-            result = await stream.collect()
-            body = codec.chat_response(
-                ident, created, parsed.model, result.text, result.finish_reason, _usage(stream)
-            )
+                return self._streaming(scope, answer.events())
+            body = await answer.body()
         except asyncio.CancelledError:  # the client went away
             exchange.abandon(scope)
             raise
@@ -156,27 +116,10 @@ class _OpenAiRoutes:
         scope = self._begin(request, parsed.model)
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            params = sampling_params(parsed.fields, llm.default_max_tokens, llm.tokenizer.vocab_size, False)
-            if isinstance(parsed.prompt, str):
-                prompt, echo = llm.tokenizer.encode(parsed.prompt), parsed.prompt
-            else:
-                prompt = parsed.prompt
-                if any(not 0 <= t < llm.tokenizer.vocab_size for t in prompt):  # before decoding them
-                    raise InvalidInput(f"prompt: token ids must be in [0, {llm.tokenizer.vocab_size})")
-                echo = llm.tokenizer.decode(prompt)
-            stream = llm.generate(prompt, params, llm.cache_salt(parsed.fields, request.text_header))
-            ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-            echoed = echo if parsed.echo else ""
+            answer = start_completion(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
             if parsed.stream:
-                events = _completion_events(
-                    stream, ident, created, parsed.model, parsed.include_usage, echoed
-                )
-                return self._streaming(scope, events)
-            result = await stream.collect()
-            text = echoed + result.text
-            body = codec.completion_response(
-                ident, created, parsed.model, text, result.finish_reason, _usage(stream)
-            )
+                return self._streaming(scope, answer.events())
+            body = await answer.body()
         except asyncio.CancelledError:  # the client went away
             exchange.abandon(scope)
             raise

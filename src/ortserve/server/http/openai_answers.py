@@ -1,0 +1,275 @@
+"""The OpenAI routes' answers once the request is parsed and its model resolved: ``n`` choices
+(``best_of`` ranked by their log-probability), each its own sequence in the running batch,
+their log-probabilities, whole or as server-sent events.
+
+The choices share the prompt's prefill through the prefix cache: they join the engine in the
+same step, and the second and later ones find the first one's keys and values there. Choice
+``i`` of a seeded request samples as a single request with seed ``seed + i`` would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ortserve.errors import InvalidField
+from ortserve.llm.sampler import SamplingParams
+from ortserve.llm.sequence import GenerationEvent
+from ortserve.llm.servable import GenerationStream, LlmVersion
+from ortserve.protocol import openai_choices as choices
+from ortserve.protocol import openai_codec as codec
+from ortserve.protocol.openai_choices import TokenLogprob
+from ortserve.protocol.openai_sampling import choice_count, sampling_params
+
+__all__ = ["Answer", "start_chat", "start_completion"]
+
+
+@dataclass(slots=True)
+class _Choice:
+    text: str = ""
+    finish: str | None = None
+    tokens: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(t.logprob for t in self.tokens)
+
+
+def _plan(fields: Mapping[str, object], llm: LlmVersion, chat: bool) -> tuple[int, list[SamplingParams]]:
+    """(choices returned, the parameters of every choice generated)."""
+    base = sampling_params(fields, llm.default_max_tokens, llm.tokenizer.vocab_size, chat)
+    n, best_of = choice_count(fields)
+    if best_of > n:
+        base = replace(base, logprobs=True)  # ranked by the log-probability of their tokens
+    seeds = [None if base.seed is None else (base.seed + i) % 2**64 for i in range(best_of)]
+    return n, [replace(base, seed=seed) for seed in seeds]
+
+
+def _start(
+    llm: LlmVersion, prompt: Sequence[int], params: list[SamplingParams], cache_salt: str
+) -> list[GenerationStream]:
+    streams: list[GenerationStream] = []
+    try:
+        for one in params:
+            streams.append(llm.generate(prompt, one, cache_salt))
+    except BaseException:
+        for stream in streams:  # a refusal of a later choice withdraws the earlier ones
+            stream.sequence.cancel()
+        raise
+    return streams
+
+
+def _usage(streams: list[GenerationStream]) -> codec.Usage:
+    first = streams[0]
+    completion = sum(s.completion_tokens for s in streams)
+    return codec.Usage(first.prompt_tokens, completion, first.cached_tokens)
+
+
+def _token_logprobs(llm: LlmVersion, event: GenerationEvent) -> list[TokenLogprob]:
+    text = llm.tokenizer.token_text
+    return [
+        TokenLogprob(text(token), logprob, tuple((text(t), lp) for t, lp in top))
+        for token, logprob, top in zip(event.token_ids, event.logprobs, event.top_logprobs, strict=True)
+    ]
+
+
+async def _collect(llm: LlmVersion, stream: GenerationStream, logprobs: bool) -> _Choice:
+    choice = _Choice()
+    async for event in stream.events():
+        choice.text += event.text
+        choice.finish = event.finish_reason
+        if logprobs:
+            choice.tokens += _token_logprobs(llm, event)
+    return choice
+
+
+async def _collect_all(
+    llm: LlmVersion, streams: list[GenerationStream], n: int, logprobs: bool
+) -> list[_Choice]:
+    try:
+        done = await asyncio.gather(*(_collect(llm, s, logprobs) for s in streams))
+    except BaseException:
+        for stream in streams:
+            stream.sequence.cancel()
+        raise
+    if len(done) > n:
+        done = sorted(done, key=lambda c: c.score, reverse=True)[:n]
+    return done
+
+
+async def _merged(
+    streams: list[GenerationStream],
+) -> AsyncIterator[tuple[int, GenerationEvent]]:
+    """The events of every choice as they come, with the choice's index."""
+    iterators = [s.events() for s in streams]
+    pending: dict[asyncio.Task[GenerationEvent], int] = {}
+    try:
+        for index, events in enumerate(iterators):
+            pending[asyncio.ensure_future(anext(events))] = index
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                index = pending.pop(task)
+                event = task.result()
+                yield index, event
+                if event.finish_reason is None:
+                    pending[asyncio.ensure_future(anext(iterators[index]))] = index
+    finally:
+        for task in pending:
+            task.cancel()
+        for events in iterators:
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+        for stream in streams:
+            if not stream.finished:
+                stream.sequence.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    ident: str
+    created: int
+    model: str
+    include_usage: bool
+    logprobs: bool
+
+
+async def _chat_events(
+    llm: LlmVersion, streams: list[GenerationStream], reply: _Reply
+) -> AsyncIterator[bytes]:
+    head = (reply.ident, reply.created, reply.model)
+    opening = [
+        {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        for i in range(len(streams))
+    ]
+    yield choices.chat_chunk(*head, opening)
+    async for index, event in _merged(streams):
+        if event.text or (reply.logprobs and event.token_ids):
+            logprobs = choices.chat_logprobs(_token_logprobs(llm, event)) if reply.logprobs else None
+            delta = {
+                "index": index,
+                "delta": {"content": event.text},
+                "logprobs": logprobs,
+                "finish_reason": None,
+            }
+            yield choices.chat_chunk(*head, [delta])
+        if event.finish_reason is not None:
+            last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": event.finish_reason}
+            yield choices.chat_chunk(*head, [last])
+    if reply.include_usage:
+        yield choices.chat_chunk(*head, [], _usage(streams))
+    yield codec.DONE
+
+
+class Answer:
+    """A request's choices under way: read them whole (``body``) or as events (``events``),
+    once. Failures after the start raise from either (the route turns them into its error)."""
+
+    def __init__(
+        self, whole: Callable[[], Awaitable[bytes]], events: Callable[[], AsyncIterator[bytes]]
+    ) -> None:
+        self.body = whole
+        self.events = events
+
+
+def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str = "") -> Answer:
+    """Start the chat completion's choices (``cache_salt``: see ``LlmVersion.cache_salt``).
+
+    Raises:
+        OrtServeError: refused fields, queue full...: nothing was started.
+    """
+    n, params = _plan(parsed.fields, llm, chat=True)
+    prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
+    streams = _start(llm, prompt, params, cache_salt)
+    reply = _Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage,
+                   parsed.fields.get("logprobs") is True)  # fmt: skip
+
+    async def whole() -> bytes:
+        done = await _collect_all(llm, streams, n, reply.logprobs)
+        body = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": choices.chat_logprobs(c.tokens) if reply.logprobs else None,
+                "finish_reason": c.finish,
+            }
+            for i, c in enumerate(done)
+        ]
+        return choices.chat_body(reply.ident, reply.created, reply.model, body, _usage(streams))
+
+    return Answer(whole, lambda: _chat_events(llm, streams, reply))
+
+
+async def _completion_events(
+    llm: LlmVersion, streams: list[GenerationStream], reply: _Reply, echo: str
+) -> AsyncIterator[bytes]:
+    head = (reply.ident, reply.created, reply.model)
+    offsets = [len(echo)] * len(streams)
+    if echo:
+        yield choices.completion_chunk(
+            *head,
+            [
+                {"index": i, "text": echo, "logprobs": None, "finish_reason": None}
+                for i in range(len(streams))
+            ],
+        )
+    async for index, event in _merged(streams):
+        if event.token_ids or event.text or event.finish_reason is not None:  # a chunk per step
+            logprobs = None
+            if reply.logprobs:
+                tokens = _token_logprobs(llm, event)
+                logprobs = choices.completion_logprobs(tokens, offsets[index])
+                offsets[index] += sum(len(t.text) for t in tokens)
+            piece = {
+                "index": index,
+                "text": event.text,
+                "logprobs": logprobs,
+                "finish_reason": event.finish_reason,
+            }
+            yield choices.completion_chunk(*head, [piece])
+    if reply.include_usage:
+        yield choices.completion_chunk(*head, [], _usage(streams))
+    yield codec.DONE
+
+
+def start_completion(llm: LlmVersion, parsed: codec.CompletionRequest, cache_salt: str = "") -> Answer:
+    """Start the completion's choices (``cache_salt``: see ``LlmVersion.cache_salt``).
+
+    Raises:
+        OrtServeError: refused fields, queue full...: nothing was started.
+    """
+    n, params = _plan(parsed.fields, llm, chat=False)
+    logprobs = parsed.fields.get("logprobs") is not None
+    if parsed.echo and logprobs:
+        raise InvalidField(
+            "echo", "echo with logprobs is not supported (the prompt's logprobs are not computed)"
+        )
+    if isinstance(parsed.prompt, str):
+        prompt, echo = llm.tokenizer.encode(parsed.prompt), parsed.prompt
+    else:
+        prompt = parsed.prompt
+        if any(not 0 <= t < llm.tokenizer.vocab_size for t in prompt):  # before decoding them
+            raise InvalidField("prompt", f"prompt: token ids must be in [0, {llm.tokenizer.vocab_size})")
+        echo = llm.tokenizer.decode(prompt)
+    echoed = echo if parsed.echo else ""
+    streams = _start(llm, prompt, params, cache_salt)
+    reply = _Reply(f"cmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage, logprobs)
+
+    async def whole() -> bytes:
+        done = await _collect_all(llm, streams, n, logprobs)
+        body = [
+            {
+                "index": i,
+                "text": echoed + c.text,
+                "logprobs": choices.completion_logprobs(c.tokens, len(echoed)) if logprobs else None,
+                "finish_reason": c.finish,
+            }
+            for i, c in enumerate(done)
+        ]
+        return choices.completion_body(reply.ident, reply.created, reply.model, body, _usage(streams))
+
+    return Answer(whole, lambda: _completion_events(llm, streams, reply, echoed))
