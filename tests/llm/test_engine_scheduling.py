@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from ortserve.errors import Overloaded
@@ -19,6 +20,7 @@ from ortserve.llm.sequence import Sequence
 from ortserve.llm.tokenizer import TextTokenizer
 
 _VOCAB = 50
+F32 = npt.NDArray[np.float32]
 
 
 class _Clock:
@@ -29,7 +31,7 @@ class _Clock:
         return self.now
 
 
-def _logits(tokens: list[int]) -> np.ndarray:
+def _logits(tokens: list[int]) -> F32:
     """A deterministic 'model': the next token is a function of the last three."""
     out = np.zeros(_VOCAB, dtype=np.float32)
     out[(sum(tokens[-3:]) * 31 + 7) % (_VOCAB - 3) + 3] = 10.0
@@ -60,7 +62,7 @@ class _FakeBackend:
             raise KvFull("full")
         self.held[sequence] = 0
 
-    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[object] | None) -> np.ndarray:
+    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
         if sum(self.held.values()) - self.held[sequence] + stop > self.capacity:
             raise KvFull("full")
         self.clock.now += 0.0001 * (stop - start)
@@ -74,7 +76,7 @@ class _FakeBackend:
         if sum(self.held.values()) + len(self.rows) > self.capacity:
             raise KvFull("full")
 
-    def decode(self) -> tuple[list[Sequence], np.ndarray]:
+    def decode(self) -> tuple[list[Sequence], F32]:
         self.clock.now += self.step_s(len(self.rows))
         for sequence in self.rows:
             self.held[sequence] = sequence.length
@@ -85,7 +87,7 @@ class _FakeBackend:
         if sequence in self.rows:
             self.rows.remove(sequence)
 
-    def read(self, sequence: Sequence, length: int) -> list[object]:
+    def read(self, sequence: Sequence, length: int) -> list[F32]:
         return []
 
     def decoding(self) -> list[Sequence]:
