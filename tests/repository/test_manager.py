@@ -145,7 +145,7 @@ async def test_the_same_broken_files_are_not_retried_until_they_change(
 ) -> None:
     write_scaled_version(tmp_path, "m", 1, 1.0)
     await manager.start()
-    watcher = RepositoryWatcher(manager, "poll", 1.0)
+    watcher = RepositoryWatcher(manager, "poll", 1.0, require_marker=False)  # files settled
     (tmp_path / "m" / "2").mkdir()
     (tmp_path / "m" / "2" / "model.onnx").write_bytes(b"broken")
     for _ in range(3):
@@ -164,7 +164,7 @@ async def test_replacing_a_model_file_in_place_reloads_that_version(
     forgotten: list[tuple[str, str]] = []
     manager.forgotten.append(lambda model, version: forgotten.append((model, version)))
     await manager.start()
-    watcher = RepositoryWatcher(manager, "poll", 1.0)
+    watcher = RepositoryWatcher(manager, "poll", 1.0, require_marker=False)  # files settled
     await watcher.scan()
     old = manager.registry.resolve("m", "1")
     write_scaled_version(tmp_path, "m", 1, 3.0)
@@ -183,7 +183,7 @@ async def test_a_version_still_being_copied_is_loaded_only_once_its_files_settle
 ) -> None:
     write_scaled_version(tmp_path, "m", 1, 1.0)
     snapshots = await manager.start()
-    watcher = RepositoryWatcher(manager, "poll", 1.0)
+    watcher = RepositoryWatcher(manager, "poll", 1.0, require_marker=False)  # files settled
     watcher.seed(snapshots)
     source = write_scaled_version(tmp_path / "elsewhere", "m", 2, 2.0) / "model.onnx"
     target = tmp_path / "m" / "2"

@@ -199,6 +199,8 @@ def test_poll_mode_never_loads_a_half_copied_version_and_serves_it_once_complete
             slow.flush()
             time.sleep(0.1)
             assert http_scale(poll_server) == ("1", 1.0)
+    assert http_scale(poll_server) == ("1", 1.0)  # written whole, but not marked complete
+    (target / COMPLETE_MARKER).touch()
     written = time.monotonic()
     wait_for(lambda: http_scale(poll_server) == ("2", 2.0), 10.0)
     assert time.monotonic() - written < 3 * 0.3 + 1.0  # within two poll periods (+ load time)

@@ -1,10 +1,11 @@
 """One observation of the repository's files: what each model and version folder holds now.
 
-A fingerprint is the sorted (relative path, size, mtime) of every file in a folder. Two equal
-fingerprints taken one observation apart mean nobody is still writing there; that is how a
-version folder still being copied is told from a complete one (see
-:mod:`ortserve.repository.watcher`). A copier that wants its version picked up at the first
-observation writes the marker file :data:`COMPLETE_MARKER` into the version folder last.
+A fingerprint is the sorted (relative path, size, mtime) of every file in a folder. A version
+folder is complete when the copier says so: it writes the marker file :data:`COMPLETE_MARKER`
+into the folder last (a marker older than some other file there does not count). Two equal
+fingerprints one observation apart (nobody is writing now) are only a weaker sign, used when
+``--no-require-complete-marker`` is given: a writer that preallocates the final size and
+stalls mid-copy looks settled (see :mod:`ortserve.repository.watcher`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class VersionSnapshot:
     folder: Path
     files: Fingerprint
     marked: bool
-    """The copier wrote :data:`COMPLETE_MARKER`."""
+    """The copier wrote :data:`COMPLETE_MARKER`, after every other file."""
 
     def holds(self, name: str) -> bool:
         return any(relative == name for relative, _, _ in self.files)
@@ -92,11 +93,18 @@ def snapshot_model(folder: Path) -> ModelSnapshot:
         for name in CONFIG_FILES
         if (stat := _stat(folder / name)) is not None
     )
-    versions = {
-        number: VersionSnapshot(path, fingerprint(path), (path / COMPLETE_MARKER).is_file())
-        for number, path in version_folders(folder).items()
-    }
+    versions = {}
+    for number, path in version_folders(folder).items():
+        files = fingerprint(path)
+        versions[number] = VersionSnapshot(path, files, _marked(path, files))
     return ModelSnapshot(folder.name, folder, config, versions)
+
+
+def _marked(folder: Path, files: Fingerprint) -> bool:
+    """The marker is there and no other file changed after it was written: a marker left from
+    an earlier copy does not vouch for files rewritten since (an in-place update re-touches it)."""
+    marker = _stat(folder / COMPLETE_MARKER)
+    return marker is not None and all(mtime <= marker.st_mtime_ns for _, _, mtime in files)
 
 
 def snapshot_repository(root: Path) -> list[ModelSnapshot]:

@@ -3,11 +3,16 @@
 ``none``: loaded once at start; SIGHUP re-scans. ``poll``: re-scanned every poll period and on
 SIGHUP. ``explicit``: only the control API loads and unloads (SIGHUP is logged and ignored).
 
-A version folder counts as complete when its files (names, sizes, mtimes) are unchanged
-between two observations, or when the copier wrote the marker
-:data:`~ortserve.repository.snapshot.COMPLETE_MARKER` into it. In poll mode the observations
-are one poll period apart (a new version serves within two periods); after a SIGHUP in
-``none`` mode the watcher looks again every ``settle_s`` until nothing is still changing.
+A version folder found by a re-scan counts as complete when the copier wrote the marker
+:data:`~ortserve.repository.snapshot.COMPLETE_MARKER` into it after every other file (the
+default, ``--require-complete-marker``): files that merely stopped changing are not enough, as a
+writer that preallocates the final size (``posix_fallocate``, rsync ``--preallocate``, aria2)
+and stalls mid-copy leaves a folder of the right sizes, unchanged between looks, holding zeros;
+served, it answered zeros and the ``latest`` policy retired the good version. With
+``--no-require-complete-marker`` a folder whose files (names, sizes, mtimes) are unchanged
+between two observations counts too. In poll mode the observations are one poll period apart;
+after a SIGHUP in ``none`` mode the watcher looks again every ``settle_s`` until nothing is still
+changing. What is in the repository at start is loaded as it is.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import logging
 from typing import Literal, cast
 
 from ortserve.repository.manager import LifecycleManager
-from ortserve.repository.snapshot import ModelSnapshot, snapshot_repository
+from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, VersionSnapshot, snapshot_repository
 
 __all__ = ["ControlMode", "RepositoryWatcher", "control_mode"]
 
@@ -43,21 +48,35 @@ class RepositoryWatcher:
         mode: the model control mode.
         poll_s: poll period (poll mode).
         settle_s: delay between observations while a folder is still changing (none mode).
+        require_marker: only a version with the completion marker is complete (None: the
+            server's ``require_complete_marker`` setting).
     """
 
     def __init__(
-        self, manager: LifecycleManager, mode: ControlMode, poll_s: float, settle_s: float = SETTLE_S
+        self,
+        manager: LifecycleManager,
+        mode: ControlMode,
+        poll_s: float,
+        settle_s: float = SETTLE_S,
+        require_marker: bool | None = None,
     ) -> None:
         self._manager = manager
+        self._require_marker = (
+            manager.settings.require_complete_marker if require_marker is None else require_marker
+        )
         self._mode = mode
         self._poll_s = poll_s
         self._settle_s = settle_s
         self._wake = asyncio.Event()
         self._previous: dict[str, ModelSnapshot] = {}
+        self._accepted: dict[tuple[str, int], Fingerprint] = {}
+        """The files of each version as they were when found complete (or loaded at start):
+        they stay complete while unchanged, with or without a marker."""
 
     def seed(self, snapshots: list[ModelSnapshot]) -> None:
-        """The first observation (what the server loaded at start)."""
+        """The first observation (what the server loaded at start, complete as it was)."""
         self._previous = {s.name: s for s in snapshots}
+        self._accepted = {(s.name, n): v.files for s in snapshots for n, v in s.versions.items()}
 
     def rescan_soon(self) -> None:
         """SIGHUP: look at the repository now (explicit mode: logged, nothing else)."""
@@ -95,14 +114,29 @@ class RepositoryWatcher:
         for snapshot in snapshots:
             previous = self._previous.get(snapshot.name)
             complete = {
-                number
-                for number, version in snapshot.versions.items()
-                if version.marked or (previous is not None and previous.versions.get(number) == version)
+                n for n, v in snapshot.versions.items() if self._complete(snapshot.name, n, v, previous)
             }
+            for number in complete:
+                self._accepted[(snapshot.name, number)] = snapshot.versions[number].files
             config_settled = previous is not None and previous.config == snapshot.config
-            if len(complete) < len(snapshot.versions) or not config_settled:
+            changing = any(
+                not self._settled(previous, n, v) for n, v in snapshot.versions.items() if n not in complete
+            )
+            if changing or not config_settled:
                 settling = True
             if config_settled:
                 await self._manager.sync(snapshot, complete)
         self._previous = current
         return settling
+
+    def _complete(
+        self, model: str, number: int, version: VersionSnapshot, previous: ModelSnapshot | None
+    ) -> bool:
+        if version.marked or self._accepted.get((model, number)) == version.files:
+            return True
+        return not self._require_marker and self._settled(previous, number, version)
+
+    @staticmethod
+    def _settled(previous: ModelSnapshot | None, number: int, version: VersionSnapshot) -> bool:
+        """Unchanged since the last look (the weaker sign, without the marker)."""
+        return previous is not None and previous.versions.get(number) == version
