@@ -16,7 +16,7 @@ import pytest
 from ortserve.apps.hotword.corpus import CORPUS, load_corpus
 from ortserve.apps.hotword.features import ABLATIONS, Featurizer
 from ortserve.apps.hotword.holidays import CHINA
-from ortserve.apps.hotword.pipeline import TAG_DROP, TAG_LABELS, HotwordPipeline
+from ortserve.apps.hotword.pipeline import MIN_SCORE, TAG_DROP, TAG_LABELS, HotwordPipeline
 from ortserve.apps.hotword.retrieval import Index
 from ortserve.apps.hotword.text import Segmenter
 from ortserve.apps.hotword.training import OUTPUT, examples
@@ -235,3 +235,23 @@ def test_the_log_and_the_training_are_deterministic_for_a_seed(ranker: Ranker) -
     y = (x[:, :1] > 0).astype(np.float32)
     first, second = train_mlp(x, y, 8, 3, seed=1), train_mlp(x, y, 8, 3, seed=1)
     assert np.array_equal(first.w1, second.w1) and np.array_equal(first.w2, second.w2)
+
+
+@pytest.mark.parametrize(
+    "query", ["國慶旅遊攻略", "guoqinglvyougonglue", "GuoQing LvYou GongLue", "guoqinglüyougonglue"]
+)
+def test_traditional_script_and_pinyin_find_the_simplified_hotword(ranker: Ranker, query: str) -> None:
+    answer = ranker.ask(query, 110000, dt.date(2026, 9, 20))
+    assert words(answer)[0] == "国庆旅游攻略"
+
+
+def test_a_latin_query_that_is_no_pinyin_of_the_corpus_is_left_as_typed(ranker: Ranker) -> None:
+    index = ranker.pipeline._index
+    assert index.read("qwertyzx") == "qwertyzx" and index.read("tianqi") == "天气"
+
+
+def test_no_answer_is_padded_with_noise_under_the_score_floor(ranker: Ranker) -> None:
+    for query, day in (("世界杯", dt.date(2026, 6, 10)), ("国庆旅游攻略", dt.date(2026, 9, 20))):
+        answer = ranker.ask(query, 110000, day)
+        assert answer["matched"] and all(h["score"] >= MIN_SCORE for h in answer["hotwords"][1:])
+        assert not any("冰雪大世界" in w or w.startswith(("大庆", "安庆")) for w in words(answer))

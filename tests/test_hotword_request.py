@@ -71,3 +71,12 @@ def test_holiday_closeness_builds_before_the_holiday_and_is_zero_out_of_season()
     assert holiday_closeness("national_day", dt.date(2025, 3, 12)) == 0.0
     assert holiday_closeness("spring", dt.date(2026, 2, 17)) == 1.0
     assert calendar_features(NOW).days_to_nearest == 3
+
+
+def test_routings_body_fields_are_accepted_without_a_routing_policy_and_still_checked() -> None:
+    parsed = parse_hotword_request({"query": "x", "timestamp": NOW, "user_id": "u-17", "ab_tag": 2})
+    assert parsed == HotwordRequest("x", 0, NOW)
+    with pytest.raises(InvalidInput, match="'user_id'"):
+        parse_hotword_request({"query": "x", "timestamp": NOW, "user_id": ["u"]})
+    with pytest.raises(InvalidInput, match="'ab_tag' is longer"):
+        parse_hotword_request({"query": "x", "timestamp": NOW, "ab_tag": "t" * 129})

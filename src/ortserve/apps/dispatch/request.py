@@ -31,7 +31,9 @@ DEFAULT_TOP_K = 5
 DEFAULT_MIN_ON_TIME = 0.5
 """A courier is eligible for an order only when its on-time probability reaches this; a
 request may ask for another floor with ``min_on_time`` (0 to 1)."""
-_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_system"})
+_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "user_id", "ab_tag"})
+"""``user_id`` and ``ab_tag`` are routing's (docs/traffic.md): accepted and ignored here when the model
+has no routing policy to strip them."""
 MAX_ADDRESS = 512
 """Characters of an order's address; real ones are tens."""
 _ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})

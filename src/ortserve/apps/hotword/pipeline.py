@@ -26,10 +26,14 @@ from ortserve.apps.hotword.world import province_of
 from ortserve.errors import ConfigError
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
-__all__ = ["TAG_DROP", "TAG_LABELS", "HotwordPipeline"]
+__all__ = ["MIN_SCORE", "TAG_DROP", "TAG_LABELS", "HotwordPipeline"]
 
 TAG_DROP = 0.25
 """A tag holds when its feature switched off costs at least this share of the score."""
+MIN_SCORE = 0.01
+"""Hotwords the ranker scores under this are not answered: they filled places 2-5 with
+noise (冰雪大世界 for 世界杯 at 0.0, 大庆旅游攻略 for 国庆旅游攻略 at 0.008). An exact match
+is always answered."""
 TAG_LABELS = {"holiday": "节假日", "regional": "地域热点", "trending": "热门趋势"}
 """Each tag's label (``tags``) by its English alias (``tag_ids``)."""
 
@@ -87,7 +91,10 @@ class HotwordPipeline:
             return answer
         scores = np.asarray(outputs[0][OUTPUT], dtype=np.float64)[:, 0]
         count = len(matches.index)
-        ranked = np.lexsort((np.arange(count), -scores[:count], -matches.exact))[: prepared.request.top_k]
+        ranked = np.lexsort((np.arange(count), -scores[:count], -matches.exact))
+        ranked = ranked[_relevant(scores[ranked], matches, ranked)][: prepared.request.top_k]
+        if not len(ranked):
+            return answer
         tags = _attributions(scores, count, rows.probes)
         answer["matched"] = True
         answer["hotwords"] = [
@@ -107,6 +114,18 @@ class HotwordPipeline:
 
     def example(self) -> JsonObject:
         return {"query": "国庆旅游攻略", "region_id": 110000, "timestamp": 1759017600000}
+
+
+def _relevant(scores: np.ndarray, matches: Matches, ranked: np.ndarray) -> np.ndarray:
+    """Which ranked candidates to answer: an exact match always; others scoring at least
+    ``MIN_SCORE``, and never one related by character pairs alone (冰雪大世界 to 世界杯) while
+    another shares a whole word with the query."""
+    exact = matches.exact[ranked] > 0
+    worded = matches.word_query[ranked] > 0
+    keep = scores >= MIN_SCORE
+    if worded.any():
+        keep &= worded
+    return np.asarray(exact | keep)
 
 
 def _attributions(scores: np.ndarray, count: int, probes: list[tuple[str, int]]) -> dict[int, list[str]]:

@@ -12,7 +12,11 @@ __all__ = ["DEFAULT_TOP_K", "MAX_QUERY_CHARS", "MAX_TOP_K", "HotwordRequest", "p
 MAX_QUERY_CHARS = 64
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
-_FIELDS = frozenset({"query", "region_id", "timestamp", "top_k"})
+_FIELDS = frozenset({"query", "region_id", "timestamp", "top_k", "user_id", "ab_tag"})
+_ROUTING = ("user_id", "ab_tag")
+"""Routing's body fields (docs/traffic.md): a model with a routing policy strips them before
+the pipeline parses; without one they are accepted here and change nothing in the answer."""
+MAX_ROUTING_CHARS = 128
 _EARLIEST_MS = 946_684_800_000  # 2000-01-01
 _LATEST_MS = 4_102_444_800_000  # 2100-01-01
 
@@ -56,6 +60,12 @@ def parse_hotword_request(document: object) -> HotwordRequest:
     unknown = sorted(set(document) - _FIELDS)
     if unknown:
         raise InvalidInput(f"unknown field {unknown[0]!r}; the fields are {sorted(_FIELDS)}")
+    for name in _ROUTING:
+        value = document.get(name)
+        if value is not None and not (isinstance(value, (str, int)) and not isinstance(value, bool)):
+            raise InvalidInput(f"field {name!r} must be a string or an integer")
+        if isinstance(value, str) and len(value) > MAX_ROUTING_CHARS:
+            raise InvalidInput(f"field {name!r} is longer than {MAX_ROUTING_CHARS} characters")
     query = _query(document)
     region = _integer(document, "region_id") if "region_id" in document else 0
     if region != 0 and (not 100000 <= region <= 999999 or province_of(region) is None):

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry
+from ortserve.apps.hotword.variants import QueryVariants
 
 __all__ = ["MATCH_THRESHOLD", "MAX_CANDIDATES", "STOPWORDS", "Index", "Matches", "normalise"]
 
@@ -140,6 +141,18 @@ class Index:
         self._bigrams = _Vocabulary([_bigrams(w) for w in words], [_bigrams(w) for w in words])
         self._exact = {w: i for i, w in enumerate(words)}
         self.regions = np.array([e.region for e in entries], dtype=np.int64)
+        self._variants = QueryVariants(term for terms in own for term in terms)
+
+    def read(self, query: str) -> str:
+        """The query as the corpus writes it: normalised, simplified, pinyin read as words
+        (a Latin query that is a corpus term itself stays as typed)."""
+        text = normalise(self._variants.simplified(query))
+        latin = text.replace("ü", "v")
+        if latin.isascii() and latin != text:
+            text = latin
+        if text.isascii() and text not in self._words.ids:
+            return self._variants.from_pinyin(text) or text
+        return text
 
     def terms(self, text: str) -> set[str]:
         """The searchable tokens of a normalised text (stopwords dropped)."""
@@ -147,13 +160,13 @@ class Index:
 
     def exact(self, query: str) -> int | None:
         """The entry whose word is the query, if any."""
-        return self._exact.get(normalise(query))
+        return self._exact.get(self.read(query))
 
     def match(self, query: str, province: int | None) -> Matches:
         """Entries covering at least ``MATCH_THRESHOLD`` of the query (by words or bigrams),
         at most ``MAX_CANDIDATES``: by relevance, then home region, then corpus order; an
         exact match always among them."""
-        text = normalise(query)
+        text = self.read(query)
         word_q, word_e = self._words.coverage(self.terms(text), weighted=True)
         bigram_q, bigram_e = self._bigrams.coverage(_bigrams(text), weighted=False)
         priority = np.maximum(word_q, bigram_q)
