@@ -105,7 +105,13 @@ class Sample:
 
 @dataclass(slots=True)
 class _Files:
-    """The rotating files, touched only from the writer's worker thread."""
+    """The rotating files, touched only from the writer's worker thread.
+
+    A file only ever ends on a whole record: ``written`` is the offset after the last record
+    written whole, and a write that fails part way (a full disk) is cut back to it, so the
+    next write after the disk has room appends a whole record to a whole file. When even the
+    cut fails, the next write starts a new file (the reader skips a torn tail with a warning).
+    """
 
     directory: Path
     max_file_bytes: int
@@ -115,22 +121,54 @@ class _Files:
     written: int = 0
     current: Path | None = None
     kept: collections.deque[Path] = field(default_factory=collections.deque)
+    os_write: Callable[[int, memoryview], int] = os.write
+    """``os.write`` (a test passes one that fails part way, as a full disk does)."""
 
     def write(self, chunks: list[bytes]) -> None:
+        """Append whole records; on failure the file is cut back to its last whole record and
+        the error, carrying ``records_written``, is raised."""
         if self.current is None or self.written >= self.max_file_bytes:
             self._rotate()
         assert self.current is not None
-        with self.current.open("ab") as out:
+        whole = 0
+        fd = os.open(self.current, os.O_WRONLY | os.O_APPEND)
+        try:
             for chunk in chunks:
-                out.write(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[self.os_write(fd, view) :]
                 self.written += len(chunk)
+                whole += 1
+        except OSError as exc:
+            self._cut(fd)
+            exc.records_written = whole  # type: ignore[attr-defined]
+            raise
+        finally:
+            os.close(fd)
+
+    def _cut(self, fd: int) -> None:
+        """Truncate the file back to its last whole record, or give it up."""
+        try:
+            os.ftruncate(fd, self.written)
+        except OSError as exc:
+            logger.warning(
+                "capture: cannot cut %s back to its last whole record (%s); starting a new file",
+                self.current,
+                exc.strerror or exc,
+            )
+            self.current = None
 
     def _rotate(self) -> None:
+        self.current = None
         self.sequence += 1
-        self.current = self.directory / f"{self.prefix}-{self.sequence:05d}.ocap"
-        self.current.write_bytes(MAGIC)
-        self.written = len(MAGIC)
-        self.kept.append(self.current)
+        path = self.directory / f"{self.prefix}-{self.sequence:05d}.ocap"
+        try:
+            path.write_bytes(MAGIC)
+        except OSError:
+            path.unlink(missing_ok=True)  # never a file without its whole magic line
+            raise
+        self.current, self.written = path, len(MAGIC)
+        self.kept.append(path)
         while len(self.kept) > self.max_files:
             self.kept.popleft().unlink(missing_ok=True)
 
@@ -147,11 +185,13 @@ class Capture:
         random_source: returns uniform floats in [0, 1) (injectable in tests).
         write: writes encoded records (injectable in tests; default: the rotating files).
         clock: monotonic seconds, for the pause after a failed write (injectable in tests).
+        file_write: ``os.write`` for the rotating files (a test passes a full disk).
 
     A failed write (a full disk, a removed folder) pauses sampling: one error is logged, the
     buffered records are dropped and counted, and capture retries after a pause that doubles
     with each consecutive failure (1 s up to 5 min), so a broken disk costs a few log lines
-    an hour instead of one traceback per request.
+    an hour instead of one traceback per request. The file is cut back to its last whole
+    record first, so capture resumes on a file every reader can read to its end.
     """
 
     def __init__(
@@ -164,6 +204,7 @@ class Capture:
         random_source: Callable[[], float] = random.random,
         write: Callable[[list[bytes]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        file_write: Callable[[int, memoryview], int] = os.write,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError("capture rate must be between 0 and 1")
@@ -175,7 +216,9 @@ class Capture:
         self._buffer_size = buffer_size
         self._directory = directory
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        self._files = _Files(directory, max_file_bytes, max_files, f"capture-{stamp}-{os.getpid()}")
+        self._files = _Files(
+            directory, max_file_bytes, max_files, f"capture-{stamp}-{os.getpid()}", os_write=file_write
+        )
         self._write = write or self._files.write
         self._clock = clock
         self._resume_at: float | None = None
@@ -309,8 +352,9 @@ class Capture:
         try:
             await asyncio.to_thread(self._write, chunks)
         except OSError as exc:
-            self.dropped += len(records)
-            self._write_failed(exc, len(records))
+            lost = len(records) - int(getattr(exc, "records_written", 0))
+            self.dropped += lost
+            self._write_failed(exc, lost)
             return
         if self._resume_at is not None:
             logger.info("capture: writing to %s again", self._directory)
@@ -330,35 +374,52 @@ class Capture:
         )
 
 
-def read_capture(paths: list[Path]) -> Iterator[CapturedRequest]:
+TornTail = Callable[[Path, int, int], None]
+"""Told of a file whose last record is cut short: the file, where the torn record starts, and
+how many bytes are skipped."""
+
+
+def _warn_torn(file: Path, offset: int, skipped: int) -> None:
+    logger.warning("capture: %s ends in a torn record at byte %d (%d bytes skipped)", file, offset, skipped)
+
+
+def read_capture(paths: list[Path], on_torn: TornTail = _warn_torn) -> Iterator[CapturedRequest]:
     """Every record of capture files (or folders of them), in file-name order.
 
+    A file cut short inside its last record (a full disk, a crash while writing) gives its
+    whole records; the torn tail is skipped and reported to ``on_torn``.
+
     Raises:
-        ValueError: a file is not a capture file or is cut short.
+        ValueError: a file is not a capture file, or a record is unreadable.
     """
     files: list[Path] = []
     for path in paths:
         files.extend(sorted(path.glob("*.ocap")) if path.is_dir() else [path])
     for file in sorted(files):
-        yield from _read_file(file)
+        yield from _read_file(file, on_torn)
 
 
-def _read_file(file: Path) -> Iterator[CapturedRequest]:
+def _read_file(file: Path, on_torn: TornTail) -> Iterator[CapturedRequest]:
     data = memoryview(file.read_bytes())
     if bytes(data[: len(MAGIC)]) != MAGIC:
         raise ValueError(f"{file} is not an ortserve capture file")
     offset = len(MAGIC)
     while offset < len(data):
-        if offset + _SIZES.size > len(data):
-            raise ValueError(f"{file}: cut short at byte {offset}")
-        meta_length, body_length = _SIZES.unpack_from(data, offset)
-        start = offset + _SIZES.size
-        end = start + meta_length + body_length
+        end = len(data) + 1
+        if offset + _SIZES.size <= len(data):
+            meta_length, body_length = _SIZES.unpack_from(data, offset)
+            start = offset + _SIZES.size
+            end = start + meta_length + body_length
         if end > len(data):
-            raise ValueError(f"{file}: cut short at byte {offset}")
-        yield CapturedRequest.decode(
-            bytes(data[start : start + meta_length]), bytes(data[start + meta_length : end])
-        )
+            on_torn(file, offset, len(data) - offset)
+            return
+        try:
+            record = CapturedRequest.decode(
+                bytes(data[start : start + meta_length]), bytes(data[start + meta_length : end])
+            )
+        except (ValueError, KeyError, TypeError) as exc:  # orjson's JSONDecodeError is a ValueError
+            raise ValueError(f"{file}: unreadable record at byte {offset}: {exc}") from None
+        yield record
         offset = end
 
 
