@@ -80,7 +80,7 @@ def traffic_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         for rows in ROW_SIZES:
             assert post(infer, infer_body(rows)) == 200
         assert post(infer, infer_body(1, width=3)) == 400
-        assert post(infer, infer_body(1, timeout=1)) == 429  # 1 µs: refused at admission
+        assert post(infer, infer_body(1, timeout=1)) == 504  # 1 µs: refused at admission, unmeetable
         assert post(f"{server.http_url}/v2/models/small_mlp/versions/9/infer", infer_body(1)) == 404
         with ThreadPoolExecutor(CONCURRENT) as pool:
             statuses = list(pool.map(lambda _: post(infer, infer_body(1)), range(CONCURRENT)))

@@ -23,10 +23,12 @@ from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.settings import ServerSettings
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import Telemetry
-from ortserve.tracing import Tracing, build_tracing, tracer_provider
+from ortserve.tracing import Tracing, build_tracing, route_template, tracer_provider
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
+ROOT = "POST /v2/models/{model}/infer"
+"""An HTTP request span's name: method and route template (OpenTelemetry HTTP conventions)."""
 
 
 class Served:
@@ -89,8 +91,8 @@ async def test_a_request_is_traced_as_decode_queue_batch_execution_and_encode(al
     response = await always.infer({})
     assert response.status == 200
     spans = always.spans()
-    root = spans["http infer tiny"]
-    assert set(spans) == {"http infer tiny", "decode", "queue", "batch execution", "encode"}
+    root = spans[ROOT]
+    assert set(spans) == {ROOT, "decode", "queue", "batch execution", "encode"}
     root_start, root_end = interval(root)
     for name in ("decode", "queue", "batch execution", "encode"):
         parent = spans[name].parent
@@ -107,9 +109,32 @@ async def test_a_request_is_traced_as_decode_queue_batch_execution_and_encode(al
     assert attribute(root, "ortserve.outcome") == "success"
 
 
+async def test_http_spans_carry_the_http_semantic_conventions(always: Served) -> None:
+    await always.infer({})
+    root = always.spans()[ROOT]
+    assert attribute(root, "http.request.method") == "POST"
+    assert attribute(root, "http.route") == "/v2/models/{model}/infer"
+    assert attribute(root, "http.response.status_code") == 200
+    assert "rpc.system" not in (root.attributes or {})
+
+
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        ("/v2/models/tiny/infer", "/v2/models/{model}/infer"),
+        ("/v2/models/tiny/versions/3/infer", "/v2/models/{model}/versions/{version}/infer"),
+        ("/v2/models/tiny/generate_stream", "/v2/models/{model}/generate_stream"),
+        ("/v1/chat/completions", "/v1/chat/completions"),
+        ("", "/v2/models/{model}/infer"),
+    ],
+)
+def test_a_route_template_names_no_model_or_version(path: str, template: str) -> None:
+    assert route_template(path) == template
+
+
 async def test_the_callers_traceparent_is_continued(always: Served) -> None:
     await always.infer({b"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01".encode()})
-    root = always.spans()["http infer tiny"]
+    root = always.spans()[ROOT]
     assert f"{root.context.trace_id:032x}" == TRACE_ID
     assert root.parent is not None
     assert f"{root.parent.span_id:016x}" == PARENT_ID
@@ -119,8 +144,8 @@ async def test_a_failed_request_has_an_error_status_and_no_queue_span(always: Se
     response = await always.infer({b"x-request-id": b"bad-1"}, width=3)
     assert response.status == 400
     spans = always.spans()
-    assert set(spans) == {"http infer tiny", "decode"}
-    root = spans["http infer tiny"]
+    assert set(spans) == {ROOT, "decode"}
+    root = spans[ROOT]
     assert not root.status.is_ok
     assert attribute(root, "ortserve.request_id") == "bad-1"
 
@@ -129,7 +154,7 @@ async def test_ratio_zero_traces_only_requests_whose_caller_sampled_them(never: 
     await never.infer({})
     assert never.spans() == {}
     await never.infer({b"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01".encode()})
-    assert "http infer tiny" in never.spans()
+    assert ROOT in never.spans()
 
 
 def test_tracing_is_off_at_ratio_zero_and_rejects_unknown_exporters() -> None:
@@ -180,3 +205,6 @@ def test_the_default_otlp_exporter_of_the_otel_extra_serves_without_a_collector(
                 assert reply.status == 200
         assert server.stop() == 0
     assert "Traceback" not in server.log()
+    endpoint = env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert "tracing on: 1 request in 1 traced" in server.log()
+    assert f"spans exported to OTLP/HTTP at {endpoint}/v1/traces" in server.log()

@@ -118,12 +118,20 @@ class Telemetry:
                 del self._latest[model]
 
     def begin(
-        self, transport: str, model: str, version: str | None, request_id: str | None, traceparent: str | None
+        self,
+        transport: str,
+        model: str,
+        version: str | None,
+        request_id: str | None,
+        traceparent: str | None,
+        path: str = "",
     ) -> RequestScope:
-        """Start accounting for one inference request; end it with ``finish`` or ``abandon``."""
+        """Start accounting for one inference request; end it with ``finish`` or ``abandon``.
+
+        ``path``: an HTTP request's path (its span is named by the route template)."""
         trace = None
         if self.tracing is not None:
-            trace = self.tracing.begin(transport, f"{transport} infer {model}", traceparent)
+            trace = self.tracing.begin(transport, f"{transport} infer {model}", traceparent, model, path)
         scope = RequestScope(self, transport, model, version, request_id, trace)
         self.live.add(scope)
         return scope
@@ -244,7 +252,7 @@ class RequestScope:
         if telemetry.access_log:
             self._log_access(outcome, status, seconds)
         if self.trace is not None and telemetry.tracing is not None:
-            telemetry.tracing.end(self.trace, self.model, self.version, outcome, self.request_id)
+            telemetry.tracing.end(self.trace, self.model, self.version, outcome, self.request_id, status)
 
     def abandon(self) -> None:
         """The client went away before an answer: only the in-flight count changes."""

@@ -6,11 +6,19 @@ sampling ratio 0) costs nothing: the transports hold ``None`` instead of a :clas
 The queue and batch-execution spans come from the version's recent executions: the one that
 started after the request was queued and ended before it resumed. With one instance per
 version that execution is exactly the request's; with several it is the latest such one.
+
+Request spans follow OpenTelemetry's semantic conventions: an HTTP one is named
+``POST /v2/models/{model}/infer`` (the route template) with ``http.request.method``,
+``http.route`` and ``http.response.status_code``; a gRPC one carries ``rpc.system``,
+``rpc.service`` and ``rpc.grpc.status_code``. Which requests are traced is the trace
+settings' decision (trace_settings.py: level, rate, count), made before a span is started.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -18,16 +26,67 @@ from typing import TYPE_CHECKING
 
 from ortserve.core.observer import BatchRecord
 from ortserve.errors import ConfigError, OrtServeError
+from ortserve.trace_settings import TraceControl, rate_of_ratio
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["BatchTimeline", "RequestTrace", "Tracing", "build_tracing", "tracer_provider"]
+__all__ = [
+    "BatchTimeline",
+    "RequestTrace",
+    "Tracing",
+    "build_tracing",
+    "export_destination",
+    "route_template",
+    "tracer_provider",
+]
 
 logger = logging.getLogger(__name__)
 
 _RECENT_BATCHES = 64
+_GRPC_SERVICE = "inference.GRPCInferenceService"
+_GRPC_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "DATA_LOSS": 15,
+    "UNAUTHENTICATED": 16,
+}
+_MODEL_SEGMENT = re.compile(r"/models/[^/]+")
+_VERSION_SEGMENT = re.compile(r"/versions/[^/]+")
+_INFER_ROUTE = "/v2/models/{model}/infer"
+
+
+def route_template(path: str) -> str:
+    """``http.route`` of a request path: model and version names become ``{model}`` and
+    ``{version}`` (a span's name and attributes must not grow with what clients send)."""
+    if not path:
+        return _INFER_ROUTE
+    template = _MODEL_SEGMENT.sub("/models/{model}", path.partition("?")[0])
+    return _VERSION_SEGMENT.sub("/versions/{version}", template)[:256]
+
+
+def _caller_sampled(traceparent: str | None) -> bool:
+    """The W3C ``traceparent``'s sampled flag (``00-<trace>-<span>-01``)."""
+    if not traceparent or len(traceparent) < 55:
+        return False
+    try:
+        return bool(int(traceparent[53:55], 16) & 1)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +127,7 @@ class RequestTrace:
     epoch_ns: int
     decoded: float = 0.0
     inferred: float = 0.0
+    transport: str = "http"
 
     def ns(self, monotonic: float) -> int:
         return self.epoch_ns + int((monotonic - self.started) * 1e9)
@@ -78,12 +138,14 @@ class Tracing:
 
     Args:
         tracer: where spans go; its provider's sampler decides which requests are traced.
+        control: the trace settings (level, rate, count) deciding first; None: the sampler alone.
     """
 
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: Tracer, control: TraceControl | None = None) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._tracer = tracer
+        self.control = control
         self._propagator = TraceContextTextMapPropagator()
         self.timelines: dict[tuple[str, str], BatchTimeline] = {}
 
@@ -94,33 +156,59 @@ class Tracing:
             found = self.timelines[(model, version)] = BatchTimeline()
         return found
 
-    def begin(self, transport: str, route: str, traceparent: str | None) -> RequestTrace | None:
-        """Start the request span; None when the sampler drops the request."""
+    def begin(
+        self, transport: str, route: str, traceparent: str | None, model: str | None = None, path: str = ""
+    ) -> RequestTrace | None:
+        """Start the request span; None when the settings or the sampler leave it untraced.
+
+        ``route`` names a gRPC span; an HTTP one is named by ``path``'s route template.
+        """
         from opentelemetry.trace import SpanKind
 
+        control = self.control
+        if (
+            control is not None
+            and model is not None
+            and not control.admit(model, _caller_sampled(traceparent))
+        ):
+            return None
         carrier = {"traceparent": traceparent} if traceparent else {}
         parent = self._propagator.extract(carrier)
         epoch_ns = time.time_ns()
+        attributes: dict[str, str]
+        if transport == "http":
+            template = route_template(path)
+            route = f"POST {template}"
+            attributes = {"http.request.method": "POST", "http.route": template, "url.scheme": "http"}
+        else:
+            attributes = {"rpc.system": "grpc", "rpc.service": _GRPC_SERVICE}
         span = self._tracer.start_span(
-            route,
-            context=parent,
-            kind=SpanKind.SERVER,
-            start_time=epoch_ns,
-            attributes={"rpc.system": transport},
+            route, context=parent, kind=SpanKind.SERVER, start_time=epoch_ns, attributes=attributes
         )
         if not span.is_recording():
             return None
-        return RequestTrace(span, time.monotonic(), epoch_ns)
+        return RequestTrace(span, time.monotonic(), epoch_ns, transport=transport)
 
     def end(
-        self, trace: RequestTrace, model: str, version: str | None, outcome: str, request_id: str | None
+        self,
+        trace: RequestTrace,
+        model: str,
+        version: str | None,
+        outcome: str,
+        request_id: str | None,
+        status: int | str | None = None,
     ) -> None:
-        """Add the phase spans and end the request span."""
+        """Add the phase spans and end the request span (``status``: the HTTP status or the
+        gRPC code's name the request was answered with)."""
         from opentelemetry.trace import Status, StatusCode, set_span_in_context
 
         now = time.monotonic()
         root = trace.span
         root.set_attributes({"ortserve.model": model, "ortserve.outcome": outcome})
+        if isinstance(status, int):
+            root.set_attribute("http.response.status_code", status)
+        elif isinstance(status, str) and status in _GRPC_CODES:
+            root.set_attribute("rpc.grpc.status_code", _GRPC_CODES[status])
         if version is not None:
             root.set_attribute("ortserve.version", version)
         if request_id is not None:
@@ -180,6 +268,10 @@ def tracer_provider(sampling_ratio: float, processor: SpanProcessor) -> TracerPr
 def build_tracing(sampling_ratio: float, exporter: str) -> tuple[Tracing, TracerProvider] | None:
     """Tracing for the server, or None when the ratio is 0 or OpenTelemetry is not installed.
 
+    The ratio becomes the trace settings' ``trace_rate`` (one request in round(1 / ratio)),
+    which the trace setting APIs may change later; one log line says tracing is on, how often
+    and where spans go.
+
     Args:
         sampling_ratio: fraction of new traces recorded (a caller's sampled flag wins).
         exporter: ``otlp`` (needs opentelemetry-exporter-otlp; OTEL_EXPORTER_OTLP_* apply)
@@ -207,5 +299,24 @@ def build_tracing(sampling_ratio: float, exporter: str) -> tuple[Tracing, Tracer
         processor = BatchSpanProcessor(OTLPSpanExporter())
     else:
         raise ConfigError(f"unknown trace exporter {exporter!r}: use otlp or console")
-    provider = tracer_provider(sampling_ratio, processor)
-    return Tracing(provider.get_tracer("ortserve")), provider
+    rate = rate_of_ratio(sampling_ratio)
+    provider = tracer_provider(1.0, processor)  # the trace settings choose; callers' flags are kept
+    control = TraceControl(True, rate, exporter)
+    logger.info(
+        "tracing on: 1 request in %d traced (and every request whose traceparent is sampled), "
+        "spans exported to %s",
+        rate,
+        export_destination(exporter),
+    )
+    return Tracing(provider.get_tracer("ortserve"), control), provider
+
+
+def export_destination(exporter: str) -> str:
+    """Where ``exporter`` sends spans, as its OpenTelemetry settings say (for the start-up line)."""
+    if exporter == "console":
+        return "the console (stdout)"
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not endpoint:
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+        endpoint = base.rstrip("/") + "/v1/traces"
+    return f"OTLP/HTTP at {endpoint}"

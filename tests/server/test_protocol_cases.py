@@ -83,6 +83,25 @@ class Transport:
         config = found if self.name == "http" else found["config"]
         return {"name": config["name"], "max_batch_size": int(config.get("max_batch_size", 0))}
 
+    def trace_settings(self, model: str | None = None, **update: object) -> dict[str, list[str]]:
+        """The trace settings (changed by ``update`` first), each as a list of strings."""
+        if update:
+            found = self.metadata(self.client.update_trace_settings, model, update)  # type: ignore[arg-type]
+        else:
+            found = self.metadata(self.client.get_trace_settings, model)  # type: ignore[arg-type]
+        if self.name == "http":
+            return {k: v if isinstance(v, list) else [v] for k, v in found.items()}
+        return {k: list(v.get("value", [])) for k, v in found["settings"].items()}
+
+    def log_settings(self, **update: object) -> dict[str, object]:
+        if update:
+            found = self.metadata(self.client.update_log_settings, update)  # type: ignore[arg-type]
+        else:
+            found = self.metadata(self.client.get_log_settings)
+        if self.name == "http":
+            return found
+        return {k: next(iter(v.values())) for k, v in found["settings"].items()}
+
     def repository_index(self) -> list[tuple[str, str]]:
         if self.name == "http":
             found: list[dict[str, Any]] = self.client.get_model_repository_index()
@@ -144,6 +163,21 @@ TYPED = {
     "text": ("BYTES", np.array([b"h\xc3\xa9llo", b"world"], dtype=np.object_)),
 }
 
+TRACE_OFF = {
+    "trace_file": [""],
+    "trace_level": ["OFF"],
+    "trace_rate": ["1"],
+    "trace_count": ["-1"],
+    "log_frequency": ["0"],
+}
+LOG_SETTINGS = {
+    "log_file": "",
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "text",
+}
 LONG_TEXT = np.array([b"a" * 4000, b"b"], dtype=np.object_)
 
 # Exact in bfloat16, and still exact doubled.
@@ -161,11 +195,13 @@ CASES = [
             "extensions": [
                 "binary_tensor_data",
                 "classification",
+                "logging",
                 "model_configuration",
                 "model_repository",
                 "schedule_policy",
                 "statistics",
                 "system_shared_memory",
+                "trace",
             ],
         },
     ),
@@ -480,6 +516,42 @@ CASES += [
                 for r in range(4)
             ]
         },
+    ),
+    Case("trace settings", lambda t: t.trace_settings(), TRACE_OFF),
+    Case("trace settings of a model", lambda t: t.trace_settings("failing"), TRACE_OFF),
+    Case("trace settings of an unknown model", lambda t: t.trace_settings("nope"), None, 404, "NOT_FOUND"),
+    Case(
+        "update trace settings to a count and back",
+        lambda t: [
+            t.trace_settings("failing", trace_count="5"),
+            t.trace_settings("failing", trace_count=None),
+        ],
+        [{**TRACE_OFF, "trace_count": ["5"]}, TRACE_OFF],
+    ),
+    Case(
+        "turn tracing on in a server started without it",
+        lambda t: t.trace_settings(trace_level=["TIMESTAMPS"]),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case(
+        "update a trace setting that does not exist",
+        lambda t: t.trace_settings(nope="1"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
+    ),
+    Case("log settings", lambda t: t.log_settings(), LOG_SETTINGS),
+    Case(
+        "update log settings", lambda t: t.log_settings(log_verbose_level=0, log_format="text"), LOG_SETTINGS
+    ),
+    Case(
+        "update log settings with a log file",
+        lambda t: t.log_settings(log_file="/tmp/x"),
+        None,
+        400,
+        "INVALID_ARGUMENT",
     ),
     Case(
         "infer naming a sequence on a stateless model",

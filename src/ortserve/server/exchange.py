@@ -102,7 +102,7 @@ class Exchange:
         ``path``, ``header`` and ``body`` are what a capture record keeps of an HTTP request
         (a gRPC call's record is made from its decoded request, see :meth:`submit`).
         """
-        scope = self.telemetry.begin(transport, model, version, request_id, traceparent)
+        scope = self.telemetry.begin(transport, model, version, request_id, traceparent, path)
         capture = self.capture
         if capture is not None:
             scope.sample = capture.sample(path, header, body)

@@ -52,6 +52,7 @@ from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
 from ortserve.server.restriction import parse_restriction
+from ortserve.server.settings_extensions import SETTINGS_EXTENSIONS, add_settings_extensions
 from ortserve.server.startup import StartupError
 from ortserve.settings import ServerSettings
 
@@ -68,6 +69,7 @@ EXTENSIONS = (
     "statistics",
     "model_repository",
     "model_configuration",
+    *SETTINGS_EXTENSIONS,
 )
 SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
@@ -182,6 +184,9 @@ class Server:
             if settings.grpc_restricted_protocol:
                 restricted = parse_restriction(settings.grpc_restricted_protocol)
                 self._grpc.service.restriction = restricted.get("model-repository")
+        add_settings_extensions(
+            self.http_app, self.grpc_service, self.observability.trace_control, settings, self.registry
+        )
         if self.observability.metrics is not None:
             self.observability.metrics.registry.register(IntakeMetrics(self.connection_limit, self.intake))
         self._watching: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ from ortserve.server.metrics_listener import MetricsListener, metrics_route, ver
 from ortserve.settings import ServerSettings
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import Telemetry
+from ortserve.trace_settings import TraceControl
 from ortserve.tracing import build_tracing
 
 if TYPE_CHECKING:
@@ -46,8 +47,11 @@ class Observability:
             self.telemetry.metrics = self.metrics
         self._provider: TracerProvider | None = None
         built = build_tracing(settings.trace_sampling_ratio, settings.trace_exporter)
+        self.trace_control = TraceControl(False)
+        """The trace settings (level OFF and not settable when tracing was not built)."""
         if built is not None:
             self.telemetry.tracing, self._provider = built
+            self.trace_control = built[0].control or self.trace_control
         registry.observers = self.telemetry.observer_for
         self.lifecycle_events: LifecycleMetrics | None = None
         """Load/unload counters for the lifecycle manager (None with metrics off)."""

@@ -15,9 +15,9 @@ from ortserve.errors import PermissionDenied
 
 __all__ = ["RESTRICTABLE_APIS", "Restriction", "parse_restriction"]
 
-RESTRICTABLE_APIS = ("model-repository", "routing")
+RESTRICTABLE_APIS = ("model-repository", "routing", "trace", "logging")
 """API groups ortserve can restrict: model-repository (index, load, unload), routing (the
-traffic policy control endpoint, ``/v2/routing``)."""
+traffic policy control endpoint, ``/v2/routing``), trace and logging (their settings)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from ortserve.server.grpc.errors import abort_for
 from ortserve.server.grpc.headers import trailers_only
 from ortserve.server.grpc.peek import peek_infer_target
 from ortserve.server.grpc.rpc import Rpc, UnaryHandler
+from ortserve.server.grpc.settings_rpcs import SettingsExtensions, settings_rpcs
 from ortserve.server.model_control import ModelControl
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot
@@ -79,6 +80,8 @@ class InferenceService:
         """Set by the server: the repository extension and the model configuration API."""
         self.restriction: Restriction | None = None
         """The metadata repository calls must carry (``--grpc-restricted-protocol``)."""
+        self.settings_extensions: SettingsExtensions | None = None
+        """Set by the server: the trace and log settings calls (settings_rpcs.py)."""
 
     def routes(self) -> dict[str, Rpc]:
         """Every method of the service, by its HTTP/2 path."""
@@ -103,6 +106,7 @@ class InferenceService:
             "CudaSharedMemoryStatus": Rpc(pb.CudaSharedMemoryStatusRequest, unary=_cuda_refused),
             "CudaSharedMemoryRegister": Rpc(pb.CudaSharedMemoryRegisterRequest, unary=_cuda_refused),
             "CudaSharedMemoryUnregister": Rpc(pb.CudaSharedMemoryUnregisterRequest, unary=_cuda_refused),
+            **settings_rpcs(lambda: self.settings_extensions),
         }
         return {f"/{INFERENCE_SERVICE}/{name}": rpc for name, rpc in methods.items()}
 

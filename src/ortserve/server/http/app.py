@@ -228,7 +228,7 @@ class HttpApp:
             if request.method != "POST":
                 return method_not_allowed("POST")
             return self._infer(request, name, version)
-        handler = self._model_routes.get(rest[0]) if len(rest) == 1 else None
+        handler = self._model_routes.get("/".join(rest))  # "config", "trace/setting"...
         if handler is not None:  # before the built-in stats, which a worker of --workers N replaces
             result = handler(request, name, version)
             return result if isinstance(result, (HttpResponse, Deferred)) else _guarded(result)
