@@ -52,6 +52,7 @@ from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
 from ortserve.server.restriction import parse_restriction
+from ortserve.server.status import add_status_routes
 from ortserve.server.settings_extensions import SETTINGS_EXTENSIONS, add_settings_extensions
 from ortserve.server.startup import StartupError
 from ortserve.settings import ServerSettings
@@ -139,6 +140,7 @@ class Server:
         )
         add_repository_routes(self.http_app, self.control, http_restricted.get("model-repository"))
         add_routing_routes(self.http_app, self.routing, http_restricted.get("routing"))
+        add_status_routes(self.http_app, http_restricted.get("status"))
         self.control.roles = self.routing.role_names
         if self.observability.metrics is not None:
             self.observability.metrics.registry.register(RoutingMetrics(self.routing))

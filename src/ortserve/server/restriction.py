@@ -15,9 +15,10 @@ from ortserve.errors import PermissionDenied
 
 __all__ = ["RESTRICTABLE_APIS", "Restriction", "parse_restriction"]
 
-RESTRICTABLE_APIS = ("model-repository", "routing", "trace", "logging")
+RESTRICTABLE_APIS = ("model-repository", "routing", "trace", "logging", "status")
 """API groups ortserve can restrict: model-repository (index, load, unload), routing (the
-traffic policy control endpoint, ``/v2/routing``), trace and logging (their settings)."""
+traffic policy control endpoint, ``/v2/routing``), trace and logging (their settings), status
+(``/v2/status.json``, what the status page shows)."""
 
 
 @dataclass(frozen=True, slots=True)
