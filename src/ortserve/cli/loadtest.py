@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -134,6 +135,8 @@ class _RequestSpec:
     seed: int
     shapes: dict[str, tuple[int, ...]]
     input_file: Path | None
+    route: str | None = None
+    """An application route the bodies go to instead of the model's infer path."""
 
 
 def _http_requests(url: str, encoding: Encoding, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
@@ -142,7 +145,7 @@ def _http_requests(url: str, encoding: Encoding, spec: _RequestSpec) -> tuple[Ta
     from ortserve.loadtest.transports import HttpTarget
 
     target = HttpTarget.parse(url)
-    path = infer_path(spec.model, spec.version)
+    path = spec.route or infer_path(spec.model, spec.version)
     if spec.input_file is not None:
         payloads = payloads_from_file(spec.input_file, path, encoding, spec.batch_size)
     else:
@@ -151,6 +154,29 @@ def _http_requests(url: str, encoding: Encoding, spec: _RequestSpec) -> tuple[Ta
             specs, path, encoding, spec.batch_size, seed=spec.seed, shapes=spec.shapes
         )
     return target, [target.wire(p) for p in payloads]
+
+
+def _route_checked(route: str, transport: str, body_file: Path | None) -> str:
+    """The route, once it is a path with JSON bodies to send to it; it names the run."""
+    if not route.startswith("/") or any(c in route for c in " \r\n?#"):
+        raise click.ClickException(f"--route must be a path such as /v1/predict, not {route!r}")
+    if transport != "http-json" or body_file is None or body_file.suffix != ".jsonl":
+        raise click.ClickException(
+            "--route sends JSON bodies: it takes --body-file FILE.jsonl over http-json"
+        )
+    for number, line in enumerate(body_file.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip() and not isinstance(_json_object(line), dict):
+            raise click.ClickException(f"{body_file}:{number}: a body must be a JSON object")
+    return route
+
+
+def _json_object(line: str) -> object:
+    import json
+
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
@@ -209,8 +235,14 @@ def _report_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @click.command()
 @click.argument("url")
-@click.option("--model", "-m", required=True, help="Model name.")
+@click.option("--model", "-m", default=None, help="Model name (required unless --route).")
 @click.option("--model-version", default=None, help="Model version (default: the server's policy).")
+@click.option(
+    "--route",
+    default=None,
+    help="POST the --body-file bodies to this application route (/v1/predict, /v1/route) "
+    "instead of a model's infer endpoint.",
+)
 @click.option(
     "--transport",
     type=click.Choice(["http-json", "http-binary", "grpc", "openai"]),
@@ -225,6 +257,8 @@ def _report_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--shape", multiple=True, help="NAME=D1,D2 for inputs with other dynamic dimensions.")
 @click.option(
     "--input-file",
+    "--body-file",
+    "input_file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
     help=".npz (one array per input, rows along dim 0) or .jsonl (one OIP request body a line).",
@@ -251,8 +285,9 @@ def _report_options(command: Callable[..., None]) -> Callable[..., None]:
 @_report_options
 def bench(
     url: str,
-    model: str,
+    model: str | None,
     model_version: str | None,
+    route: str | None,
     transport: str,
     prompt_tokens: int,
     max_tokens: int,
@@ -278,6 +313,12 @@ def bench(
     from ortserve.loadtest.pool import LoadRunner
 
     objectives = _objectives(slo)
+    if route is not None:
+        model = _route_checked(route, transport, input_file)
+    elif model is None:
+        raise click.ClickException(
+            "--model is required (or --route with --body-file for an application route)"
+        )
     if transport == "openai":
         from ortserve.loadtest.llm_report import bench_llm
 
@@ -289,7 +330,7 @@ def bench(
         spec_fields = {"model": model, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "seed": seed}
         bench_llm(url, spec_fields, concurrency or [1], duration, warmup, objectives, output)
         return
-    request = _RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file)
+    request = _RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file, route)
     try:
         if transport == "grpc":
             target, wires = _grpc_requests(url, request)
@@ -325,6 +366,7 @@ def bench(
         "url": url,
         "model": model,
         "model_version": model_version,
+        "route": route,
         "transport": transport,
         "batch_size": batch_size,
         "input_file": str(input_file) if input_file else None,
@@ -361,6 +403,8 @@ def replay(
     progress: bool | None,
 ) -> None:
     """Replay CAPTURE files (or folders) from `ortserve serve --capture-dir` at their recorded pace."""
+    from ortserve.loadtest.llm_replay import is_generation, replay_generation
+    from ortserve.loadtest.llm_report import render_llm_table
     from ortserve.loadtest.pool import Progress, StopOnSigint, run_loop
     from ortserve.loadtest.replay import ReplayResult, load_capture
     from ortserve.loadtest.replay import replay as run_replay
@@ -375,6 +419,18 @@ def replay(
         second = HttpTarget.parse(compare_url) if compare_url else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    generation = [r for r in records if is_generation(r)]
+    if generation:  # OpenAI requests: replayed (streams included) with a TTFT/ITL report
+        records = [r for r in records if not is_generation(r)]
+        generated = run_loop(replay_generation(generation, target, speed, timeout))
+        click.echo(f"generation requests replayed: {len(generation)}")
+        click.echo(render_llm_table([generated]))
+        if not records:
+            if output is not None:
+                document = {"command": "replay", "generation": generated.as_dict()}
+                output.write_text(json.dumps(document, indent=2), encoding="utf-8")
+                click.echo(f"wrote {output}")
+            return
     stream = _progress_stream(progress)
     shown = Progress(stream)
     stop = StopOnSigint()
