@@ -239,3 +239,31 @@ def test_compare_mode_finds_a_different_model_and_none_against_itself(
     assert outputs["other"]["max_abs_error"] > 0.01
     assert outputs["other"]["top1_agreement"] < 0.9
     assert outputs["other"]["compared"] == 80
+
+
+def test_bench_loads_an_application_route_with_its_bodies(server: ServerProcess, tmp_path: Path) -> None:
+    bodies = tmp_path / "bodies.jsonl"
+    queries = ["国庆旅游攻略", "天气", "guoqing", "火锅"]
+    lines = [json.dumps({"query": q, "region_id": 110000, "timestamp": 1759017600000}) for q in queries]
+    bodies.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "route.json"
+    result = _bench(
+        server.http_url, "--route", "/v1/predict", "--body-file", str(bodies), "-c", "2", "-n", "40",
+        "--warmup", "0", "--slo", "error_rate=0%", "-o", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert document["settings"]["route"] == "/v1/predict"
+    summary = document["levels"][0]["summary"]
+    assert summary["requests"] == 40 and summary["errors"] == 0
+
+
+def test_bench_refuses_a_route_without_json_bodies(server: ServerProcess, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "x"}\n[1, 2]\n', encoding="utf-8")
+    no_file = _bench(server.http_url, "--route", "/v1/predict", "-n", "5")
+    assert no_file.exit_code != 0 and "--body-file" in no_file.output
+    not_object = _bench(server.http_url, "--route", "/v1/predict", "--body-file", str(bad), "-n", "5")
+    assert not_object.exit_code != 0 and "bad.jsonl:2" in not_object.output
+    no_model = _bench(server.http_url, "-n", "5")
+    assert no_model.exit_code != 0 and "--model is required" in no_model.output
