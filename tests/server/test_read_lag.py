@@ -1,9 +1,11 @@
 """The unread-wait estimate: the measured part within the loop's iteration plus half the
-previous iteration's read stretch, left where the loop's schedulers read it."""
+loop's busy time since the previous iteration's first read, left where the loop's schedulers
+read it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -12,52 +14,64 @@ from ortserve.server.read_lag import ReadLag, read_lag_of
 
 
 class Ticks:
-    """A loop clock (one reading per iteration) and a precise clock, both set by the test."""
+    """A loop whose ready callbacks the test runs (``next_iteration``), and the wall and CPU
+    clocks, both set by the test."""
 
     def __init__(self) -> None:
-        self.iteration = 0.0
         self.now = 0.0
+        self.cpu = 0.0
+        self.ready: list[Callable[[], None]] = []
 
-    def time(self) -> float:
-        return self.iteration
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self.ready.append(callback)
+
+    def next_iteration(self) -> None:
+        ready, self.ready = self.ready, []
+        for callback in ready:
+            callback()
 
 
-def meter(ticks: Ticks, delay: ReadDelay) -> ReadLag:
-    return ReadLag(ticks, delay, lambda: ticks.now)  # type: ignore[arg-type]
+def meter(ticks: Ticks) -> ReadLag:
+    return ReadLag(ticks, ReadDelay(), lambda: ticks.now, lambda: ticks.cpu)  # type: ignore[arg-type]
 
 
 def test_a_head_read_late_in_an_iteration_waited_for_the_reads_before_it() -> None:
-    ticks, delay = Ticks(), ReadDelay()
-    lag = meter(ticks, delay)
-    ticks.iteration, ticks.now = 1.0, 1.000
+    ticks = Ticks()
+    delay = ReadDelay()
+    lag = ReadLag(ticks, delay, lambda: ticks.now, lambda: ticks.cpu)  # type: ignore[arg-type]
+    ticks.now = 1.000
     assert lag.observe() == pytest.approx(0.0)  # the first read after the poll
-    ticks.now = 1.030
+    ticks.now = ticks.cpu = 1.030
     assert lag.observe() == pytest.approx(0.030)  # 30 ms of other connections before it
     assert delay.unread_s == pytest.approx(0.030)
 
 
-def test_the_next_iteration_adds_half_the_previous_read_stretch() -> None:
-    ticks, delay = Ticks(), ReadDelay()
-    lag = meter(ticks, delay)
-    ticks.iteration, ticks.now = 1.0, 1.000
+def test_the_next_iteration_adds_half_the_busy_time_since_the_last() -> None:
+    ticks = Ticks()
+    lag = meter(ticks)
+    ticks.now = ticks.cpu = 1.000
     lag.observe()
-    ticks.now = 1.040
-    lag.observe()  # a 40 ms stretch: data arriving meanwhile waited 20 ms on average
-    ticks.iteration, ticks.now = 1.05, 1.050
-    assert lag.observe() == pytest.approx(0.020)
-    ticks.now = 1.060
-    assert lag.observe() == pytest.approx(0.030)
+    ticks.now = ticks.cpu = 1.040
+    lag.observe()
+    ticks.next_iteration()  # a 40 ms read stretch
+    ticks.now = ticks.cpu = 1.060  # the handlers ran 20 ms more: 60 ms busy since the first read
+    assert lag.observe() == pytest.approx(0.030)  # arrivals meanwhile waited 30 ms on average
+    ticks.now = ticks.cpu = 1.070
+    assert lag.observe() == pytest.approx(0.040)
+    ticks.next_iteration()
     assert lag.iterations == 2 and lag.reads == 4
     assert lag.take_maxima() == pytest.approx((0.040, 0.040))
-    assert lag.take_maxima() == pytest.approx((0.010, 0.0))  # reset at each scrape
+    assert lag.take_maxima() == pytest.approx((0.0, 0.0))  # reset at each scrape
 
 
-def test_an_idle_loop_reads_with_no_wait() -> None:
-    ticks, delay = Ticks(), ReadDelay()
-    lag = meter(ticks, delay)
-    for second in range(1, 5):  # one request a second, each alone in its iteration
-        ticks.iteration = ticks.now = float(second)
-        assert lag.observe() == 0.0
+def test_a_loop_asleep_in_its_poll_read_at_once() -> None:
+    ticks = Ticks()
+    lag = meter(ticks)
+    for second in range(1, 5):  # one request a second, 1 ms of work each
+        ticks.now = float(second)
+        assert lag.observe() <= 0.0005
+        ticks.cpu += 0.001
+        ticks.next_iteration()
 
 
 async def test_a_loops_meter_feeds_that_loops_schedulers_only() -> None:

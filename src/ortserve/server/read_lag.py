@@ -4,21 +4,24 @@ The kernel's receive timestamps (``SO_TIMESTAMP``) need ``recvmsg``, which the l
 transports do not use, and ``SIOCINQ`` tells bytes, not time. The loop's own rhythm tells
 enough: one iteration polls the sockets once and then reads every readable one in turn, so
 a request read late in an iteration waited, after the poll, for every connection read
-before it; and it arrived at some point during the previous iteration, while the loop was
-busy and not polling. The estimate is therefore
+before it; and it arrived at some point while the loop was busy since the previous poll
+(reading, then running the handlers and timers), not polling. The estimate is therefore
 
-    unread = (now - the iteration's first read) + (the previous iteration's read stretch) / 2
+    unread = (now - this iteration's first read) + (the loop's busy time since the previous
+             iteration's first read) / 2
 
-the measured part plus the expected part for arrivals spread evenly over the previous
-stretch. The loop's clock (``loop.time()``, updated once per iteration, in whole
-milliseconds under uvloop) only tells iterations apart; the stretch itself is timed with
-``time.monotonic``. Two iterations within the same millisecond count as one, which errs by
-at most that millisecond.
+the measured part plus the expected part for arrivals spread evenly over the busy time. The
+busy time is the loop thread's CPU time over that interval, at most its wall time: a loop
+asleep in its poll read what arrived at once. (On a machine that takes the CPU from the
+server, the thread's CPU time undercounts the time it could not read: the estimate errs low.)
+
+An iteration's reads are told apart by a callback scheduled at its first read, which the
+loop runs after the iteration's reads and before its next poll (a ready callback).
 
 The same readings show where an overloaded loop's time goes (exported at scrape time by
 :class:`~ortserve.server.intake_metrics.IntakeMetrics`): iterations that read requests,
-request heads read, the read stretches' total and longest, the unread waits' total and
-longest.
+request heads read, the read stretches' total and longest (first to last read of an
+iteration), the unread waits' total and longest.
 """
 
 from __future__ import annotations
@@ -39,18 +42,20 @@ class ReadLag:
     Args:
         loop: the loop whose reads are timed.
         delay: where the latest estimate is left for the schedulers.
-        clock: the precise clock (tests pass their own).
+        clock: the precise wall clock (tests pass their own).
+        cpu_clock: the loop thread's CPU time (tests pass their own).
     """
 
     __slots__ = (
         "__weakref__",
+        "_before_s",
         "_clock",
+        "_cpu_clock",
         "_delay",
         "_first",
-        "_iteration",
+        "_first_cpu",
         "_loop",
-        "_previous_s",
-        "_stretch_s",
+        "_reading",
         "iterations",
         "reads",
         "stretch_max_s",
@@ -60,15 +65,20 @@ class ReadLag:
     )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, delay: ReadDelay, clock: Callable[[], float] = time.monotonic
+        self,
+        loop: asyncio.AbstractEventLoop,
+        delay: ReadDelay,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self._loop = loop
-        self._clock = clock
         self._delay = delay
-        self._iteration = -1.0  # the loop's clock in the iteration being read
-        self._first = 0.0  # when that iteration's first request head was read
-        self._stretch_s = 0.0  # how far into the iteration the latest read came
-        self._previous_s = 0.0  # the previous iteration's read stretch
+        self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._reading = False  # this iteration has read a head (its end callback is due)
+        self._first = -1.0  # when the iteration's first head was read (-1: none yet)
+        self._first_cpu = 0.0  # the loop thread's CPU time then
+        self._before_s = 0.0  # this iteration's expected wait before its poll
         self.iterations = 0
         self.reads = 0
         self.stretch_total_s = 0.0
@@ -79,16 +89,9 @@ class ReadLag:
     def observe(self) -> float:
         """A request head was just read: its estimated unread wait (also left in the holder)."""
         now = self._clock()
-        iteration = self._loop.time()
-        if iteration != self._iteration:
-            self._end_iteration()
-            self.iterations += 1
-            self._iteration = iteration
-            self._first = now
-        into = now - self._first
-        if into > self._stretch_s:
-            self._stretch_s = into
-        unread = into + self._previous_s / 2
+        if not self._reading:
+            self._begin_iteration(now)
+        unread = now - self._first + self._before_s
         self._delay.unread_s = unread
         self.reads += 1
         self.unread_total_s += unread
@@ -96,17 +99,27 @@ class ReadLag:
             self.unread_max_s = unread
         return unread
 
+    def _begin_iteration(self, now: float) -> None:
+        self._reading = True
+        self._loop.call_soon(self._end_iteration)
+        cpu = self._cpu_clock()
+        if self._first >= 0:
+            busy = min(now - self._first, cpu - self._first_cpu)
+            self._before_s = max(0.0, busy) / 2
+        self._first, self._first_cpu = now, cpu
+        self.iterations += 1
+
     def _end_iteration(self) -> None:
-        stretch = self._stretch_s
-        self._previous_s = stretch
-        self._stretch_s = 0.0
+        """The iteration's reads are over (a ready callback, run before the next poll)."""
+        self._reading = False
+        stretch = self._clock() - self._first
         self.stretch_total_s += stretch
         if stretch > self.stretch_max_s:
             self.stretch_max_s = stretch
 
     def take_maxima(self) -> tuple[float, float]:
         """The longest read stretch and unread wait since the last call (a scrape), reset."""
-        maxima = (max(self.stretch_max_s, self._stretch_s), self.unread_max_s)
+        maxima = (self.stretch_max_s, self.unread_max_s)
         self.stretch_max_s = self.unread_max_s = 0.0
         return maxima
 
