@@ -3,9 +3,8 @@
 Workers hand these requests over (on the supervisor's private Unix socket); the metrics port,
 public, answers ``/metrics`` only. Each request is asked of every worker's private socket,
 marked with the launch's token so the worker answers with its own view, and the answers are
-merged (``aggregate.py``). Model control is applied to every worker; a worker restarted later
-is brought to the same state by replaying the calls that succeeded (``WorkerLaunch.control_log``)
-before it listens.
+merged (``aggregate.py``). Model control is applied on every worker or on none, and a worker
+that missed a call (killed, restarting) converges to the recorded state (``ledger.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult
 from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.supervisor.aggregate import merge_expositions, merge_index, merge_statistics, worker_requests
 from ortserve.supervisor.channel import Answer, ChannelError, request
+from ortserve.supervisor.ledger import ControlLedger
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
 from ortserve.supervisor.slots import WorkerSlot
 
@@ -48,8 +48,8 @@ class Gateway:
     def __init__(self, launch: WorkerLaunch, slots: Sequence[WorkerSlot]) -> None:
         self._launch = launch
         self._slots = slots
-        self._control_log: dict[str, tuple[str, bytes, dict[bytes, bytes]]] = {}
-        """Per model, the last load or unload every worker accepted: replayed to restarted ones."""
+        self._ledger = ControlLedger(launch)
+        """The calls every worker must have applied, numbered: replayed to workers behind."""
         self._control_lock = asyncio.Lock()
 
     def public(self, request: HttpRequest) -> RouteResult:
@@ -168,6 +168,8 @@ class Gateway:
         return json_response(200 if healthy else 503, orjson.dumps({which: healthy}))
 
     async def _index(self, request: HttpRequest) -> HttpResponse:
+        async with self._control_lock:
+            await self._converge()
         answers = await self._ask_all("POST", request.path, request.body, request.headers)
         found = [orjson.loads(a.body) for a in answers if isinstance(a, Answer) and a.status == 200]
         if len(found) < len(answers):
@@ -176,22 +178,82 @@ class Gateway:
             ready_only = bool(json.loads(request.body or b"{}").get("ready", False))
         except (ValueError, AttributeError):
             ready_only = False
-        return json_response(200, orjson.dumps(merge_index(found, ready_only)))
+        rows = merge_index(found, ready_only)
+        behind = [(slot.index, self._ledger.reached(slot.index)) for slot in self._slots]
+        behind = [(index, reached) for index, reached in behind if reached < self._ledger.generation]
+        if behind:  # the state is not the same everywhere yet: say so on every row
+            note = ", ".join(f"worker {index} at {reached}" for index, reached in behind)
+            for row in rows:
+                row["state"] = "UNAVAILABLE" if row["state"] == "READY" else row["state"]
+                row["reason"] = "; ".join(
+                    r
+                    for r in (row["reason"], f"converging to generation {self._ledger.generation} ({note})")
+                    if r
+                )
+        return json_response(200, orjson.dumps(rows))
 
     async def _control(self, request: HttpRequest, model: str) -> HttpResponse:
-        """Load or unload on every worker; one answer: 200 only if every worker succeeded."""
+        """Load or unload on every worker or on none: 200 once every worker that answered
+        applied it (one that could not be reached replays it, see ledger.py); a worker's refusal
+        is answered as it is and the call rolled back on the workers that took it."""
         async with self._control_lock:  # two loads of one model must not interleave per worker
+            await self._converge()
             answers = await self._ask_all(
                 "POST", request.path, request.body, request.headers, _CONTROL_TIMEOUT_S
             )
-            if all(isinstance(a, Answer) and a.status == 200 for a in answers):
-                self._control_log.pop(model, None)
-                self._control_log[model] = (request.path, request.body, dict(request.headers))
-                self._launch.save_control_log(list(self._control_log.values()))
-                return HttpResponse(200, [answers[0].body], answers[0].content_type)  # type: ignore[union-attr]
+            took = [s for s, a in zip(self._slots, answers) if isinstance(a, Answer) and a.status == 200]
+            refused = any(isinstance(a, Answer) and a.status != 200 for a in answers)
+            if took and not refused:
+                generation = self._ledger.record(model, request.path, request.body, dict(request.headers))
+                for slot in took:
+                    self._ledger.applied(slot.index, generation)
+                if len(took) < len(answers):
+                    logger.warning(
+                        "%s applied on %d of %d workers (generation %d); the others replay it when "
+                        "they answer again",
+                        request.path, len(took), len(answers), generation,
+                    )  # fmt: skip
+                first = next(a for a in answers if isinstance(a, Answer) and a.status == 200)
+                return HttpResponse(200, [first.body], first.content_type)
+            if took:
+                await self._roll_back(model, took)
         failed = sum(1 for a in answers if not (isinstance(a, Answer) and a.status == 200))
         logger.warning("%s failed on %d of %d workers", request.path, failed, len(answers))
         return _first_failure(answers)
+
+    async def _roll_back(self, model: str, slots: Sequence[WorkerSlot]) -> None:
+        """Put ``model`` back as recorded on the workers that took a call others refused."""
+        previous = self._ledger.previous(model)
+        if previous is not None:
+            _, path, body, headers = previous
+        else:  # its state at start: loaded from its files, or not loaded
+            wanted = self._launch.settings.load_models
+            loaded = (
+                "*" in wanted or model in wanted or self._launch.settings.model_control_mode != "explicit"
+            )
+            path, body, headers = f"/v2/repository/models/{model}/{'load' if loaded else 'unload'}", b"", {}
+        for slot in slots:
+            try:
+                answer = await self._ask(slot, "POST", path, body, headers, _CONTROL_TIMEOUT_S)
+            except ChannelError:
+                continue
+            if answer.status != 200:
+                logger.error("rolling back %s on worker %d answered %d", model, slot.index, answer.status)
+
+    async def _converge(self) -> None:
+        """Replay to every reachable worker the recorded calls it has not applied."""
+        for slot in self._slots:
+            reached = self._ledger.reached(slot.index)
+            for generation, path, body, headers in self._ledger.behind(slot.index):
+                try:
+                    answer = await self._ask(slot, "POST", path, body, headers, _CONTROL_TIMEOUT_S)
+                except ChannelError:
+                    break  # not up yet: its own replay at start, or the next look, catches up
+                if answer.status != 200:
+                    logger.error("worker %d: replaying %s answered %d", slot.index, path, answer.status)
+                reached = generation
+            if reached > self._ledger.reached(slot.index):
+                self._ledger.applied(slot.index, reached)
 
 
 def _first_failure(answers: Sequence[Answer | ChannelError]) -> HttpResponse:

@@ -16,8 +16,9 @@ __all__ = ["WorkerLaunch", "parse_workers", "reserve_port", "thread_budget", "wo
 
 logger = logging.getLogger(__name__)
 
-ControlCall = tuple[str, bytes, dict[bytes, bytes]]
-"""A repository call (path, body, headers) to replay on a restarted worker."""
+ControlCall = tuple[int, str, bytes, dict[bytes, bytes]]
+"""A repository call (generation, path, body, headers) to replay on a restarted worker; the
+generation numbers the calls the supervisor recorded, 1, 2, ..."""
 
 TOKEN_HEADER = b"x-ortserve-worker-token"
 """Marks a request from the supervisor to one worker: answer with this worker's own view."""
@@ -56,6 +57,19 @@ class WorkerLaunch:
         except FileNotFoundError:
             return []
         return calls
+
+    def save_generation(self, index: int, generation: int) -> None:
+        """Worker ``index`` has applied every recorded call up to ``generation``."""
+        temporary = self.run_dir / f"worker-{index}.generation.new"
+        temporary.write_text(str(generation))
+        temporary.replace(self.run_dir / f"worker-{index}.generation")
+
+    def generation(self, index: int) -> int:
+        """The last recorded call worker ``index`` is known to have applied (0: none)."""
+        try:
+            return int((self.run_dir / f"worker-{index}.generation").read_text())
+        except (FileNotFoundError, ValueError):
+            return 0
 
 
 def parse_workers(text: str) -> int:

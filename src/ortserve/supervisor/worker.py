@@ -64,7 +64,7 @@ async def serve_worker(
         loop.add_reader(supervisor, _orphaned, loop, supervisor, server)
     if restarted:
         await server.load()
-        await _replay(server.http_app, launch)
+        await _replay(server.http_app, launch, index)
         await server.listen()
     else:
         await server.start()
@@ -81,12 +81,16 @@ def _orphaned(loop: asyncio.AbstractEventLoop, supervisor: int, server: Server) 
     server.request_stop()
 
 
-async def _replay(app: HttpApp, launch: WorkerLaunch) -> None:
-    for path, body, headers in launch.control_log():
+async def _replay(app: HttpApp, launch: WorkerLaunch, index: int) -> None:
+    """Bring a restarted worker to the recorded state; the generation it reached is written
+    for the supervisor, which replays whatever was recorded after this read (gateway.py)."""
+    calls = launch.control_log()
+    for _generation, path, body, headers in calls:
         marked = {**headers, TOKEN_HEADER: launch.token.encode()}
         answer = await resolve_response(app(HttpRequest("POST", path, "", marked, body)))
         if answer.status != 200:
             logger.warning("replaying %s answered %d", path, answer.status)
+    launch.save_generation(index, max((call[0] for call in calls), default=0))
 
 
 def run_worker(run_dir: Path, index: int, restarted: bool, supervisor: int) -> int:
