@@ -4,15 +4,19 @@ refused fields name themselves, and every honoured parameter has its effect on t
 from __future__ import annotations
 
 import json
+import random
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 import openai
+import pydantic
 import pytest
 from tokenizers import Tokenizer
 
@@ -249,3 +253,79 @@ def test_best_of_returns_the_most_likely_of_its_candidates(client: openai.OpenAI
     scores = {c.choices[0].text: sum(c.choices[0].logprobs.token_logprobs) for c in candidates}
     assert len(best.choices) == 1 and best.choices[0].logprobs is None
     assert best.choices[0].text == max(scores, key=scores.__getitem__)
+
+
+def _random_schema(rng: random.Random, depth: int = 0) -> dict[str, object]:
+    """A small JSON schema the demo model can fill within its max_tokens (bounded strings and arrays)."""
+    kinds = ["string", "integer", "boolean", "enum", "array", "number"] + (["object"] if depth < 1 else [])
+    kind = rng.choice(kinds)
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(1, 8)}
+    if kind == "enum":
+        return {"enum": rng.sample(["red", "green", "blue", "tide", "pier"], rng.randint(1, 3))}
+    if kind == "array":
+        return {"type": "array", "items": _random_schema(rng, depth + 1), "maxItems": rng.randint(0, 3)}
+    if kind == "object":
+        return _random_object(rng, depth + 1)
+    return {"type": kind}
+
+
+def _random_object(rng: random.Random, depth: int = 0) -> dict[str, object]:
+    names = rng.sample(["name", "count", "tags", "ok", "where", "size", "kind_of"], rng.randint(1, 3))
+    properties = {n: _random_schema(rng, depth) for n in names}
+    required = [n for n in names if rng.random() < 0.7]
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def test_every_json_schema_answer_parses_and_validates(client: openai.OpenAI) -> None:
+    rng = random.Random(29)
+    for index in range(8):
+        schema = _random_object(rng)
+        reply = client.chat.completions.create(
+            model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "The garden"}], max_tokens=160,
+            temperature=1.0, seed=index,
+            response_format={"type": "json_schema", "json_schema": {"name": f"s{index}", "schema": schema, "strict": True}},
+        )  # fmt: skip
+        choice = reply.choices[0]
+        assert choice.finish_reason == "stop", (schema, choice.message.content)
+        jsonschema.validate(json.loads(choice.message.content or ""), schema)
+
+
+def test_json_object_and_regex_formats_constrain_the_answer(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "The river"}], max_tokens=120,
+        temperature=0.8, seed=2, response_format={"type": "json_object"},
+    )  # fmt: skip
+    if reply.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
+    else:  # an open object may run to max_tokens; what came is still the start of one
+        assert (reply.choices[0].message.content or "").startswith("{")
+    regex = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "The river"}], max_tokens=20, temperature=1.0,
+        extra_body={"response_format": {"type": "regex", "regex": "(yes|no) [0-9]{3}"}},
+    )  # fmt: skip
+    assert re.fullmatch(r"(yes|no) [0-9]{3}", regex.choices[0].message.content or "")
+
+
+class _Harbour(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=10)
+    boats: int
+    open: bool
+
+
+def test_the_official_clients_parse_helper_gets_a_valid_model(client: openai.OpenAI) -> None:
+    completion = client.beta.chat.completions.parse(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "Describe the harbour"}], max_tokens=80,
+        temperature=0.7, seed=4, response_format=_Harbour,
+    )  # fmt: skip
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, _Harbour) and len(parsed.name) <= 10
+
+
+def test_a_schema_that_cannot_be_compiled_is_a_400_naming_response_format(llm_server: ServerProcess) -> None:
+    body: dict[str, object] = {"model": DEMO_LLM_NAME, "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "frob"}}}}  # fmt: skip
+    status, answer = _post(llm_server, "/v1/chat/completions", body)
+    assert status == 400 and answer["error"]["param"] == "response_format"  # type: ignore[index]
+    status, answer = _post(llm_server, "/v1/chat/completions", {**body, "response_format": {"type": "xml"}})
+    assert status == 400 and answer["error"]["param"] == "response_format"  # type: ignore[index]

@@ -27,6 +27,7 @@ __all__ = [
 DEMO_LLM_NAME = "tiny_llm"
 EOS_TOKEN = "<|endoftext|>"
 _VOCAB = 400
+_JSON_CHARACTERS = '{}[]":,-_/\\0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZz'
 # The chat template renders the conversation as plain text, so the model continues it.
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['content'] }}{% if not loop.last %}\n{% endif %}{% endfor %}"
@@ -160,6 +161,10 @@ def demo_weights() -> tuple[DecoderWeights, Tokenizer]:
     """The demo's tokenizer and its corpus-fitted decoder weights."""
     documents = corpus_documents()
     tokenizer = train_tokenizer(documents)
+    # The corpus is prose: without these the demo could not write JSON or a tool call at all
+    # (structured output masks the vocabulary, it cannot add to it). Added after training, so
+    # the merges and the corpus's tokens do not change.
+    tokenizer.add_tokens([c for c in _JSON_CHARACTERS if tokenizer.token_to_id(c) is None])
     eos = _eos(tokenizer)
     sequences = [[*tokenizer.encode(doc).ids, eos] for doc in documents]
     return fit_trigram_decoder(sequences, tokenizer.get_vocab_size()), tokenizer

@@ -48,6 +48,8 @@ class SamplingParams:
     """(token id, bias added to its logit) pairs."""
     top_logprobs: int = 0
     """Alternatives reported per token (with ``logprobs``)."""
+    guide: Callable[[], TokenConstraint] | None = field(default=None, compare=False)
+    """Makes each choice's constraint (structured output); None: free text."""
 
     def check(self) -> None:
         """Raise InvalidInput for a value outside OpenAI's ranges."""
@@ -111,7 +113,7 @@ class TokenSampler:
         self, params: SamplingParams, prompt: Sequence[int] = (), constraint: TokenConstraint | None = None
     ) -> None:
         self.params = params
-        self.constraint = constraint
+        self.constraint = constraint if constraint is not None or params.guide is None else params.guide()
         self._rng = np.random.default_rng(params.seed)
         self._counts: dict[int, int] = {}
         self._seen: set[int] = set(prompt) if params.repetition_penalty != 1.0 else set()

@@ -74,6 +74,10 @@ class TextTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    def to_json(self) -> str:
+        """The tokenizer as ``tokenizer.json`` holds it (for the grammar engine)."""
+        return str(self._tokenizer.to_str())
+
     def token_text(self, token: int) -> str:
         """One token's text as it reads inside a longer text (its leading space kept), for
         logprobs and ``/tokenize``'s token strings."""

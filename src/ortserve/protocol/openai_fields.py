@@ -47,7 +47,6 @@ _REFUSED = {
 }
 
 _NOT_YET: dict[str, str] = {
-    "response_format": "structured output (json_object, json_schema) is not supported yet",
     "tools": "tool calls are not supported yet",
     "tool_choice": "tool calls are not supported yet",
     "chat_template_kwargs": "chat_template_kwargs is not supported yet",

@@ -20,6 +20,7 @@ from ortserve.errors import InvalidField
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent
 from ortserve.llm.servable import GenerationStream, LlmVersion
+from ortserve.llm.structured import grammar_for, grammars_of
 from ortserve.protocol import openai_choices as choices
 from ortserve.protocol import openai_codec as codec
 from ortserve.protocol.openai_choices import TokenLogprob
@@ -42,6 +43,9 @@ class _Choice:
 def _plan(fields: Mapping[str, object], llm: LlmVersion, chat: bool) -> tuple[int, list[SamplingParams]]:
     """(choices returned, the parameters of every choice generated)."""
     base = sampling_params(fields, llm.default_max_tokens, llm.tokenizer.vocab_size, chat)
+    grammar = grammar_for(fields.get("response_format")) if chat else None
+    if grammar is not None:
+        base = replace(base, guide=grammars_of(llm.tokenizer, llm.eos_ids).constraint(grammar))
     n, best_of = choice_count(fields)
     if best_of > n:
         base = replace(base, logprobs=True)  # ranked by the log-probability of their tokens
@@ -170,10 +174,15 @@ class Answer:
     once. Failures after the start raise from either (the route turns them into its error)."""
 
     def __init__(
-        self, whole: Callable[[], Awaitable[bytes]], events: Callable[[], AsyncIterator[bytes]]
+        self,
+        whole: Callable[[], Awaitable[bytes]],
+        events: Callable[[], AsyncIterator[bytes]],
+        streams: Sequence[GenerationStream] = (),
     ) -> None:
         self.body = whole
         self.events = events
+        self.streams = streams
+        """The choices' generations (the Exchange may copy the first to a shadow version)."""
 
 
 def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str = "") -> Answer:
@@ -201,7 +210,7 @@ def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str = "")
         ]
         return choices.chat_body(reply.ident, reply.created, reply.model, body, _usage(streams))
 
-    return Answer(whole, lambda: _chat_events(llm, streams, reply))
+    return Answer(whole, lambda: _chat_events(llm, streams, reply), streams)
 
 
 async def _completion_events(
@@ -272,4 +281,4 @@ def start_completion(llm: LlmVersion, parsed: codec.CompletionRequest, cache_sal
         ]
         return choices.completion_body(reply.ident, reply.created, reply.model, body, _usage(streams))
 
-    return Answer(whole, lambda: _completion_events(llm, streams, reply, echoed))
+    return Answer(whole, lambda: _completion_events(llm, streams, reply, echoed), streams)
