@@ -101,6 +101,9 @@ class GenerationEngine:
         self.cost = StepCostModel(0.005, 0.0002)
         self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
         self.chunk_tokens = limits.prefill_chunk_tokens or 256
+        """The prefill budget of the last step (the automatic one follows the decode time)."""
+        self.prefill_token_s = 0.0002
+        """Seconds per prefilled token (a decayed average of the chunks run)."""
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
@@ -116,7 +119,7 @@ class GenerationEngine:
     @property
     def expected_wait_s(self) -> float:
         """What a new request of average size would wait for its first token now."""
-        return self._waiting.expected_wait(len(self._waiting), 0, self._full, self.cost.prefill_token_s())
+        return self._waiting.expected_wait(len(self._waiting), 0, self._full, self.prefill_token_s)
 
     def start(self, name: str) -> None:
         self._thread = threading.Thread(target=self._run, name=f"llm-{name}", daemon=True)
@@ -131,9 +134,7 @@ class GenerationEngine:
         """
         with self._wake:
             ahead = self._waiting.ahead_of(sequence.priority)
-            wait = self._waiting.expected_wait(
-                ahead, sequence.length, self._full, self.cost.prefill_token_s()
-            )
+            wait = self._waiting.expected_wait(ahead, sequence.length, self._full, self.prefill_token_s)
             limit = self.limits.max_queue_wait_s
             if sequence.deadline is not None:
                 limit = min(limit, sequence.deadline - self._clock())
@@ -201,11 +202,10 @@ class GenerationEngine:
     def tune(self, one_row_s: float, prefill_token_s: float) -> None:
         """Set the cost model's prior and the automatic defaults from measured costs."""
         self.cost = StepCostModel(one_row_s, prefill_token_s)
+        self.prefill_token_s = prefill_token_s
         if not self.limits.max_itl_ms:
             self.max_itl_s = max(10.0 * one_row_s, 0.02)
-        if not self.limits.prefill_chunk_tokens:
-            fit = int(0.5 * self.max_itl_s / max(prefill_token_s, 1e-7))
-            self.chunk_tokens = max(32, min(self.limits.prefill_tokens_per_step, fit // 16 * 16))
+        self.chunk_tokens = self.prefill_budget(one_row_s)
 
     # -- the decode thread ---------------------------------------------------------
     def _run(self) -> None:
@@ -247,8 +247,9 @@ class GenerationEngine:
             with self._wake:
                 self._admit(events)
             self._drop_cancelled(events)
+            decode_started = self._clock()
             decoded, held = self._decode(events)
-            prefilled = self._prefill(events)
+            prefilled = self._prefill(events, self._clock() - decode_started if decoded else 0.0)
         except Exception:
             logger.exception("generation step failed; its sequences end with an error")
             failed = self.backend.decoding() + self._prefilling
@@ -358,9 +359,27 @@ class GenerationEngine:
             self._waiting.finished(finished, self._clock())
         return len(rows), held
 
-    def _prefill(self, events: Events) -> int:
-        """Prefill waiting prompts in chunks, ``chunk_tokens`` per step in all."""
-        budget = self.chunk_tokens
+    def prefill_budget(self, decode_s: float) -> int:
+        """Prompt tokens to prefill in a step whose decode took ``decode_s``.
+
+        ``prefill_chunk_tokens`` when configured. Otherwise: with nobody decoding, up to
+        ``prefill_tokens_per_step`` (no stream to protect); else what costs about two decode
+        steps (so a step with a chunk takes at most three times one without: ITL p99 within
+        three times its median), within the latency target, at least 32 tokens.
+        """
+        if self.limits.prefill_chunk_tokens:
+            return self.limits.prefill_chunk_tokens
+        most = self.limits.prefill_tokens_per_step
+        if decode_s <= 0:
+            return most
+        room = max(2.0 * decode_s, 0.0)
+        if self.max_itl_s > decode_s:
+            room = min(room, self.max_itl_s - decode_s)
+        return max(32, min(most, int(room / self.prefill_token_s)))
+
+    def _prefill(self, events: Events, decode_s: float) -> int:
+        """Prefill waiting prompts in chunks, ``prefill_budget`` tokens per step in all."""
+        budget = self.chunk_tokens = self.prefill_budget(decode_s)
         done = 0
         for sequence in list(self._prefilling):
             if budget <= 0:
@@ -379,7 +398,11 @@ class GenerationEngine:
             start = sequence.kv_tokens
             stop = min(target, start + budget)
             try:
+                began = self._clock()
                 logits = self.backend.prefill(sequence, start, stop, prefix)
+                if stop - start >= 16:  # per-token cost, measured where it is paid
+                    spent = (self._clock() - began) / (stop - start)
+                    self.prefill_token_s = 0.8 * self.prefill_token_s + 0.2 * spent
             except KvFull:
                 sequence.kv_tokens = before
                 if self._preempt_newest(sequence):

@@ -120,6 +120,10 @@ class KvPool:
             capacity if capacity <= self.capacity else max(capacity, self.capacity + self.capacity // 2)
         )
         wanted_cap = min(_round_up(wanted_cap, _GRANULE), _round_up(self.max_len, _GRANULE))
+        # The whole context when the budget allows: np.empty maps pages lazily, so capacity
+        # no row uses costs no memory, and the pool never grows (copies) for length again.
+        if self.bytes_for(wanted_slots, _round_up(self.max_len, _GRANULE)) <= self.budget_bytes:
+            wanted_cap = _round_up(self.max_len, _GRANULE)
         if self.bytes_for(wanted_slots, wanted_cap) > self.budget_bytes:
             wanted_slots, wanted_cap = (
                 slots,

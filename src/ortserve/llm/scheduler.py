@@ -50,6 +50,9 @@ class StepCostModel:
         self._gram = self._strength.copy()
         self._moment = self._strength @ prior
         self.coef = prior
+        # Every term costs time, and a step reads the weights whatever its rows: without these
+        # bounds a noisy machine fits a negative intercept, and tokens/s seems to fall with rows.
+        self._lower = np.array([0.3 * one_row_s, 0.0, 0.0, 0.0, 0.0])
         self.observed = 0
         self.one_row_s = one_row_s
 
@@ -58,8 +61,7 @@ class StepCostModel:
         self._gram = self.decay * self._gram + np.outer(x, x)
         self._moment = self.decay * self._moment + x * seconds
         self.observed += 1
-        gram = self._gram + self._strength * 1e-3
-        self.coef = np.linalg.solve(gram, self._moment)
+        self.coef = _bounded_solve(self._gram + self._strength * 1e-3, self._moment, self._lower)
 
     def predict(self, rows: int, tokens: int, prefill: int = 0) -> float:
         floor = self.one_row_s * 0.5 if rows else 0.0
@@ -67,6 +69,23 @@ class StepCostModel:
 
     def prefill_token_s(self) -> float:
         return max(float(self.coef[4]) / 1000.0, 1e-7)
+
+
+def _bounded_solve(gram: F64, moment: F64, lower: F64) -> F64:
+    """Least squares from its normal equations with ``coef >= lower`` (a small active set:
+    a coefficient below its bound is fixed there and the others are solved again)."""
+    free = np.ones(len(lower), dtype=bool)
+    coef = lower.copy()
+    for _ in range(len(lower)):
+        coef = lower.copy()
+        if free.any():
+            rhs = moment - gram[:, ~free] @ lower[~free]
+            coef[free] = np.linalg.solve(gram[np.ix_(free, free)], rhs[free])
+        below = free & (coef < lower)
+        if not below.any():
+            return coef
+        free &= ~below
+    return np.maximum(coef, lower)
 
 
 def admit_one_more(

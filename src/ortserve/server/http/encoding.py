@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ortserve.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
+from ortserve.server.inflate_ratio import MAX_INFLATE_RATIO, inflate_limit
 
 __all__ = [
     "COMPRESS_MIN_BYTES",
@@ -96,7 +97,8 @@ class Inflation:
         self._pending: bytes | memoryview = b""
         self._chunks: list[bytes] = []
         self._size = 0
-        self._limit = limit
+        self._size_limit = limit
+        self._limit = inflate_limit(len(body), limit)  # a ratio too: see inflate_ratio.py
 
     def run(self, budget: int) -> bool:
         """Inflate up to ``budget`` more bytes; True once the whole body is inflated.
@@ -118,6 +120,10 @@ class Inflation:
             self._pending = self._inflater.unconsumed_tail
             self._size += len(chunk)
             produced += len(chunk)
+            if self._size > self._limit and self._limit < self._size_limit:
+                raise PayloadTooLarge(
+                    f"the request body inflates more than {MAX_INFLATE_RATIO} times its compressed size"
+                )
             if self._size > self._limit:
                 raise PayloadTooLarge(f"the request body inflates past the size limit of {self._limit} bytes")
             if chunk:
