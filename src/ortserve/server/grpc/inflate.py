@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.inflate_ratio import MAX_INFLATE_RATIO, inflate_limit
 
 __all__ = ["InflateJob", "Inflater"]
 
@@ -26,12 +27,24 @@ DEFAULT_SLICE_BYTES = 64 << 10
 class InflateJob:
     """One message being inflated; :meth:`take` gives the result once :attr:`done`."""
 
-    __slots__ = ("_error", "_inflater", "_limit", "_out", "_size", "_tail", "cancelled", "done", "on_done")
+    __slots__ = (
+        "_error",
+        "_inflater",
+        "_limit",
+        "_out",
+        "_size",
+        "_size_limit",
+        "_tail",
+        "cancelled",
+        "done",
+        "on_done",
+    )
 
     def __init__(self, data: bytes | bytearray | memoryview, wbits: int, limit: int) -> None:
         self._inflater = zlib.decompressobj(wbits)
         self._tail: bytes | bytearray | memoryview = data
-        self._limit = limit
+        self._size_limit = limit
+        self._limit = inflate_limit(len(data), limit)  # a ratio too: see inflate_ratio.py
         # A message of several steps grows in one bytearray (realloc moves its pages rather than
         # copying them): joining 64 MiB of slices at the end took 0.2 s in one tick, and
         # protobuf parses a bytearray without copying it (a memoryview it copies).
@@ -63,6 +76,8 @@ class InflateJob:
         work = max(len(out), before - len(self._tail))
         if self._size > self._limit:
             message = f"decompressed message larger than max ({self._limit})"
+            if self._limit < self._size_limit:
+                message = f"decompressed message more than {MAX_INFLATE_RATIO} times its compressed size"
             return self._finish(work, GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, message))
         if self._inflater.eof:
             return self._finish(work, None)
