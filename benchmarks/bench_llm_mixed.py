@@ -47,7 +47,7 @@ CONFIG = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 64\n  max_waitin
 
 def build(root: Path, layouts: set[str]) -> None:
     tokenizer = train_tokenizer(corpus_documents(), 400)
-    shape = DecoderShape(tokenizer.get_vocab_size(), **SHAPE)  # type: ignore[arg-type]
+    shape = DecoderShape(tokenizer.get_vocab_size(), **SHAPE)
     weights = random_weights(shape, seed=0)
     for layout in layouts:
         folder = root / layout / "llm30m"
@@ -192,7 +192,7 @@ def main() -> None:
         name, _, rest = item.partition("=")
         layout, _, src = rest.partition(":")
         variants.append((name, layout, src))
-    results: dict[str, list[dict[str, object]]] = {name: [] for name, _, _ in variants}
+    results: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name, _, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build(root, {layout for _, layout, _ in variants})
@@ -226,7 +226,7 @@ def main() -> None:
                     results[name].append({"closed": closed, "open": opened})
     medians = {
         name: {
-            phase: {k: statistics.median(r[phase][k] for r in runs) for k in runs[0][phase]}  # type: ignore[index]
+            phase: {k: statistics.median(r[phase][k] for r in runs) for k in runs[0][phase]}
             for phase in ("closed", "open")
         }
         for name, runs in results.items()
