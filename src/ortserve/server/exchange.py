@@ -34,10 +34,11 @@ from ortserve.capture import Capture
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferRequest, InferResponse
 from ortserve.errors import ModelNotFound, OrtServeError
-from ortserve.llm.servable import LlmVersion
+from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.pipeline.runtime import ROUTED_VERSIONS, PipelineVersion, pipeline_model_name
 from ortserve.routing.router import ModelRouter
 from ortserve.server.deferred import Deferred, settle
+from ortserve.server.llm_shadow import mirror_generation
 from ortserve.telemetry import RequestScope, Telemetry
 
 __all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
@@ -182,6 +183,13 @@ class Exchange:
             raise ModelNotFound(f"model {name!r} is not a text-generation model (kind: llm)")
         scope.version = served.info.version
         return served
+
+    def mirror(self, scope: RequestScope, llm: LlmVersion, stream: GenerationStream) -> None:
+        """A generation just started: the model's policy may copy it to its shadow version
+        (see :mod:`~ortserve.server.llm_shadow`); its agreement is reported by the routing GET."""
+        router = self.routers.get(scope.model)
+        if router is not None and scope.routed is not None and router.policy.config.shadow is not None:
+            mirror_generation(router, scope.routed, llm, stream)
 
     async def stream(
         self,

@@ -96,6 +96,7 @@ class _GenerateRoutes:
             text, fields = _fields(request.body)
             llm = exchange.llm(scope, name, version, request.text_header, fields)
             stream = llm.generate(llm.tokenizer.encode(text), sampling_from(fields, llm.default_max_tokens))
+            exchange.mirror(scope, llm, stream)
             if streaming:
                 events = exchange.stream(scope, _events(llm, stream), _error_event)
                 response = HttpResponse(

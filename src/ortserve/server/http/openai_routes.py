@@ -97,6 +97,7 @@ class _OpenAiRoutes:
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
             answer = start_chat(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
+            exchange.mirror(scope, llm, answer.streams[0])
             if parsed.stream:
                 return self._streaming(scope, answer.events())
             body = await answer.body()
@@ -117,6 +118,7 @@ class _OpenAiRoutes:
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
             answer = start_completion(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
+            exchange.mirror(scope, llm, answer.streams[0])
             if parsed.stream:
                 return self._streaming(scope, answer.events())
             body = await answer.body()
