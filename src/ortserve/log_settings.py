@@ -17,6 +17,7 @@ from typing import Any
 
 from ortserve.errors import InvalidInput
 from ortserve.logs import make_formatter
+from ortserve.ort_runtime import quiet_onnxruntime
 
 __all__ = ["LOG_KEYS", "LogControl"]
 
@@ -105,6 +106,8 @@ class LogControl:
             if "log_format" in parsed:
                 self.format = parsed["log_format"]
             self.install()
+            if "log_format" in parsed or "log_verbose_level" in parsed:
+                quiet_onnxruntime("DEBUG" if self.verbose else "INFO", self.format)
         return self.view()
 
     def _apply(self, root: logging.Logger) -> None:

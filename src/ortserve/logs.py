@@ -1,4 +1,11 @@
-"""Logging set up once at the CLI edge: text or JSON lines, tagged with the request's context."""
+"""Logging set up once at the CLI edge: text or JSON lines, tagged with the request's context.
+
+A record logged while a request is handled carries its id, model and version, and its trace
+and span ids when the request is traced (W3C hex, as OpenTelemetry exporters write them). In
+JSON an access-log line's transport, status, outcome and latency are keys of their own.
+ONNX Runtime's own logger is set to match (ort_runtime.py): nothing it writes escapes the
+format.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +17,27 @@ import time
 from contextvars import ContextVar
 from types import TracebackType
 
-__all__ = ["MODEL", "REQUEST_ID", "VERSION", "configure_logging", "escape_line", "make_formatter"]
+__all__ = [
+    "ACCESS_FIELDS",
+    "MODEL",
+    "REQUEST_ID",
+    "TRACE",
+    "VERSION",
+    "configure_logging",
+    "escape_line",
+    "make_formatter",
+]
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 """The request being handled by the current task (OIP ``id`` or ``X-Request-ID``)."""
 MODEL: ContextVar[str | None] = ContextVar("model", default=None)
 VERSION: ContextVar[str | None] = ContextVar("version", default=None)
+TRACE: ContextVar[tuple[str, str] | None] = ContextVar("trace", default=None)
+"""(trace_id, span_id) of the traced request being handled, hex."""
 _CONTEXT = (("request_id", REQUEST_ID), ("model", MODEL), ("version", VERSION))
+_TRACE_KEYS = ("trace_id", "span_id")
+ACCESS_FIELDS = ("transport", "status", "outcome", "latency_ms")
+"""An access-log record's ``extra`` keys, written as JSON keys of their own."""
 _ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
@@ -27,6 +48,9 @@ class _RequestContext(logging.Filter):
         for key, var in _CONTEXT:
             if getattr(record, key, None) is None:
                 setattr(record, key, var.get())
+        if getattr(record, "trace_id", None) is None:
+            ids = TRACE.get()
+            record.trace_id, record.span_id = ids if ids is not None else (None, None)
         return True
 
 
@@ -88,7 +112,7 @@ class _TextFormatter(logging.Formatter):
         line = super().formatMessage(record)
         tags = [
             f"{key}={tag_value(value)}"
-            for key, _ in _CONTEXT
+            for key in (*(key for key, _ in _CONTEXT), *_TRACE_KEYS)
             if (value := getattr(record, key, None)) is not None
         ]
         return f"{line} [{' '.join(tags)}]" if tags else line
@@ -114,7 +138,7 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": bounded_message(record.getMessage()),
         }
-        for key in ("request_id", "model", "version"):
+        for key in ("request_id", "model", "version", *_TRACE_KEYS, *ACCESS_FIELDS):
             value = getattr(record, key, None)
             if value is not None:
                 entry[key] = value
@@ -134,10 +158,14 @@ def make_formatter(fmt: str) -> logging.Formatter:
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
-    """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers."""
+    """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers, and sets
+    ONNX Runtime's own logger to match (ort_runtime.py)."""
+    from ortserve.ort_runtime import quiet_onnxruntime
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(make_formatter(fmt))
     handler.addFilter(_RequestContext())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    quiet_onnxruntime(level, fmt)

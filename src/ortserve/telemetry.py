@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortserve.core.observer import SchedulerObserver, make_observer_chain
 from ortserve.core.types import InferRequest
 from ortserve.errors import OrtServeError
-from ortserve.logs import MODEL, REQUEST_ID, VERSION
+from ortserve.logs import MODEL, REQUEST_ID, TRACE, VERSION
 from ortserve.metrics import ServerMetrics, VersionMetrics, outcome_of
 from ortserve.statistics import ServerStatistics, VersionStatistics
 from ortserve.tracing import RequestTrace, Tracing
@@ -266,9 +266,11 @@ class RequestScope:
         variables are set only around the code that may log, and restored after.
         """
         tokens = (REQUEST_ID.set(self.request_id), MODEL.set(self.model), VERSION.set(self.version))
+        traced = TRACE.set(None if self.trace is None else self.trace.ids())
         try:
             yield
         finally:
+            TRACE.reset(traced)
             VERSION.reset(tokens[2])
             MODEL.reset(tokens[1])
             REQUEST_ID.reset(tokens[0])
@@ -282,7 +284,16 @@ class RequestScope:
             status,
             outcome,
             seconds * 1e3,
-            extra={"request_id": self.request_id, "model": self.model, "version": self.version},
+            extra={
+                "request_id": self.request_id,
+                "model": self.model,
+                "version": self.version,
+                "transport": self.transport,
+                "status": status,
+                "outcome": outcome,
+                "latency_ms": round(seconds * 1e3, 3),
+                **({} if self.trace is None else dict(zip(("trace_id", "span_id"), self.trace.ids()))),
+            },
         )
 
 

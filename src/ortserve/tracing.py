@@ -132,6 +132,11 @@ class RequestTrace:
     def ns(self, monotonic: float) -> int:
         return self.epoch_ns + int((monotonic - self.started) * 1e9)
 
+    def ids(self) -> tuple[str, str]:
+        """The request span's (trace_id, span_id) in hex, for log records."""
+        context = self.span.get_span_context()
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
 
 class Tracing:
     """Starts request spans (continuing a W3C ``traceparent``) and ends them with children.

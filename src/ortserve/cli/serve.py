@@ -49,6 +49,7 @@ def serve(
     metrics_buckets: tuple[float, ...] | None,
     trace_sampling_ratio: float,
     trace_exporter: str,
+    ort_telemetry: bool,
     strict_readiness: bool,
     demo: bool,
     capture_dir: Path | None,
@@ -68,6 +69,7 @@ def serve(
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import RepositoryError
     from ortserve.logs import configure_logging
+    from ortserve.ort_runtime import prepare_onnxruntime
     from ortserve.server.startup import StartupError
     from ortserve.settings import ServerSettings
 
@@ -83,6 +85,7 @@ def serve(
     if max_inflight_bytes < 2 * max_body_bytes:
         message = "must be at least twice --max-body-bytes (bodies held, and one being joined)"
         raise click.BadParameter(message, param_hint="--max-inflight-bytes")
+    prepare_onnxruntime(ort_telemetry)  # before ONNX Runtime is first imported
     configure_logging(log_level, log_format)
     if demo and not (model_repository.is_dir() and any(model_repository.iterdir())):
         from ortserve.demo import write_demo_repository

@@ -258,6 +258,12 @@ _OPTIONS = [
         help="Where spans go (otlp reads the OTEL_EXPORTER_OTLP_* variables).",
     ),
     click.option(
+        "--ort-telemetry/--no-ort-telemetry",
+        envvar="ORTSERVE_ORT_TELEMETRY",
+        default=False,
+        help="Let ONNX Runtime collect its telemetry (off: ORT_DISABLE_TELEMETRY=1, no device-id store).",
+    ),
+    click.option(
         "--strict-readiness/--no-strict-readiness",
         envvar="ORTSERVE_STRICT_READINESS",
         default=True,

@@ -221,9 +221,15 @@ class GpuCollector(Collector):
 
 
 def load_nvml(module_name: str = "pynvml") -> ModuleType | None:
-    """The initialised NVML module, or None (one info line) without the package or a driver."""
+    """The initialised NVML module, or None without the package (a debug line: a CPU install
+    has no reason to have it) or without a driver or GPU (one info line: the gpu extra is
+    installed, so GPU health was expected)."""
     try:
         nvml = importlib.import_module(module_name)
+    except ImportError as exc:
+        logger.debug("GPU health checks off: NVML not installed (%s)", exc)
+        return None
+    try:
         nvml.nvmlInit()
         if int(nvml.nvmlDeviceGetCount()) == 0:
             raise RuntimeError("no GPU")

@@ -9,6 +9,7 @@ from ortserve.resilience.breaker import BreakerState
 from ortserve.server.connections import ConnectionLimit
 from ortserve.server.http.app import RouteHandler
 from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.encoding import answer_coding, compress_answer
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
 from ortserve.server.http.methods import answer_methods, method_not_allowed
@@ -47,7 +48,9 @@ class MetricsListener:
         self._listener = HttpListener(self._handle, _METRICS_LIMITS, ConnectionLimit(_METRICS_CONNECTIONS))
 
     def _handle(self, request: HttpRequest) -> RouteResult:
-        return answer_methods(request, self._route)
+        result = answer_methods(request, self._route)
+        coding = answer_coding(request)  # Prometheus sends Accept-Encoding: gzip
+        return result if coding is None else compress_answer(result, coding)
 
     def _route(self, request: HttpRequest) -> HttpResponse:
         if request.path != "/metrics":

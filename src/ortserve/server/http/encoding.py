@@ -1,8 +1,8 @@
 """HTTP content codings: gzip/deflate request bodies inflated within the body limit, infer
 answers compressed when the client's ``Accept-Encoding`` asks (as Triton does).
 
-Only successful infer answers of at least ``COMPRESS_MIN_BYTES`` are compressed, as Triton
-compresses only infer responses: tritonclient's aio HTTP client reads every other answer (and
+Only successful infer answers (and metrics scrapes) of at least ``COMPRESS_MIN_BYTES`` are
+compressed, as Triton compresses only infer responses: tritonclient's aio HTTP client reads every other answer (and
 every error) without undoing a coding, while aiohttp always sends ``Accept-Encoding: gzip``.
 A small answer gains nothing from gzip (13 bytes of ``{"live":true}`` became 33).
 
@@ -200,8 +200,10 @@ def accepted_coding(accept: bytes) -> bytes | None:
 
 def answer_coding(request: HttpRequest) -> bytes | None:
     """The coding an answer to ``request`` may be compressed with: None unless it is an infer
-    request (``POST .../infer``) whose ``Accept-Encoding`` takes gzip or deflate."""
-    if request.method != "POST" or not request.path.endswith("/infer"):
+    request (``POST .../infer``) or a Prometheus scrape (``GET /metrics``: Prometheus asks for
+    gzip and reads it) whose ``Accept-Encoding`` takes gzip or deflate."""
+    infer = request.method == "POST" and request.path.endswith("/infer")
+    if not infer and not (request.method == "GET" and request.path == "/metrics"):
         return None
     accept = request.headers.get(b"accept-encoding")
     return None if accept is None else accepted_coding(accept)
