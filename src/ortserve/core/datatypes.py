@@ -101,11 +101,21 @@ def itemsize(datatype: str) -> int:
     return numpy_dtype(datatype).itemsize
 
 
-def datatype_of_ort(ort_type: str) -> str:
-    """The OIP datatype of an ONNX Runtime type string such as ``tensor(float)``."""
+def datatype_of_ort(ort_type: str, name: str = "") -> str:
+    """The OIP datatype of an ONNX Runtime type string such as ``tensor(float)``.
+
+    Raises:
+        ValueError: no datatype carries it (the message names ``name`` and, for the common
+            cases such as skl2onnx's ZipMap, what to do: core/model_hints.py).
+    """
     datatype = _DATATYPE_BY_ORT.get(ort_type)
     if datatype is None:
-        raise ValueError(f"ONNX type {ort_type} has no Open Inference Protocol datatype")
+        from ortserve.core.model_hints import unsupported_type_hint
+
+        where = f"{name!r}: " if name else ""
+        raise ValueError(
+            f"{where}ONNX type {ort_type} has no Open Inference Protocol datatype{unsupported_type_hint(ort_type)}"
+        )
     return datatype
 
 

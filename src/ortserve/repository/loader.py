@@ -18,6 +18,7 @@ from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 from ortserve.core.model import ServedVersion, VersionInfo
 from ortserve.core.model_files import ModelFiles, read_model_files
+from ortserve.core.model_hints import generated_warmup_failure
 from ortserve.core.observer import SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.runner import OrtRunner
@@ -73,7 +74,9 @@ def _dim(value: object) -> int:
 
 
 def _specs(args: list[ort.NodeArg]) -> tuple[TensorSpec, ...]:
-    return tuple(TensorSpec(a.name, datatype_of_ort(a.type), tuple(_dim(d) for d in a.shape)) for a in args)
+    return tuple(
+        TensorSpec(a.name, datatype_of_ort(a.type, a.name), tuple(_dim(d) for d in a.shape)) for a in args
+    )
 
 
 def _max_batch_size(config: ModelConfig, specs: tuple[TensorSpec, ...], where: Path) -> int:
@@ -200,9 +203,16 @@ def _prepare(
                 f"max_batch_size {max_batch}"
             )
         feeds = _warmup_feeds(inputs, rows if max_batch else 1, rng)
-        for _ in range(_WARMUP_ROUNDS):
-            _, seconds = runner.run_blocking(feeds)
-            cost.observe(rows if max_batch else 1, seconds)
+        try:
+            for _ in range(_WARMUP_ROUNDS):
+                _, seconds = runner.run_blocking(feeds)
+                cost.observe(rows if max_batch else 1, seconds)
+        except Exception as exc:  # ONNX Runtime's error on made-up shapes: say so (model_hints.py)
+            message = generated_warmup_failure(label, feeds, exc, bool(config.warmup))
+            if not config.warmup:
+                raise ConfigError(message) from exc
+            logger.warning("%s", message)
+            break
     _run_samples(config, inputs, max_batch, path.parent.parent, runner)
     labels = output_labels(path.parent.parent, path.parent, outputs)  # classification (labels.py)
     info = VersionInfo(
