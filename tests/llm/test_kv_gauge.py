@@ -26,9 +26,9 @@ async def test_the_kv_gauge_stays_within_budget_and_falls_when_the_ttl_evicts(tm
         await stream.collect()
         assert served.engine.cache.bytes_used > 0
         assert 0 < served.kv_bytes <= served.kv_budget_bytes
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10.0
-        while served.kv_bytes > 0 and loop.time() < deadline:
+        for _ in range(500):  # polled: the engine thread wakes for the expiry on its own
+            if served.kv_bytes == 0:
+                break
             await asyncio.sleep(0.02)
         assert served.kv_bytes == 0
     finally:
