@@ -6,7 +6,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ortserve.core.observer import SchedulerObserver, make_observer_chain
@@ -125,10 +125,14 @@ class Telemetry:
         request_id: str | None,
         traceparent: str | None,
         path: str = "",
+        header: Callable[[str], str | None] | None = None,
+        body: bytes = b"",
     ) -> RequestScope:
         """Start accounting for one inference request; end it with ``finish`` or ``abandon``.
 
-        ``path``: an HTTP request's path (its span is named by the route template)."""
+        ``path``: an HTTP request's path (its span is named by the route template).
+        ``header`` and ``body`` are the Exchange's (what a capture record keeps); taking them
+        here lets a server without capture call this very method as ``Exchange.begin``."""
         trace = None
         if self.tracing is not None:
             trace = self.tracing.begin(transport, f"{transport} infer {model}", traceparent, model, path)
@@ -253,10 +257,20 @@ class RequestScope:
             self._log_access(outcome, status, seconds)
         if self.trace is not None and telemetry.tracing is not None:
             telemetry.tracing.end(self.trace, self.model, self.version, outcome, self.request_id, status)
+        routed = self.routed
+        if routed is not None and not routed.done():
+            if error is None:
+                routed.set_result(None)
+            else:
+                routed.set_exception(error)
+                routed.exception()  # retrieved: the transport answers it
 
     def abandon(self) -> None:
-        """The client went away before an answer: only the in-flight count changes."""
+        """The client went away before an answer: only the in-flight count changes (and a
+        router waiting for the outcome is told the request was withdrawn)."""
         self._telemetry.live.discard(self)
+        if self.routed is not None:
+            self.routed.cancel()
 
     @contextlib.contextmanager
     def bound(self) -> Iterator[None]:

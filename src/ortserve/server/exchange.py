@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Protocol
 
 import orjson
 
@@ -42,6 +43,27 @@ from ortserve.server.llm_shadow import mirror_generation
 from ortserve.telemetry import RequestScope, Telemetry
 
 __all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
+
+
+class _Begin(Protocol):
+    """Opens one request's scope (end it with ``Exchange.finish``, or the stream's close)."""
+
+    def __call__(
+        self,
+        transport: str,
+        model: str,
+        version: str | None,
+        request_id: str | None,
+        traceparent: str | None,
+        path: str = "",
+        header: Callable[[str], str | None] | None = None,
+        body: bytes = b"",
+    ) -> RequestScope: ...
+
+
+_Finish = Callable[[RequestScope, OrtServeError | None, int | str], None]
+"""Accounts for an answered request (metrics, access log, span, capture) and settles what its
+router waits for."""
 
 Headers = Callable[[str], str | None]
 """A request's header (gRPC: metadata) by lower-case name."""
@@ -77,6 +99,11 @@ class Exchange:
         self.telemetry = telemetry
         self.capture = capture
         self.routers: Mapping[str, ModelRouter] = routers if routers is not None else {}
+        # Without capture, opening and finishing a scope is all there is to do: the transports
+        # call the scope's own methods, and the per-request path costs no call more than it
+        # did before the Exchange (benchmarks/RESULTS.md, "One request edge").
+        self.begin: _Begin = telemetry.begin if capture is None else self._begin_sampled
+        self.finish: _Finish = RequestScope.finish if capture is None else self._finish_sampled
 
     @property
     def records_each_request(self) -> bool:
@@ -87,7 +114,7 @@ class Exchange:
 
     # -- identification ------------------------------------------------------------------
 
-    def begin(
+    def _begin_sampled(
         self,
         transport: str,
         model: str,
@@ -98,7 +125,7 @@ class Exchange:
         header: Headers | None = None,
         body: bytes = b"",
     ) -> RequestScope:
-        """Open one request's scope; end it with :meth:`finish` (or the stream's close).
+        """``begin`` with capture on: the scope, and its capture sample when it is sampled.
 
         ``path``, ``header`` and ``body`` are what a capture record keeps of an HTTP request
         (a gRPC call's record is made from its decoded request, see :meth:`submit`).
@@ -109,28 +136,19 @@ class Exchange:
             scope.sample = capture.sample(path, header, body)
         return scope
 
-    def finish(self, scope: RequestScope, error: OrtServeError | None, status: int | str) -> None:
-        """Account for the answered request (metrics, access log, span), offer its capture
-        sample, and settle what its router waits for."""
+    def _finish_sampled(self, scope: RequestScope, error: OrtServeError | None, status: int | str) -> None:
+        """``finish`` with capture on: the scope's accounting, then its capture sample."""
         scope.finish(error, status)
         sample = scope.sample
         # A gRPC call that could not be decoded has no HTTP form: it is not recorded.
         if sample is not None and self.capture is not None and (sample.path or sample.request is not None):
             http_status = status if isinstance(status, int) else (200 if error is None else error.http_status)
             self.capture.offer_sample(sample, scope.model, scope.version, http_status)
-        routed = scope.routed
-        if routed is not None and not routed.done():
-            if error is None:
-                routed.set_result(None)
-            else:
-                routed.set_exception(error)
-                routed.exception()  # retrieved: the transport answers it
 
-    def abandon(self, scope: RequestScope) -> None:
+    @staticmethod
+    def abandon(scope: RequestScope) -> None:
         """The client went away before an answer: only the in-flight count changes."""
         scope.abandon()
-        if scope.routed is not None:
-            scope.routed.cancel()
 
     def settle(self, scope: RequestScope, exc: BaseException) -> OrtServeError:
         """What the client is told about ``exc`` (unexpected ones logged with the scope bound)."""

@@ -212,7 +212,8 @@ class InferenceService:
         request scope. With tracing, the access log or capture on, every call takes the full
         path (each wants its own record of the call).
         """
-        if self._exchange.records_each_request:
+        telemetry = self._telemetry  # Exchange.records_each_request, inlined: once per call
+        if self._exchange.capture is not None or telemetry.tracing is not None or telemetry.access_log:
             return False
         target = peek_infer_target(message)
         if target is None:
