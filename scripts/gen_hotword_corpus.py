@@ -84,7 +84,7 @@ HOLIDAY_TOPICS = (
     ("去哪玩", "去哪 玩", 0.6), ("堵车", "堵车", 0.4),
 )  # fmt: skip
 HOLIDAY_SPECIALS = (
-    ("春运抢票", "春运 抢票 火车票", "spring", 1.5), ("春节联欢晚会", "春晚 联欢晚会 节目", "spring", 1.5),
+    ("春运抢票", "春运 抢票 火车 火车票", "chunyun", 1.5), ("春节联欢晚会", "春晚 联欢晚会 节目", "spring", 1.5),
     ("年夜饭预订", "年夜饭 预订 餐厅", "spring", 1.0), ("春节红包", "红包 春节", "spring", 0.8),
     ("拜年短信", "拜年 短信", "spring", 0.6), ("清明祭扫预约", "祭扫 预约 墓园", "qingming", 0.8),
     ("清明踏青赏花", "踏青 赏花 公园", "qingming", 0.7), ("端午粽子做法", "粽子 做法 口味", "dragon_boat", 1.0),
@@ -204,7 +204,7 @@ def _seasonal() -> list[Row]:
     for key, name, synonyms in HOLIDAYS:
         for suffix, parts, base in HOLIDAY_TOPICS:
             rows.append((name + suffix, f"{name} {parts} {synonyms}", "节日", 0, f"holiday:{key}", base))
-    names = {key: name for key, name, _ in HOLIDAYS}
+    names = {key: name for key, name, _ in HOLIDAYS} | {"chunyun": "春节"}  # 春运 is 春节's season
     for word, terms, key, base in HOLIDAY_SPECIALS:
         rows.append((word, f"{names[key]} {terms}", "节日", 0, f"holiday:{key}", base))
     for word, terms, category, start, end, base in EVENTS:

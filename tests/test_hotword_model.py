@@ -255,3 +255,21 @@ def test_no_answer_is_padded_with_noise_under_the_score_floor(ranker: Ranker) ->
         answer = ranker.ask(query, 110000, day)
         assert answer["matched"] and all(h["score"] >= MIN_SCORE for h in answer["hotwords"][1:])
         assert not any("冰雪大世界" in w or w.startswith(("大庆", "安庆")) for w in words(answer))
+
+
+@pytest.mark.parametrize(
+    ("query", "day", "expected"),
+    [
+        ("春运火车票", dt.date(2026, 1, 25), "春运抢票"),  # 23 days before 春节: 春运 ticket sales
+        ("春运", dt.date(2026, 2, 10), "春运抢票"),  # inside the 40-day season
+        ("国庆", dt.date(2026, 9, 28), "国庆天气"),  # 3 days before
+        ("端午", dt.date(2026, 6, 8), "端午天气"),  # 11 days before
+    ],
+)
+def test_a_season_in_its_window_earns_the_holiday_tag(
+    ranker: Ranker, query: str, day: dt.date, expected: str
+) -> None:
+    answer = ranker.ask(query, 110000, day)
+    found = {h["word"]: h for h in answer["hotwords"]}
+    assert expected in found and "节假日" in found[expected]["tags"]
+    assert all("节假日" not in h["tags"] for h in ranker.ask(query, 110000, dt.date(2026, 7, 20))["hotwords"])

@@ -80,3 +80,12 @@ def test_routings_body_fields_are_accepted_without_a_routing_policy_and_still_ch
         parse_hotword_request({"query": "x", "timestamp": NOW, "user_id": ["u"]})
     with pytest.raises(InvalidInput, match="'ab_tag' is longer"):
         parse_hotword_request({"query": "x", "timestamp": NOW, "ab_tag": "t" * 129})
+
+
+def test_chunyun_is_a_forty_day_season_and_holidays_peak_before_their_day() -> None:
+    assert holiday_closeness("chunyun", dt.date(2026, 2, 2)) == 1.0  # 15 days before 春节 (02-17)
+    assert holiday_closeness("chunyun", dt.date(2026, 3, 13)) == 1.0  # its 40th day
+    assert holiday_closeness("chunyun", dt.date(2026, 3, 14)) == 0.0
+    assert 0.2 < holiday_closeness("chunyun", dt.date(2026, 1, 25)) < 1.0  # tickets, the week before
+    assert holiday_closeness("national_day", dt.date(2026, 9, 24)) == 1.0  # booked the week before
+    assert holiday_closeness("dragon_boat", dt.date(2026, 6, 8)) > 0.2  # 11 days before

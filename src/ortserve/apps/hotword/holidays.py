@@ -67,23 +67,39 @@ _LUNAR = {
     ],
 }
 _FIXED = {"new_year": "01-01", "labour_day": "05-01", "national_day": "10-01"}
-HOLIDAY_NAMES = ("new_year", "spring", "qingming", "labour_day", "dragon_boat", "mid_autumn", "national_day")
-"""Holiday keys in feature order: 元旦, 春节, 清明, 劳动节, 端午, 中秋, 国庆."""
+HOLIDAY_NAMES = (
+    "new_year",
+    "spring",
+    "qingming",
+    "labour_day",
+    "dragon_boat",
+    "mid_autumn",
+    "national_day",
+    "chunyun",
+)
+"""Season keys in feature order: 元旦, 春节, 清明, 劳动节, 端午, 中秋, 国庆, and 春运, the 40-day
+travel season around 春节 (from 15 days before it), a season of its own rather than a day."""
+_CHUNYUN_BEFORE_SPRING = 15
 
 
 def _dates() -> dict[str, list[dt.date]]:
     table: dict[str, list[dt.date]] = {}
-    for name in HOLIDAY_NAMES:
+    for name in HOLIDAY_NAMES[:-1]:
         days = _LUNAR.get(name) or [_FIXED[name]] * len(_YEARS)
         table[name] = [dt.date.fromisoformat(f"{year}-{day}") for year, day in zip(_YEARS, days, strict=True)]
+    table["chunyun"] = [day - dt.timedelta(days=_CHUNYUN_BEFORE_SPRING) for day in table["spring"]]
     return table
 
 
 HOLIDAYS = _dates()
 LEAD_DAYS = 21
-"""Interest in a holiday builds over the three weeks before it."""
-STAY_DAYS = 3
-"""... and lasts through the first days of the holiday."""
+"""Interest in a season builds over the three weeks before its peak."""
+PEAK_DAYS = {"spring": 15, "national_day": 7, "labour_day": 7, "mid_autumn": 5, "dragon_boat": 5}
+"""Days before a holiday that already are its peak: 国庆 and 五一 trips are booked the week
+before, 春节's two weeks before (the first days of 春运). Others peak on the day."""
+STAY_DAYS = {"chunyun": 39}
+"""Days a season lasts after it starts: 春运 40 days in all; a holiday 3 (its first days)."""
+_STAY_DEFAULT = 3
 
 
 def china_time(timestamp_ms: int) -> dt.datetime:
@@ -92,17 +108,18 @@ def china_time(timestamp_ms: int) -> dt.datetime:
 
 
 _ORDINALS = {name: [date.toordinal() for date in dates] for name, dates in HOLIDAYS.items()}
-_ALL_ORDINALS = sorted(o for ordinals in _ORDINALS.values() for o in ordinals)
+_ALL_ORDINALS = sorted(o for name, ordinals in _ORDINALS.items() if name != "chunyun" for o in ordinals)
 
 
 def holiday_closeness(name: str, day: dt.date) -> float:
-    """1.0 on and just after the holiday, decaying over ``LEAD_DAYS`` before it, else 0."""
+    """1.0 from the season's peak (``PEAK_DAYS`` before it) through its stay, decaying over
+    ``LEAD_DAYS`` before the peak, else 0."""
     ordinals = _ORDINALS[name]
     today = day.toordinal()
-    index = bisect.bisect_left(ordinals, today - STAY_DAYS)
+    index = bisect.bisect_left(ordinals, today - STAY_DAYS.get(name, _STAY_DEFAULT))
     if index == len(ordinals):
         return 0.0
-    until = ordinals[index] - today
+    until = ordinals[index] - today - PEAK_DAYS.get(name, 0)
     if until <= 0:
         return 1.0
     return math.exp(-until / 7) if until <= LEAD_DAYS else 0.0
