@@ -49,6 +49,9 @@ class StepCostModel:
         self._strength = np.diag([1.0, 1.0, 1.0, 1.0, 1.0]) * 0.5
         self._gram = self._strength.copy()
         self._moment = self._strength @ prior
+        # A lasting pull of the rows-squared term toward 0: a peak of tokens/s must be seen again
+        # and again before it stops the running set (one noisy step on a shared machine must not).
+        self._ridge = np.diag([1e-3, 1e-3, 1e-3, 5.0, 1e-3])
         self.coef = prior
         # Every term costs time, and a step reads the weights whatever its rows: without these
         # bounds a noisy machine fits a negative intercept, and tokens/s seems to fall with rows.
@@ -61,7 +64,7 @@ class StepCostModel:
         self._gram = self.decay * self._gram + np.outer(x, x)
         self._moment = self.decay * self._moment + x * seconds
         self.observed += 1
-        self.coef = _bounded_solve(self._gram + self._strength * 1e-3, self._moment, self._lower)
+        self.coef = _bounded_solve(self._gram + self._ridge, self._moment, self._lower)
 
     def predict(self, rows: int, tokens: int, prefill: int = 0) -> float:
         floor = self.one_row_s * 0.5 if rows else 0.0
