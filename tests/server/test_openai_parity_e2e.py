@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +26,11 @@ from ortserve.testing import ServerProcess, run_server
 
 pytestmark = pytest.mark.e2e
 
+_TOOL_TEMPLATE = (
+    "{% if tools %}Tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}"
+    "{% if shout %}LOUD\n{% endif %}"
+    "{% for m in messages %}{{ m.content }}{% endfor %}"
+)
 _PROMPT = "The lighthouse stood at the end of the long stone pier, and every evening the keeper"
 
 
@@ -32,6 +38,12 @@ _PROMPT = "The lighthouse stood at the end of the long stone pier, and every eve
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("llm_models")
     write_demo_llm(root)
+    # the same model with a template that renders the tools and a chat_template_kwargs flag
+    shutil.copytree(root / DEMO_LLM_NAME, root / "tool_llm")
+    config_path = root / "tool_llm" / "1" / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = _TOOL_TEMPLATE
+    config_path.write_text(json.dumps(config))
     return root
 
 
@@ -122,9 +134,12 @@ def test_tokenize_and_detokenize_round_trip_in_vllm_shapes(
     assert isinstance(answer["max_model_len"], int) and answer["token_strs"] is None
     status, back = _post(llm_server, "/detokenize", {"model": DEMO_LLM_NAME, "tokens": expected})
     assert status == 200 and back == {"prompt": _PROMPT}
-    # vLLM's clients send no model when one LLM is served; token strings read as in the text
-    status, answer = _post(llm_server, "/tokenize", {"prompt": "The river", "return_token_strs": True})
+    # token strings read as in the text; no model with two LLMs served is refused naming it
+    ask = {"model": DEMO_LLM_NAME, "prompt": "The river", "return_token_strs": True}
+    status, answer = _post(llm_server, "/tokenize", ask)
     assert status == 200 and "".join(answer["token_strs"]).strip() == "The river"  # type: ignore[arg-type]
+    status, answer = _post(llm_server, "/tokenize", {"prompt": "x"})  # two LLMs here: which one?
+    assert status == 400 and answer["error"]["param"] == "model"  # type: ignore[index]
 
 
 def test_tokenize_renders_chat_messages_through_the_template(llm_server: ServerProcess) -> None:
@@ -141,10 +156,10 @@ def test_tokenize_renders_chat_messages_through_the_template(llm_server: ServerP
 @pytest.mark.parametrize(
     ("path", "body", "param"),
     [
-        ("/tokenize", {"prompt": "x", "truncate": 3}, "truncate"),
-        ("/tokenize", {"prompt": 3}, "prompt"),
-        ("/detokenize", {"tokens": [10**9]}, "tokens"),
-        ("/detokenize", {"tokens": "abc"}, "tokens"),
+        ("/tokenize", {"model": DEMO_LLM_NAME, "prompt": "x", "truncate": 3}, "truncate"),
+        ("/tokenize", {"model": DEMO_LLM_NAME, "prompt": 3}, "prompt"),
+        ("/detokenize", {"model": DEMO_LLM_NAME, "tokens": [10**9]}, "tokens"),
+        ("/detokenize", {"model": DEMO_LLM_NAME, "tokens": "abc"}, "tokens"),
     ],
 )
 def test_tokenize_routes_refuse_bad_fields_by_name(
@@ -329,3 +344,88 @@ def test_a_schema_that_cannot_be_compiled_is_a_400_naming_response_format(llm_se
     assert status == 400 and answer["error"]["param"] == "response_format"  # type: ignore[index]
     status, answer = _post(llm_server, "/v1/chat/completions", {**body, "response_format": {"type": "xml"}})
     assert status == 400 and answer["error"]["param"] == "response_format"  # type: ignore[index]
+
+
+_WEATHER: dict[str, object] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+_TIME: dict[str, object] = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 4}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_a_required_tool_call_parses_into_the_declared_arguments(client: openai.OpenAI) -> None:
+    parameters = _WEATHER["function"]["parameters"]  # type: ignore[index]
+    for seed in range(3):
+        reply = client.chat.completions.create(  # type: ignore[call-overload]
+            model=DEMO_LLM_NAME, messages=[{"role": "user", "content": "Weather?"}], max_tokens=80,
+            temperature=1.0, seed=seed, tools=[_WEATHER], tool_choice="required", parallel_tool_calls=False,
+        )  # fmt: skip
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), parameters)
+
+
+def test_a_named_tool_choice_calls_that_function_and_streams_openai_deltas(client: openai.OpenAI) -> None:
+    ask: dict[str, object] = {
+        "model": DEMO_LLM_NAME, "messages": [{"role": "user", "content": "Time?"}], "max_tokens": 60,
+        "temperature": 0.5, "seed": 1, "tools": [_WEATHER, _TIME],
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+    }  # fmt: skip
+    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    calls = whole.choices[0].message.tool_calls
+    assert [c.function.name for c in calls] == ["get_time"]
+    assert isinstance(json.loads(calls[0].function.arguments), dict)
+    names, arguments, finishes = [], "", []
+    for chunk in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                names += [delta.function.name] if delta.function and delta.function.name else []
+                arguments += delta.function.arguments or "" if delta.function else ""
+            finishes += [choice.finish_reason] if choice.finish_reason else []
+    assert names == ["get_time"] and finishes == ["tool_calls"]
+    assert arguments == calls[0].function.arguments
+
+
+def test_auto_tool_choice_answers_in_text_when_the_model_calls_nothing(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": _PROMPT}], max_tokens=8, temperature=0,
+        tools=[_WEATHER],  # type: ignore[list-item]
+    )  # fmt: skip
+    assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_tools_and_chat_template_kwargs_reach_the_chat_template(llm_server: ServerProcess) -> None:
+    ask: dict[str, object] = {"model": "tool_llm", "messages": [{"role": "user", "content": "Hello"}], "tools": [_WEATHER, _TIME],
+           "chat_template_kwargs": {"shout": True}}  # fmt: skip
+    status, tokens = _post(llm_server, "/tokenize", ask)
+    assert status == 200
+    _, text = _post(llm_server, "/detokenize", {"model": "tool_llm", "tokens": tokens["tokens"]})
+    # (the demo's vocabulary has no newline, and splits words at its added characters)
+    assert str(text["prompt"]).replace(" ", "") == "Tools:get_weatherget_timeLOUDHello"
+    status, answer = _post(
+        llm_server, "/v1/chat/completions", {**ask, "max_tokens": 2, "chat_template_kwargs": ["x"]}
+    )
+    assert status == 400 and answer["error"]["param"] == "chat_template_kwargs"  # type: ignore[index]

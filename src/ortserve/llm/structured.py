@@ -78,7 +78,8 @@ def _from_schema(schema: Mapping[str, object]) -> str:
     if len(text) > _MAX_SCHEMA_BYTES:
         raise InvalidField("response_format", f"the schema is over {_MAX_SCHEMA_BYTES} bytes")
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
+        # no free whitespace: a small model would spend its max_tokens on spaces between items
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
     except ValueError as exc:
         raise InvalidField("response_format", f"response_format: the schema is not supported: {exc}") from exc
     return _checked(grammar)

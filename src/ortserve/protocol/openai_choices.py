@@ -79,7 +79,11 @@ def completion_body(
 
 
 def chat_chunk(
-    request_id: str, created: int, model: str, choices: Sequence[Mapping[str, object]], usage: Usage | None = None
+    request_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[Mapping[str, object]],
+    usage: Usage | None = None,
 ) -> bytes:
     """One ``chat.completion.chunk`` event; the usage chunk has no choices."""
     payload = {**_head(request_id, created, model, "chat.completion.chunk"), "choices": choices}
@@ -89,7 +93,11 @@ def chat_chunk(
 
 
 def completion_chunk(
-    request_id: str, created: int, model: str, choices: Sequence[Mapping[str, object]], usage: Usage | None = None
+    request_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[Mapping[str, object]],
+    usage: Usage | None = None,
 ) -> bytes:
     payload = {**_head(request_id, created, model, "text_completion"), "choices": choices}
     if usage is not None:

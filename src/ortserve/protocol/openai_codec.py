@@ -114,8 +114,11 @@ def _message(message: dict[str, object], index: int) -> dict[str, object]:
     for key, value in message.items():
         if key in ("role", "content") or (key == "refusal" and value is None):
             continue
-        if key == "name" and isinstance(value, str):
-            rendered["name"] = value
+        if (key == "name" and isinstance(value, str)) or (key == "tool_call_id" and isinstance(value, str)):
+            rendered[key] = value
+            continue
+        if key == "tool_calls" and isinstance(value, list) and message["role"] == "assistant":
+            rendered[key] = value  # as the client sent them back: the template renders them
             continue
         raise InvalidField(f"messages[{index}].{key}", f"messages[{index}].{key} is not supported")
     return rendered

@@ -46,11 +46,7 @@ _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
 }
 
-_NOT_YET: dict[str, str] = {
-    "tools": "tool calls are not supported yet",
-    "tool_choice": "tool calls are not supported yet",
-    "chat_template_kwargs": "chat_template_kwargs is not supported yet",
-}
+_NOT_YET: dict[str, str] = {}
 """Named fields whose support lands later: refused by name meanwhile, never ignored."""
 
 

@@ -15,6 +15,7 @@ import orjson
 
 from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
 from ortserve.llm.servable import LlmVersion
+from ortserve.llm.tools import template_variables, tool_request
 from ortserve.protocol.openai_codec import parse_messages
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, Operation
@@ -27,8 +28,9 @@ __all__ = ["add_llm_tool_routes"]
 logger = logging.getLogger(__name__)
 
 _TOKENIZE_FIELDS = frozenset(
-    {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs"}
-)
+    {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs",
+     "tools", "chat_template_kwargs"}
+)  # fmt: skip
 _DETOKENIZE_FIELDS = frozenset({"model", "tokens"})
 _MAX_TOKENS = 1 << 20
 
@@ -84,6 +86,7 @@ class _ToolRoutes:
                 text = tokenizer.render_chat(
                     parse_messages(fields.get("messages")),
                     add_generation_prompt=_flag(fields, "add_generation_prompt", True),
+                    extra=template_variables(fields, tool_request(fields)),
                 )
                 tokens = tokenizer.encode(text, special=_flag(fields, "add_special_tokens", False))
             else:

@@ -21,6 +21,7 @@ from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent
 from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.llm.structured import grammar_for, grammars_of
+from ortserve.llm.tools import StreamedCalls, ToolRequest, chat_message, template_variables, tool_request
 from ortserve.protocol import openai_choices as choices
 from ortserve.protocol import openai_codec as codec
 from ortserve.protocol.openai_choices import TokenLogprob
@@ -40,10 +41,20 @@ class _Choice:
         return sum(t.logprob for t in self.tokens)
 
 
-def _plan(fields: Mapping[str, object], llm: LlmVersion, chat: bool) -> tuple[int, list[SamplingParams]]:
+def _plan(
+    fields: Mapping[str, object], llm: LlmVersion, chat: bool, tools: ToolRequest | None = None
+) -> tuple[int, list[SamplingParams]]:
     """(choices returned, the parameters of every choice generated)."""
     base = sampling_params(fields, llm.default_max_tokens, llm.tokenizer.vocab_size, chat)
     grammar = grammar_for(fields.get("response_format")) if chat else None
+    if tools is not None and tools.constrained:
+        if grammar is not None:
+            raise InvalidField(
+                "tool_choice", "a required or named tool call cannot also follow response_format"
+            )
+        grammar = grammar_for(
+            {"type": "json_schema", "json_schema": {"name": "tool_calls", "schema": tools.grammar_schema()}}
+        )
     if grammar is not None:
         base = replace(base, guide=grammars_of(llm.tokenizer, llm.eos_ids).constraint(grammar))
     n, best_of = choice_count(fields)
@@ -143,7 +154,7 @@ class _Reply:
 
 
 async def _chat_events(
-    llm: LlmVersion, streams: list[GenerationStream], reply: _Reply
+    llm: LlmVersion, streams: list[GenerationStream], reply: _Reply, tools: ToolRequest
 ) -> AsyncIterator[bytes]:
     head = (reply.ident, reply.created, reply.model)
     opening = [
@@ -151,18 +162,27 @@ async def _chat_events(
         for i in range(len(streams))
     ]
     yield choices.chat_chunk(*head, opening)
+    calls = [StreamedCalls(tools) for _ in streams]
     async for index, event in _merged(streams):
-        if event.text or (reply.logprobs and event.token_ids):
+        text = calls[index].feed(event.text)
+        if text or (reply.logprobs and event.token_ids):
             logprobs = choices.chat_logprobs(_token_logprobs(llm, event)) if reply.logprobs else None
-            delta = {
-                "index": index,
-                "delta": {"content": event.text},
-                "logprobs": logprobs,
-                "finish_reason": None,
-            }
+            delta = {"index": index, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}
             yield choices.chat_chunk(*head, [delta])
         if event.finish_reason is not None:
-            last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": event.finish_reason}
+            rest, deltas, finish = calls[index].finish(event.finish_reason)
+            if rest:
+                piece = {"index": index, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}
+                yield choices.chat_chunk(*head, [piece])
+            if deltas:
+                piece = {
+                    "index": index,
+                    "delta": {"tool_calls": deltas},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                yield choices.chat_chunk(*head, [piece])
+            last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
             yield choices.chat_chunk(*head, [last])
     if reply.include_usage:
         yield choices.chat_chunk(*head, [], _usage(streams))
@@ -191,26 +211,24 @@ def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str = "")
     Raises:
         OrtServeError: refused fields, queue full...: nothing was started.
     """
-    n, params = _plan(parsed.fields, llm, chat=True)
-    prompt = llm.tokenizer.encode(llm.tokenizer.render_chat(parsed.messages), special=False)
+    tools = tool_request(parsed.fields)
+    n, params = _plan(parsed.fields, llm, chat=True, tools=tools)
+    rendered = llm.tokenizer.render_chat(parsed.messages, extra=template_variables(parsed.fields, tools))
+    prompt = llm.tokenizer.encode(rendered, special=False)
     streams = _start(llm, prompt, params, cache_salt)
     reply = _Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage,
                    parsed.fields.get("logprobs") is True)  # fmt: skip
 
     async def whole() -> bytes:
         done = await _collect_all(llm, streams, n, reply.logprobs)
-        body = [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": choices.chat_logprobs(c.tokens) if reply.logprobs else None,
-                "finish_reason": c.finish,
-            }
-            for i, c in enumerate(done)
-        ]
+        body = []
+        for i, c in enumerate(done):
+            message, finish = chat_message(c.text, c.finish, tools)
+            logprobs = choices.chat_logprobs(c.tokens) if reply.logprobs else None
+            body.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
         return choices.chat_body(reply.ident, reply.created, reply.model, body, _usage(streams))
 
-    return Answer(whole, lambda: _chat_events(llm, streams, reply), streams)
+    return Answer(whole, lambda: _chat_events(llm, streams, reply, tools), streams)
 
 
 async def _completion_events(
