@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ortserve.pipeline.harness import PipelineHarness, pipeline_harness
+from ortserve.pipeline_harness import PipelineHarness, pipeline_harness
 
 __all__ = ["FakeClock", "PipelineHarness", "ServerProcess", "free_port", "pipeline_harness", "run_server"]
 

@@ -13,13 +13,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.core.classification import CLASSIFICATION, class_count, classify
+from ortserve.core.guards import Guard
+from ortserve.core.marks import unmark
 from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferOutput, InferRequest, InferResponse, Parameters, TensorSpec
 from ortserve.core.validation import InputValidator
 from ortserve.errors import InvalidInput, ModelNotReady, OrtServeError
-from ortserve.resilience.guard import ResilienceGuard
-from ortserve.resilience.marks import unmark
 
 __all__ = ["ModelState", "Servable", "ServedVersion", "VersionInfo", "select_outputs"]
 
@@ -94,7 +94,7 @@ class ServedVersion:
         info: VersionInfo,
         scheduler: Scheduler,
         runner: OrtRunner | None = None,
-        guard: ResilienceGuard | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.info = info
         self.scheduler = scheduler

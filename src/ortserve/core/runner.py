@@ -14,9 +14,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from ortserve.core.binding import BindingRun, DeviceSpec, bindable, binding_device
+from ortserve.core.guards import ChainedSession
 from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.ortvalues import OrtValueRun, needs_ort_values
-from ortserve.resilience.chain import FallbackChain
 
 __all__ = ["OrtRunner"]
 
@@ -59,7 +59,7 @@ class OrtRunner:
 
     def __init__(
         self,
-        session: ort.InferenceSession | FallbackChain,
+        session: ort.InferenceSession | ChainedSession,
         instances: int,
         name: str,
         bind_on: DeviceSpec | None = None,
@@ -69,7 +69,7 @@ class OrtRunner:
         self._jobs: queue.SimpleQueue[BatchJob | None] = queue.SimpleQueue()
         self.output_names = [o.name for o in session.get_outputs()]
         self._ort_values: OrtValueRun | BindingRun | None = None
-        if not isinstance(session, FallbackChain):
+        if isinstance(session, ort.InferenceSession):
             if needs_ort_values(session):
                 self._ort_values = OrtValueRun(session, self.output_names)
             elif bindable(session) and (device := bind_on or binding_device(session)) is not None:

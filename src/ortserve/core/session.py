@@ -8,6 +8,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from ortserve.config.model import ModelConfig, ProviderConfig
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.model_files import ModelFiles, read_model_files
 from ortserve.core.tensorrt import (
@@ -19,7 +20,6 @@ from ortserve.core.tensorrt import (
     tensorrt_options,
 )
 from ortserve.errors import ConfigError
-from ortserve.repository.config import ModelConfig, ProviderConfig
 
 __all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session", "session_options"]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from ortserve.config.model import ModelConfig
 from ortserve.core.model_files import ModelFiles
 from ortserve.core.session import build_session, plan_session
 from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
@@ -21,7 +22,6 @@ from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.servable import LlmVersion, llm_info
 from ortserve.llm.tokenizer import TextTokenizer
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
 __all__ = ["SMALL_FILE_BYTES", "VerifiedFiles", "load_llm_version"]

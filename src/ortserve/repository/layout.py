@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ortserve.config.names import is_model_name
 from ortserve.errors import RepositoryError
 from ortserve.repository.config import LatestPolicy, SpecificPolicy, VersionPolicy
 
@@ -20,7 +20,6 @@ __all__ = [
 ]
 
 MODEL_FILE = "model.onnx"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +29,6 @@ class ModelDir:
     name: str
     path: Path
     versions: dict[int, Path]
-
-
-def is_model_name(name: str) -> bool:
-    """A name a model folder may have (also what model control accepts)."""
-    return _NAME.match(name) is not None
 
 
 def model_folders(root: Path) -> list[Path]:
@@ -48,7 +42,7 @@ def model_folders(root: Path) -> list[Path]:
     return [
         entry
         for entry in sorted(root.iterdir())
-        if entry.is_dir() and not entry.name.startswith(".") and _NAME.match(entry.name)
+        if entry.is_dir() and not entry.name.startswith(".") and is_model_name(entry.name)
     ]
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from ortserve.config.model import ModelConfig, load_model_config
+from ortserve.config.names import is_model_name
+from ortserve.config.resilience import FallbackConfig
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.core.session import SessionPlan, build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.repository.config import ModelConfig, load_model_config
-from ortserve.repository.layout import is_model_name
-from ortserve.repository.resilience_config import FallbackConfig
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.chain import FallbackChain
 from ortserve.resilience.defaults import DefaultAnswers

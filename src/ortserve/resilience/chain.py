@@ -4,7 +4,7 @@ The chain stands where the runner's session stood (it has the session's ``run``)
 runner, the scheduler and the transports are unchanged: a batch is offered to the first level
 whose breaker is closed; a failure that is not the input's fault is counted against that level
 and the same batch goes on to the next level, so no request is failed more than once. The
-answer of any level but the primary carries a degraded mark (:mod:`ortserve.resilience.marks`).
+answer of any level but the primary carries a degraded mark (:mod:`ortserve.core.marks`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from ortserve.core.marks import mark
 from ortserve.core.types import Degraded
 from ortserve.errors import InvalidInput, ModelNotReady
 from ortserve.resilience.breaker import Breaker, BreakerState
 from ortserve.resilience.classify import FailureKind, classify
 from ortserve.resilience.defaults import DefaultAnswers, NoDefaultAnswer
 from ortserve.resilience.levels import Level, SessionLevel
-from ortserve.resilience.marks import mark
 
 __all__ = ["FallbackChain", "NoUsableLevel"]
 

@@ -9,10 +9,10 @@ from collections import OrderedDict
 import numpy as np
 import numpy.typing as npt
 
+from ortserve.config.resilience import DefaultAnswerConfig
 from ortserve.core.datatypes import numpy_dtype
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.repository.resilience_config import DefaultAnswerConfig
 
 __all__ = ["DefaultAnswers", "NoDefaultAnswer"]
 

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ortserve.repository.resilience_config import FaultConfig
+from ortserve.config.resilience import FaultConfig
 from ortserve.resilience.classify import FailureKind, InjectedFault
 
 __all__ = ["FaultInjector"]

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from ortserve.capture import Capture
+from ortserve.config.model import ModelConfig
+from ortserve.core.dataplane import ModelResolver
+from ortserve.core.model import Servable
 from ortserve.errors import InvalidInput
-from ortserve.repository.registry import ModelRegistry
 from ortserve.routing.buckets import BUCKETS
 from ortserve.routing.config import RoutingConfig
 from ortserve.routing.keeper import DivergentPairs
@@ -31,6 +33,30 @@ logger = logging.getLogger(__name__)
 Retire = Callable[[str, int, str], Awaitable[None]]
 
 
+class ModelEntry(Protocol):
+    """What the routing table reads of a served model (``repository.registry.ModelEntry``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def versions(self) -> Mapping[int, Servable]: ...
+
+    @property
+    def config(self) -> ModelConfig | None: ...
+
+
+class Models(ModelResolver, Protocol):
+    """The served models as the routing table reads them (the model registry implements it):
+    declared here, so routing imports nothing of the repository above it."""
+
+    def entries(self) -> Sequence[ModelEntry]: ...
+
+    def entry(self, name: str) -> ModelEntry: ...
+
+    def find(self, name: str) -> ModelEntry | None: ...
+
+
 class RoutingTable:
     """The routers of one server, by model name (the DataPlane reads :attr:`routers`).
 
@@ -41,7 +67,7 @@ class RoutingTable:
     """
 
     def __init__(
-        self, registry: ModelRegistry, clock: Callable[[], float], draw: Callable[[], float] = random.random
+        self, registry: Models, clock: Callable[[], float], draw: Callable[[], float] = random.random
     ) -> None:
         self.registry = registry
         self.env = RouterEnvironment(registry, clock, draw, self._lowest_priority)
