@@ -82,21 +82,43 @@ def _eos_ids(*sources: dict[str, object]) -> tuple[int, ...]:
     return ()
 
 
+def _config_from_genai(genai: dict[str, object], where: Path) -> dict[str, object]:
+    """config.json's fields from what onnxruntime-genai's model builder writes instead
+    (``model.decoder``: head_size, hidden_size, heads, layers; ``model``: vocabulary, context, EOS)."""
+    model = genai.get("model")
+    decoder = model.get("decoder") if isinstance(model, dict) else None
+    if not isinstance(model, dict) or not isinstance(decoder, dict):
+        raise ConfigError(f"{where}: needs model.decoder (onnxruntime-genai's layout)")
+    return {
+        "num_attention_heads": decoder.get("num_attention_heads"),
+        "num_key_value_heads": decoder.get("num_key_value_heads"),
+        "hidden_size": decoder.get("hidden_size"),
+        "head_dim": decoder.get("head_size"),
+        "num_hidden_layers": decoder.get("num_hidden_layers"),
+        "vocab_size": model.get("vocab_size"),
+        "max_position_embeddings": model.get("context_length", 2048),
+        "eos_token_id": model.get("eos_token_id"),
+    }
+
+
 def read_llm_files(folder: Path) -> LlmFiles:
-    """Read config.json, generation_config.json and tokenizer_config.json of a version folder.
+    """Read config.json (or genai_config.json), generation_config.json and tokenizer_config.json
+    of a version folder.
 
     Raises:
         ConfigError: a required file is missing, or a field is unusable (named).
     """
-    for name in _REQUIRED:
-        if not (folder / name).is_file():
-            raise ConfigError(f"{folder}: an llm version needs {name} (Optimum's export writes it)")
-    config = _read_json(folder / "config.json", True)
-    generation = _read_json(folder / "generation_config.json", False)
-    tokenizer_config = _read_json(folder / "tokenizer_config.json", False)
     genai = _read_json(folder / "genai_config.json", False)
     search = genai.get("search")
-    where = folder / "config.json"
+    for name in _REQUIRED:
+        if not (folder / name).is_file() and not (name == "config.json" and genai):
+            raise ConfigError(f"{folder}: an llm version needs {name} (Optimum's export writes it)")
+    if (folder / "config.json").is_file():
+        config, where = _read_json(folder / "config.json", True), folder / "config.json"
+    else:
+        config, where = _config_from_genai(genai, folder / "genai_config.json"), folder / "genai_config.json"
+    generation = _read_json(folder / "generation_config.json", False)
+    tokenizer_config = _read_json(folder / "tokenizer_config.json", False)
     heads = _int_field(config, "num_attention_heads", where)
     hidden = _int_field(config, "hidden_size", where)
     head_dim = config.get("head_dim") or hidden // heads
