@@ -158,6 +158,9 @@ def test_every_rendered_manifest_validates_and_agrees_with_the_cli(values_file: 
     )
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    for probe in ("readinessProbe", "livenessProbe"):  # one slow answer from a busy pod is not fatal
+        assert container[probe]["failureThreshold"] >= 3 and container[probe]["timeoutSeconds"] >= 2
+    assert pod["automountServiceAccountToken"] is False
     ports = {p["name"]: p for p in kinds["Service"]["spec"]["ports"]}
     assert set(ports) == {"http", "grpc", "http-metrics"}
     assert ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
@@ -179,6 +182,46 @@ def test_kserve_manifests_validate_and_the_runtime_args_are_cli_flags() -> None:
     args = runtime["spec"]["containers"][0]["args"]
     serve.make_context("serve", list(args))
     assert "--http-port=8080" in args and "--model-repository=/mnt/models" in args
+    assert "--model-name={{.Name}}" in args  # served under the InferenceService's name
+    flags = dict(arg.split("=", 1) for arg in args if "=" in arg)
+    predictor = yaml.safe_load((KSERVE / "inferenceservice.yaml").read_text())["spec"]["predictor"]
+    drain = float(flags["--shutdown-delay"]) + float(flags["--shutdown-grace"])
+    assert predictor["terminationGracePeriodSeconds"] > drain
+    assert predictor["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"replicaCont": 3},
+        {"probes": {"readiness": {"failureTreshold": 3}}},
+        {"server": {"logFormat": "xml"}},
+        {"ports": {"http": 0}},
+    ],
+)
+def test_the_chart_refuses_values_its_schema_does_not_know(values: dict[str, Any]) -> None:
+    with helm.Chart.load(str(CHART)) as chart, pytest.raises(Exception, match="schema"):
+        chart.render(values, name="demo", namespace="serving")
+
+
+def test_the_images_install_pinned_dependencies_as_a_layer_with_the_otel_extra_and_stop_on_sigterm() -> None:
+    for name in ("Dockerfile", "Dockerfile.gpu"):
+        dockerfile = (ROOT / name).read_text()
+        build = dockerfile.split("\nFROM ")[1]  # the build stage
+        assert build.index("COPY constraints.txt") < build.index("COPY src"), name
+        assert '--no-deps ".[otel]"' in dockerfile, name
+        assert _instruction(dockerfile, "STOPSIGNAL") == "SIGTERM", name
+        assert "docker stop -t 40" in dockerfile, name
+
+
+def test_constraints_pin_every_package_the_image_installs() -> None:
+    """scripts/constraints.py --check: rerun the script after adding a dependency."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import constraints
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert constraints.check(constraints.closure()) == []
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ logger = logging.getLogger("ortserve.cli")
 @serve_options
 def serve(
     model_repository: Path,
+    model_name: str | None,
     host: str,
     http_port: int,
     grpc_port: int,
@@ -94,6 +95,13 @@ def serve(
         logger.info("writing the demo models into %s (this takes a few seconds)", model_repository)
         names = [*write_demo_repository(model_repository), write_demo_llm(model_repository)]
         logger.info("wrote the demo models: %s", ", ".join(names))
+    if model_name is not None:
+        from ortserve.repository.single_model import single_model_view
+
+        try:
+            model_repository = single_model_view(model_repository, model_name)
+        except RepositoryError as exc:
+            raise StartupFailure(str(exc)) from None
     settings = ServerSettings(
         model_repository=model_repository,
         host=host,

@@ -57,6 +57,13 @@ _OPTIONS = [
         help="Folder of <model>/<version>/model.onnx (Triton layout).",
     ),
     click.option(
+        "--model-name",
+        envvar="ORTSERVE_MODEL_NAME",
+        default=None,
+        help="Serve the repository's one model (or the model folder it is) under this name "
+        "(KServe: the InferenceService's name, {{.Name}}).",
+    ),
+    click.option(
         "--host", envvar="ORTSERVE_HOST", default="127.0.0.1", help="Address every listener binds to."
     ),
     click.option(

@@ -23,6 +23,7 @@ from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
 from ortserve.repository.bounded_config import bounded_text, load_yaml
 from ortserve.repository.config import ModelConfig
+from ortserve.repository.single_model import VIEW_PREFIX
 from ortserve.repository.triton_semantics import (
     HANDLED_PARAMETERS,
     batch_limit,
@@ -217,8 +218,14 @@ def _with_shape(tensor: mc.ModelInput | mc.ModelOutput) -> DeclaredTensor:
     return replace(declared, reshape=tuple(int(d) for d in tensor.reshape.shape))
 
 
+def _renamed(where: str) -> bool:
+    """The file is read through a ``--model-name`` view (single_model.py): it keeps its own name."""
+    folder = Path(where).parent
+    return folder.is_symlink() and folder.parent.name.startswith(VIEW_PREFIX)
+
+
 def _check_backend(message: mc.ModelConfig, where: str, model_name: str) -> None:
-    if message.name and message.name != model_name:
+    if message.name and message.name != model_name and not _renamed(where):
         raise ConfigError(
             f"{where}: field name: {message.name!r} is not the model folder's name {model_name!r}"
         )
