@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from ortserve.core.read_delay import ReadDelay, read_delay_of
 
-__all__ = ["ReadLag", "read_lag_of", "read_lags"]
+__all__ = ["ReadLag", "observe_read", "read_lag_of", "read_lags"]
 
 
 class ReadLag:
@@ -138,3 +138,13 @@ def read_lag_of(loop: asyncio.AbstractEventLoop) -> ReadLag:
 def read_lags() -> list[ReadLag]:
     """Every live loop's meter (a server process has one loop)."""
     return list(_BY_LOOP.values())
+
+
+def observe_read() -> None:
+    """A request head was just read on the running loop: time its unread wait (nothing off a
+    loop: unit tests call the transports' hooks directly)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    read_lag_of(loop).observe()

@@ -33,6 +33,7 @@ from ortserve.server.grpc.peek import peek_infer_target
 from ortserve.server.grpc.rpc import Rpc, UnaryHandler
 from ortserve.server.grpc.settings_rpcs import SettingsExtensions, settings_rpcs
 from ortserve.server.model_control import ModelControl
+from ortserve.server.read_lag import observe_read
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot
 from ortserve.telemetry import RequestScope, Telemetry
@@ -212,6 +213,7 @@ class InferenceService:
         request scope. With tracing, the access log or capture on, every call takes the full
         path (each wants its own record of the call).
         """
+        observe_read()  # the wait before this read feeds admission
         telemetry = self._telemetry  # Exchange.records_each_request, inlined: once per call
         if self._exchange.capture is not None or telemetry.tracing is not None or telemetry.access_log:
             return False
