@@ -273,7 +273,9 @@ async def test_idle_and_failing_versions_are_retired_but_never_the_last() -> Non
 
     async def unload(name: str, number: int, reason: str) -> None:
         retired.append((name, number, reason))
-        table.registry.withdraw(name, number)
+        registry = table.registry
+        assert isinstance(registry, ModelRegistry)
+        registry.withdraw(name, number)
 
     assert await table.retire_due(unload) == []  # opens the error windows
     versions[1].fail = True

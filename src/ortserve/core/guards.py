@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Breaker", "ChainedSession", "Guard", "ShapeCheck"]
+__all__ = ["Breaker", "ChainedSession", "FallbackLevels", "Guard", "LevelBreaker", "ShapeCheck"]
 
 Array = npt.NDArray[np.generic]
 
@@ -29,11 +29,39 @@ class ShapeCheck(Protocol):
     def check_shapes(self, feeds: Mapping[str, Array]) -> None: ...
 
 
+class LevelBreaker(Protocol):
+    """A fallback level's breaker as status pages and metrics read it."""
+
+    @property
+    def state(self) -> object: ...
+
+
+class FallbackLevels(Protocol):
+    """A chain of fallback levels as status pages and metrics read it."""
+
+    @property
+    def levels(self) -> Sequence[object]: ...
+
+    @property
+    def breakers(self) -> Sequence[LevelBreaker]: ...
+
+    @property
+    def transitions(self) -> Mapping[tuple[int, int], int]: ...
+
+    @property
+    def failures(self) -> Mapping[tuple[int, str], int]: ...
+
+    def current_level(self) -> int | None: ...
+
+
 class Guard(Protocol):
     """A served version's resilience: asked only when level 0's breaker is down."""
 
     @property
     def primary(self) -> Breaker | None: ...
+
+    @property
+    def chain(self) -> FallbackLevels | None: ...
 
     @property
     def shapes(self) -> ShapeCheck | None: ...

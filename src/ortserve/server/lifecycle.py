@@ -52,9 +52,9 @@ from ortserve.server.memory import HeapTrimmer
 from ortserve.server.model_control import ModelControl
 from ortserve.server.observability import Observability
 from ortserve.server.restriction import parse_restriction
-from ortserve.server.status import add_status_routes
 from ortserve.server.settings_extensions import SETTINGS_EXTENSIONS, add_settings_extensions
 from ortserve.server.startup import StartupError
+from ortserve.server.status import add_status_routes
 from ortserve.settings import ServerSettings
 
 __all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "StartupError", "serve"]
