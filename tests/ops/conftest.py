@@ -60,6 +60,7 @@ def drive_traffic(server: ServerProcess) -> None:
     completion = {"model": "tiny_llm", "prompt": "hello there", "max_tokens": 4}
     assert post(f"{base}/v1/completions", completion) == 200
     assert post(f"{base}/v2/repository/models/hotword/unload", {}) == 200
+    assert post(f"{base}/v2/models/small_mlp/profile", {"runs": 2}) == 200
 
 
 @pytest.fixture(scope="session")

@@ -124,6 +124,12 @@ def _overview() -> Dashboard:
                 "short",
             ),
             Panel(
+                "GC pauses p99 by generation",
+                _quantiles("ortserve_gc_pause_seconds", "", "generation")[1:],
+                "s",
+                description="A collection holds the GIL: every request waits it out.",
+            ),
+            Panel(
                 "Resident memory",
                 (("sum by (instance) (process_resident_memory_bytes)", "{{instance}}"),),
                 "bytes",
@@ -212,6 +218,17 @@ def _per_model() -> Dashboard:
                     (f"sum by (version) (ortserve_queue_depth{{{selector}}})", "v{{version}} queued"),
                     (f"sum by (version) (ortserve_busy_instances{{{selector}}})", "v{{version}} running"),
                 ),
+            ),
+            Panel(
+                "ONNX Runtime kernel time by operator (on-demand profiles)",
+                (
+                    (
+                        f"topk(10, sum by (op_type) (increase(ortserve_ort_op_seconds_total{{{selector}}}[1h])))",
+                        "{{op_type}}",
+                    ),
+                ),
+                "s",
+                description="Filled by POST /v2/models/{model}/profile; empty until a profile ran.",
             ),
             Panel(
                 "Failed executions/s",

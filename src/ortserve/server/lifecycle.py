@@ -42,6 +42,7 @@ from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.openai_routes import add_openai_routes, llm_versions
 from ortserve.server.http.openapi_routes import add_openapi_routes
+from ortserve.server.http.profile_routes import add_profile_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
 from ortserve.server.http.repository_routes import add_repository_routes
 from ortserve.server.http.routing_routes import add_routing_routes
@@ -141,6 +142,15 @@ class Server:
         add_repository_routes(self.http_app, self.control, http_restricted.get("model-repository"))
         add_routing_routes(self.http_app, self.routing, http_restricted.get("routing"))
         add_status_routes(self.http_app, http_restricted.get("status"))
+        op_seconds = add_profile_routes(
+            self.http_app,
+            self.registry,
+            settings.model_repository,
+            settings.intra_op_threads,
+            http_restricted.get("model-repository"),
+        )
+        if self.observability.metrics is not None:
+            self.observability.metrics.registry.register(op_seconds)
         self.control.roles = self.routing.role_names
         if self.observability.metrics is not None:
             self.observability.metrics.registry.register(RoutingMetrics(self.routing))

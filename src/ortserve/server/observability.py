@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ortserve.gc_pauses import gc_pauses
 from ortserve.lifecycle_metrics import LifecycleMetrics
 from ortserve.metrics import DEFAULT_LATENCY_BUCKETS, ServerMetrics
 from ortserve.repository.registry import ModelRegistry
@@ -58,6 +59,7 @@ class Observability:
         if self.metrics is not None:
             self.lifecycle_events = LifecycleMetrics()
             self.metrics.registry.register(self.lifecycle_events)
+            self.metrics.registry.register(gc_pauses())
         self._listener: MetricsListener | None = None
         if self.metrics is not None and settings.metrics_port >= 0:
             self._listener = MetricsListener(self.metrics)
