@@ -200,6 +200,8 @@ class PaddedBackend:
         self.budget_bytes = budget_bytes
         self.max_len = max_len
         self._own: dict[Sequence, list[F32]] = {}
+        self._joining: list[Sequence] = []
+        """Prefilled rows that join the batch at the next decode, all in one rebuild."""
 
     @property
     def nbytes(self) -> int:
@@ -223,18 +225,24 @@ class PaddedBackend:
         return row
 
     def activate(self, sequence: Sequence) -> None:
-        self.batch.join([(sequence, self._own.pop(sequence))])
+        self._joining.append(sequence)
 
     def grow(self) -> None:
-        self._check(len(self.batch) + len(self._own), self.batch.columns + 1)
+        longest = max([self.batch.columns] + [self._own[s][0].shape[2] for s in self._joining])
+        self._check(len(self.batch) + len(self._own), longest + 1)
 
     def decode(self) -> tuple[list[Sequence], F32]:
+        if self._joining:
+            self.batch.join([(s, self._own.pop(s)) for s in self._joining])
+            self._joining.clear()
         ids, positions, mask = self.batch.feeds()
         logits, present = self.decoder.run(ids, positions, mask, self.batch.kv)
         self.batch.advance(present, mask)
         return list(self.batch.rows), logits
 
     def release(self, sequence: Sequence) -> None:
+        if sequence in self._joining:
+            self._joining.remove(sequence)
         if self._own.pop(sequence, None) is not None:
             return
         if sequence in self.batch.rows:
@@ -248,7 +256,7 @@ class PaddedBackend:
         return [np.ascontiguousarray(p[:, :length]) for p in kv]
 
     def decoding(self) -> list[Sequence]:
-        return list(self.batch.rows)
+        return list(self.batch.rows) + self._joining
 
 
 def make_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> KvBackend:
