@@ -47,12 +47,10 @@ HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass\n"
 
 
 LOOP = (
-    "ortserve_loop_read_iterations_total",
     "ortserve_loop_request_heads_total",
-    "ortserve_loop_read_stretch_seconds_total",
-    "ortserve_loop_read_stretch_max_seconds",
-    "ortserve_request_unread_seconds_total",
-    "ortserve_request_unread_max_seconds",
+    "ortserve_loop_lag_samples_total",
+    "ortserve_loop_lag_seconds_total",
+    "ortserve_loop_lag_max_seconds",
 )
 
 
@@ -79,18 +77,16 @@ def rejections(server: ServerProcess) -> dict[str, float]:
 
 
 def loop_figures(after: dict[str, float], before: dict[str, float]) -> dict[str, float] | None:
-    """Heads read per iteration, mean and longest read stretch, mean and longest unread wait."""
+    """Request heads read per second of the window and the loop's lag (the unread-wait
+    estimate): mean over its 5 ms samples, and the longest."""
     if not after:
         return None
     d = {k: after[k] - before.get(k, 0.0) for k in after}
-    iterations = d["ortserve_loop_read_iterations_total"] or 1.0
-    heads = d["ortserve_loop_request_heads_total"] or 1.0
+    samples = d["ortserve_loop_lag_samples_total"] or 1.0
     return {
-        "heads_per_iteration": round(heads / iterations, 1),
-        "stretch_mean_ms": round(d["ortserve_loop_read_stretch_seconds_total"] / iterations * 1e3, 2),
-        "stretch_max_ms": round(after["ortserve_loop_read_stretch_max_seconds"] * 1e3, 1),
-        "unread_mean_ms": round(d["ortserve_request_unread_seconds_total"] / heads * 1e3, 2),
-        "unread_max_ms": round(after["ortserve_request_unread_max_seconds"] * 1e3, 1),
+        "heads": d["ortserve_loop_request_heads_total"],
+        "lag_mean_ms": round(d["ortserve_loop_lag_seconds_total"] / samples * 1e3, 2),
+        "lag_max_ms": round(after["ortserve_loop_lag_max_seconds"] * 1e3, 1),
     }
 
 

@@ -61,32 +61,23 @@ class IntakeMetrics(Collector):
 def _read_lag_families() -> Iterator[Metric]:
     """Where an overloaded loop's time goes (:mod:`ortserve.server.read_lag`)."""
     lags = read_lags()
-    maxima = [lag.take_maxima() for lag in lags]
     yield CounterMetricFamily(
-        "ortserve_loop_read_iterations",
-        "Event-loop iterations that read at least one request head",
-        sum(lag.iterations for lag in lags),
+        "ortserve_loop_request_heads",
+        "Request heads read (HTTP) and infer messages peeked (gRPC)",
+        sum(lag.reads for lag in lags),
     )
     yield CounterMetricFamily(
-        "ortserve_loop_request_heads", "Request heads read (HTTP)", sum(lag.reads for lag in lags)
+        "ortserve_loop_lag_samples",
+        "Loop-lag samples taken while requests arrive",
+        sum(lag.samples for lag in lags),
     )
     yield CounterMetricFamily(
-        "ortserve_loop_read_stretch_seconds",
-        "Time from each iteration's first request head read to its last, summed",
-        sum(lag.stretch_total_s for lag in lags),
+        "ortserve_loop_lag_seconds",
+        "Lateness of the samples (the estimated unread wait of a request), summed",
+        sum(lag.lag_total_s for lag in lags),
     )
     yield GaugeMetricFamily(
-        "ortserve_loop_read_stretch_max_seconds",
-        "Longest read stretch of one iteration since the last scrape",
-        max((m[0] for m in maxima), default=0.0),
-    )
-    yield CounterMetricFamily(
-        "ortserve_request_unread_seconds",
-        "Estimated time request heads sat unread in their sockets, summed",
-        sum(lag.unread_total_s for lag in lags),
-    )
-    yield GaugeMetricFamily(
-        "ortserve_request_unread_max_seconds",
-        "Longest estimated unread wait since the last scrape",
-        max((m[1] for m in maxima), default=0.0),
+        "ortserve_loop_lag_max_seconds",
+        "Longest sampled lag since the last scrape",
+        max((lag.take_max() for lag in lags), default=0.0),
     )

@@ -69,7 +69,7 @@ class EarlyRefusal:
         self._lag: ReadLag | None = None
 
     def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
-        # Every request head is timed: how long it sat unread feeds the loop's schedulers.
+        # Every request head read keeps the loop's lag sampled: it feeds the schedulers.
         lag = self._lag
         if lag is None:
             lag = self._lag = read_lag_of(asyncio.get_running_loop())
