@@ -11,7 +11,7 @@ import orjson
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferRequest, InferResponse
-from ortserve.errors import InvalidInput, ModelNotFound, OrtServeError
+from ortserve.errors import InvalidInput, ModelNotFound
 from ortserve.protocol.http_codec import (
     decode_infer_request,
     encode_infer_response,
@@ -19,10 +19,10 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.exchange import Exchange
+from ortserve.server.exchange import Exchange, settle
 from ortserve.server.http.answers import answered, failed
 from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
-from ortserve.server.http.errors import error_response, internal_error_response
+from ortserve.server.http.errors import error_response
 from ortserve.server.http.messages import (
     Deferred,
     HttpRequest,
@@ -157,10 +157,8 @@ class HttpApp:
     def __call__(self, request: HttpRequest) -> RouteResult:
         try:
             return answer_methods(request, self._coded)
-        except OrtServeError as error:
-            return error_response(error)
         except Exception as exc:
-            return internal_error_response(exc)
+            return error_response(settle(exc))
 
     def _coded(self, request: HttpRequest) -> RouteResult:
         """Route with the body's Content-Encoding undone and the answer's Accept-Encoding applied."""
@@ -301,11 +299,9 @@ class HttpApp:
     def _submit(
         self, request: HttpRequest, infer_request: InferRequest, scope: RequestScope
     ) -> HttpResponse | Deferred[HttpResponse]:
+        """Raises what ``Exchange.submit`` raises (the callers answer it)."""
         exchange = self.exchange
-        try:
-            pending = exchange.submit(scope, infer_request, request.text_header)
-        except Exception as exc:
-            return failed(exchange, scope, exc)
+        pending = exchange.submit(scope, infer_request, request.text_header)
         binary_default = infer_request.parameters.get("binary_data_output", False) is True
         return Deferred(pending, functools.partial(_infer_response, exchange, binary_default, scope))
 
@@ -342,10 +338,8 @@ def _header_length(request: HttpRequest) -> int | None:
 async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
     try:
         return await handler
-    except OrtServeError as error:
-        return error_response(error)
     except Exception as exc:
-        return internal_error_response(exc)
+        return error_response(settle(exc))
 
 
 def _health_response(bodies: dict[bool, bytes], healthy: bool) -> HttpResponse:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from ortserve.errors import ModelNotFound, OrtServeError
 from ortserve.llm.servable import LlmVersion
@@ -22,12 +23,14 @@ from ortserve.server.http.answers import answered, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
-from ortserve.server.http.openai_answers import start_chat, start_completion
+from ortserve.server.http.openai_answers import Answer, start_chat, start_completion
 from ortserve.telemetry import RequestScope
 
 __all__ = ["add_openai_routes", "llm_versions", "resolve_llm"]
 
 logger = logging.getLogger(__name__)
+
+_Parsed = TypeVar("_Parsed", codec.ChatRequest, codec.CompletionRequest)
 
 _SSE = b"text/event-stream"
 _SSE_HEADERS = [(b"cache-control", b"no-cache")]
@@ -88,36 +91,27 @@ class _OpenAiRoutes:
         return with_request_id(scope, HttpResponse(200, [], _SSE, list(_SSE_HEADERS), stream=stream))
 
     async def chat(self, request: HttpRequest) -> HttpResponse:
-        try:
-            parsed = codec.parse_chat(request.body)
-        except Exception as exc:
-            return self._refused(request, exc)
-        exchange = self._exchange
-        scope = self._begin(request, parsed.model)
-        try:
-            llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            answer = start_chat(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
-            exchange.mirror(scope, llm, answer.streams[0])
-            if parsed.stream:
-                return self._streaming(scope, answer.events())
-            body = await answer.body()
-        except asyncio.CancelledError:  # the client went away
-            exchange.abandon(scope)
-            raise
-        except Exception as exc:
-            return failed(exchange, scope, exc, openai_error_response)
-        return answered(exchange, scope, json_response(200, body), None)
+        return await self._answer(request, codec.parse_chat, start_chat)
 
     async def completion(self, request: HttpRequest) -> HttpResponse:
+        return await self._answer(request, codec.parse_completion, start_completion)
+
+    async def _answer(
+        self,
+        request: HttpRequest,
+        parse: Callable[[bytes], _Parsed],
+        start: Callable[[LlmVersion, _Parsed, str], Answer],
+    ) -> HttpResponse:
+        """Parse, route to an LLM version, start the choices, answer whole or as events."""
+        exchange = self._exchange
         try:
-            parsed = codec.parse_completion(request.body)
+            parsed = parse(request.body)
         except Exception as exc:
             return self._refused(request, exc)
-        exchange = self._exchange
         scope = self._begin(request, parsed.model)
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            answer = start_completion(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
+            answer = start(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
             exchange.mirror(scope, llm, answer.streams[0])
             if parsed.stream:
                 return self._streaming(scope, answer.events())
