@@ -235,3 +235,36 @@ def test_beyond_the_mip_size_the_repaired_greedy_answer_is_used(monkeypatch: pyt
     solution = solve(Problem(score, fits, np.array([1.0, 0.5]), np.ones(2)))
     assert solution.method == "greedy" and not solution.optimal
     assert solution.courier.tolist() == [1, 0]
+
+
+def valued_objective(case: dict[str, Any], values: list[float], courier: list[int]) -> tuple[float, float]:
+    score = case["pairs"].score
+    served = round(sum(values[o] for o, c in enumerate(courier) if c >= 0), 2)
+    return served, float(sum(score[o, c] for o, c in enumerate(courier) if c >= 0))
+
+
+def test_with_order_values_the_assignment_matches_the_exact_most_value_then_score_optimum() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(120):
+        case = instance(rng, int(rng.integers(1, 6)), int(rng.integers(1, 4)), unit=bool(rng.random() < 0.5))
+        values = rng.choice([0.5, 1.0, 2.0, 3.25], len(case["weights"])).tolist()
+        result = decode(**case, values=values)
+        assert feasible(case, result.courier) and result.optimal
+        orders, couriers = case["pairs"].score.shape
+        best = max(
+            valued_objective(case, values, list(choice))
+            for choice in itertools.product(range(-1, couriers), repeat=orders)
+            if feasible(case, list(choice))
+        )
+        got = valued_objective(case, values, result.courier)
+        assert got[0] == best[0] and got[1] == pytest.approx(best[1], abs=1e-6)
+
+
+def test_a_valuable_heavy_order_is_served_before_two_light_ones() -> None:
+    score = np.full((3, 1), 0.5)
+    fits = np.ones((3, 1), dtype=bool)
+    weights, room = np.array([2.0, 1.0, 1.0]), np.array([2.0])
+    assert solve(Problem(score, fits, weights, room)).courier.tolist() == [-1, 0, 0]  # most orders
+    valued = solve(Problem(score, fits, weights, room, np.array([3.0, 1.0, 1.0])))
+    assert valued.courier.tolist() == [0, -1, -1] and valued.optimal
+    assert greedy(Problem(score, fits, weights, room, np.array([3.0, 1.0, 1.0]))).tolist() == [0, -1, -1]

@@ -219,3 +219,18 @@ async def test_an_unknown_order_field_keeps_the_order_and_is_named_in_its_answer
     [result] = answer["orders"]
     assert result["courier_id"] == "c1" and result["ignored_fields"] == ["priority"]
     assert answer["unassigned"] == []
+
+
+async def test_an_orders_value_decides_which_orders_a_full_courier_takes(harness: PipelineHarness) -> None:
+    heavy = order("heavy", 39.92, 116.44) | {"weight": 2}
+    light = [order(f"light{i}", 39.92, 116.44) for i in range(2)]
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 2}]
+    plain: Any = await harness.post(
+        "/v1/route", orjson.dumps({"orders": [heavy, *light], "couriers": couriers, "now": NOW})
+    )
+    assert {o["order_id"] for o in plain["orders"] if o["courier_id"]} == {"light0", "light1"}
+    valued = [heavy | {"value": 3}, *light]
+    answer: Any = await harness.post(
+        "/v1/route", orjson.dumps({"orders": valued, "couriers": couriers, "now": NOW})
+    )
+    assert [o["order_id"] for o in answer["orders"] if o["courier_id"]] == ["heavy"]

@@ -177,3 +177,14 @@ def test_an_unknown_order_field_is_ignored_and_named_not_a_rejection() -> None:
     many = order() | {f"f{i:02}": i for i in range(40)}
     (capped,) = parse_dispatch_request({"orders": [many], "couriers": [courier()]}, NOW).orders
     assert len(capped.ignored) == 8
+
+
+def test_an_orders_value_is_rounded_to_a_hundredth_and_bounded() -> None:
+    request = parse_dispatch_request(
+        {"orders": [order(value=2.345), order("o2")], "couriers": [courier()]}, NOW
+    )
+    assert [o.value for o in request.orders] == [2.35, 1.0]
+    bad = parse_dispatch_request(
+        {"orders": [order(value=0), order("o2", value=1e9)], "couriers": [courier()]}, NOW
+    )
+    assert [r.id for r in bad.rejected] == ["o1", "o2"] and all("value" in r.reason for r in bad.rejected)

@@ -1,5 +1,6 @@
-"""Capacity-respecting assignment of orders to couriers as an optimisation: serve as many orders
-as possible, then maximise the total score, over every eligible pair.
+"""Capacity-respecting assignment of orders to couriers as an optimisation: serve as much order
+value as possible (each order worth 1 unless the request gives values: then the most orders),
+then maximise the total score, over every eligible pair.
 
 Equal weights reduce to a rectangular assignment over courier slots (Hungarian-type, exact and
 polynomial). Unequal weights make it a generalised assignment problem (NP-hard): it is solved
@@ -18,13 +19,26 @@ import numpy.typing as npt
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 from scipy.sparse import csr_array
 
-__all__ = ["MIP_MAX_PAIRS", "MIP_TIME_BUDGET_S", "Method", "Problem", "Solution", "greedy", "repair", "solve"]
+__all__ = [
+    "MIP_MAX_PAIRS",
+    "MIP_TIME_BUDGET_S",
+    "VALUE_STEP",
+    "Method",
+    "Problem",
+    "Solution",
+    "greedy",
+    "repair",
+    "solve",
+]
 
 MIP_TIME_BUDGET_S = 1.0
 """Wall time the MIP may take on unequal weights before the repaired greedy answer is kept."""
 MIP_MAX_PAIRS = 20_000
 """Beyond this many eligible pairs the MIP would spend its budget setting up: greedy at once."""
 _ROOM_SLACK = 1e-9
+VALUE_STEP = 0.01
+"""Order values are multiples of this: then one step of value outweighs any score difference
+(scores lie in [0, 1]) with a bonus of (orders + 1) / VALUE_STEP per unit of value."""
 
 Floats = npt.NDArray[np.float64]
 Method = Literal["best_each", "assignment", "mip", "greedy"]
@@ -39,6 +53,17 @@ class Problem:
     eligible: npt.NDArray[np.bool_]
     weights: Floats
     room: Floats
+    values: Floats | None = None
+    """Each order's value, a multiple of ``VALUE_STEP``; None: every order is worth 1."""
+
+    def worth(self) -> Floats:
+        """Each order's value (ones when the request gave none)."""
+        return np.ones(self.score.shape[0]) if self.values is None else self.values
+
+    def bonus(self) -> float:
+        """Gain per unit of value, above any total score (see ``VALUE_STEP``)."""
+        orders = float(self.score.shape[0] + 1)
+        return orders if self.values is None else orders / VALUE_STEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +75,19 @@ class Solution:
     optimal: bool
 
 
-def value(problem: Problem, courier: npt.NDArray[np.int64]) -> tuple[int, float]:
-    """(orders served, total score): the lexicographic objective."""
-    served = courier >= 0
-    rows = np.flatnonzero(served)
-    return int(served.sum()), float(problem.score[rows, courier[rows]].sum())
+def value(problem: Problem, courier: npt.NDArray[np.int64]) -> tuple[float, float]:
+    """(value served, total score): the lexicographic objective; the value served is the count
+    of orders served when the request gave no values."""
+    rows = np.flatnonzero(courier >= 0)
+    served = float(np.round(problem.worth()[rows].sum() / VALUE_STEP) * VALUE_STEP)
+    return served, float(problem.score[rows, courier[rows]].sum())
 
 
 def greedy(problem: Problem) -> npt.NDArray[np.int64]:
-    """Pairs by descending score (ties: order, then courier index), each taken if both are free."""
+    """Pairs by descending order value, then score (ties: order, then courier index), each taken
+    if both are free."""
     orders, couriers = np.nonzero(problem.eligible)
-    ranked = np.lexsort((couriers, orders, -problem.score[orders, couriers]))
+    ranked = np.lexsort((couriers, orders, -problem.score[orders, couriers], -problem.worth()[orders]))
     courier = [-1] * problem.score.shape[0]
     room = problem.room.tolist()
     weights = problem.weights.tolist()
@@ -85,6 +112,7 @@ def repair(problem: Problem, courier: npt.NDArray[np.int64]) -> npt.NDArray[np.i
         courier[courier >= 0], weights=weights[courier >= 0], minlength=len(problem.room)
     )
     stranded = np.flatnonzero((courier < 0) & problem.eligible.any(axis=1))
+    stranded = stranded[np.argsort(-problem.worth()[stranded], kind="stable")]
     for o in stranded.tolist():
         for c in np.flatnonzero(problem.eligible[o])[
             np.argsort(-problem.score[o, problem.eligible[o]], kind="stable")
@@ -126,14 +154,14 @@ def _slots(problem: Problem, weight: float) -> npt.NDArray[np.int64]:
 
 
 def _assignment(problem: Problem) -> npt.NDArray[np.int64]:
-    """Exact for equal weights: one more order served always outweighs any score difference
-    (scores lie in [0, 1], so a bonus of orders + 1 per served order is enough)."""
+    """Exact for equal weights: one more order (or value step) served always outweighs any score
+    difference (scores lie in [0, 1], so a bonus of orders + 1 per order or value step is enough)."""
     orders = problem.score.shape[0]
     slot_courier = _slots(problem, float(problem.weights[0]))
     courier = np.full(orders, -1, dtype=np.int64)
     if len(slot_courier) == 0:
         return courier
-    bonus = float(orders + 1)
+    bonus = problem.bonus() * problem.worth()[:, None]
     gain = np.where(problem.eligible[:, slot_courier], problem.score[:, slot_courier] + bonus, 0.0)
     rows, cols = linear_sum_assignment(gain, maximize=True)
     keep = gain[rows, cols] > 0
@@ -145,8 +173,9 @@ def _mip(problem: Problem, time_budget_s: float) -> tuple[npt.NDArray[np.int64],
     """The generalised assignment as a MIP over eligible pairs, or None without an answer."""
     orders, couriers = np.nonzero(problem.eligible)
     n, order_count = len(orders), problem.score.shape[0]
-    bonus = float(order_count + 1)
-    objective = -(problem.score[orders, couriers] + bonus)
+    worth = problem.worth()
+    bonus = problem.bonus() * float(worth.mean())
+    objective = -(problem.score[orders, couriers] + problem.bonus() * worth[orders])
     columns = np.arange(n)
     one_each = csr_array((np.ones(n), (orders, columns)), shape=(order_count, n))
     capacity = csr_array((problem.weights[orders], (couriers, columns)), shape=(len(problem.room), n))

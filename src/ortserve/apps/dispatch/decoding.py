@@ -124,9 +124,10 @@ def decode(
     top_k: int,
     min_on_time: float,
     time_budget_s: float = MIP_TIME_BUDGET_S,
+    values: list[float] | None = None,
 ) -> Assignment:
     """Assign each order at most once and no courier beyond its remaining capacity, serving the
-    most orders, then the highest total score.
+    most order value (the most orders without values), then the highest total score.
 
     Args:
         pairs: the scorer's outputs per pair and whether the order fits the courier's room.
@@ -135,6 +136,8 @@ def decode(
         order_ids, courier_ids: fix the solving order, so listing order does not matter.
         top_k: candidates returned per order (the assignment looks at every eligible pair).
         min_on_time: the on-time probability below which a courier is not eligible.
+        values: each order's value (multiples of ``VALUE_STEP``), served first by total value;
+            None serves the most orders.
     """
     expired_mask = np.asarray(expired, dtype=bool)
     eligible = pairs.fits & (pairs.on_time >= min_on_time) & ~expired_mask[:, None]
@@ -145,6 +148,7 @@ def decode(
         eligible[np.ix_(by_order, by_courier)],
         np.asarray(weights, dtype=np.float64)[by_order],
         np.asarray(remaining, dtype=np.float64)[by_courier],
+        None if values is None else np.asarray(values, dtype=np.float64)[by_order],
     )
     solution = solve(problem, time_budget_s)
     courier = np.full(len(order_ids), -1, dtype=np.int64)

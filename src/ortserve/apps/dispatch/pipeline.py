@@ -128,6 +128,7 @@ class _DispatchSteps:
             courier_ids,
             request.top_k,
             request.min_on_time,
+            values=[o.value for o in request.orders] if any(o.value != 1.0 for o in request.orders) else None,
         )
         answer["orders"] = [
             self._order_answer(order, result.courier[o], candidates, courier_ids)

@@ -36,7 +36,9 @@ _TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_sy
 has no routing policy to strip them."""
 MAX_ADDRESS = 512
 """Characters of an order's address; real ones are tens."""
-_ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight"})
+_ORDER = frozenset({"id", "lat", "lon", "address", "created_at", "deadline", "weight", "value"})
+MAX_VALUE = 10_000.0
+"""An order's value at most; values are rounded to ``assignment.VALUE_STEP`` (0.01)."""
 MAX_IGNORED = 8
 """Unknown fields named per order at most (each cut to 64 characters): the answer stays small
 whatever a client sends."""
@@ -61,6 +63,9 @@ class Order:
     """The position came from the geocoding service rather than the gazetteer."""
     place: Place | None = None
     """The gazetteer's reading of the address (road, house number, precision), if any."""
+    value: float = 1.0
+    """What serving it is worth against the other orders: the assignment serves the most value
+    first (a heavy order of value 3 before two light ones of 1)."""
     ignored: tuple[str, ...] = ()
     """Fields of the order this server does not know: ignored, and named in its answer."""
 
@@ -205,6 +210,9 @@ def _valid_order(item: dict[str, object], field: str, identifier: str, frame: _F
     weight = _number(item, "weight", field, 1.0)
     if weight <= 0:
         raise InvalidInput(f"field '{field}.weight' must be positive")
+    value = round(_number(item, "value", field, 1.0), 2)
+    if not 0.01 <= value <= MAX_VALUE:
+        raise InvalidInput(f"field '{field}.value' must be from 0.01 to {MAX_VALUE:,.0f}")
     address = item.get("address") if place or unplaced else None
     order = Order(
         identifier,
@@ -216,6 +224,7 @@ def _valid_order(item: dict[str, object], field: str, identifier: str, frame: _F
         place.district or place.city if place else None,
         address if isinstance(address, str) else None,
         place=place,
+        value=value,
         ignored=tuple(name[:64] for name in ignored),
     )
     return order if unplaced is None else Rejected(identifier, str(unplaced), order)
