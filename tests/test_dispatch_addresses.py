@@ -241,3 +241,10 @@ def test_road_and_house_number_are_parsed_and_a_known_road_refines_the_position(
     place = place_address(address, "a")
     assert (place.road, place.number, place.precision) == (road, number, precision)
     assert (place.lat, place.lon) == at
+
+
+def test_a_shared_district_name_far_from_every_courier_is_ambiguous_not_guessed() -> None:
+    shanghai = (31.23, 121.47)
+    with pytest.raises(InvalidInput, match=r"朝阳区 .* is ambiguous \(北京市, 长春市\); name the city"):
+        place_address("朝阳区建国路88号", "orders[0].address", shanghai)
+    assert place_address("北京市朝阳区建国路88号", "orders[0].address", shanghai).city == "北京市"

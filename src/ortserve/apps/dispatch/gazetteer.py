@@ -124,6 +124,10 @@ def _position(text: str, forms: tuple[str, ...]) -> int | None:
     return best
 
 
+_NEAR_DEGREES = 0.45
+"""About 50 km (the dispatch service radius) in degrees of latitude."""
+
+
 def _distance(a: tuple[float, float], b: tuple[float, float]) -> float:
     dlat, dlon = a[0] - b[0], (a[1] - b[1]) * math.cos(math.radians((a[0] + b[0]) / 2))
     return math.hypot(dlat, dlon)
@@ -188,12 +192,15 @@ def place_address(address: str, field: str, near: tuple[float, float] | None = N
         raise InvalidInput(f"field {field!r}: cannot place address {address!r}: it names {level}")
     first = [hit for hit in hits if hit[0] == hits[0][0]]
     if len(first) > 1:
-        if near is None:
+        if near is not None:
+            first.sort(key=lambda hit: _distance(hit[1].districts[hit[2]], near))
+        # Same-named districts (朝阳区 in Beijing and Changchun): the one near the couriers is
+        # meant; with none near them, guessing would route to another city.
+        if near is None or _distance(first[0][1].districts[first[0][2]], near) > _NEAR_DEGREES:
             where = ", ".join(c.name for _, c, _ in first)
             raise InvalidInput(
                 f"field {field!r}: {first[0][2]} in {address!r} is ambiguous ({where}); name the city"
             )
-        first.sort(key=lambda hit: _distance(hit[1].districts[hit[2]], near))
     _, found, district = first[0]
     return _refined(text, found, district)
 
