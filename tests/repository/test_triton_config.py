@@ -99,7 +99,7 @@ async def test_a_polled_repository_warns_once_per_file_not_at_every_look(
     manager = LifecycleManager(ModelRegistry(), ServerSettings(tmp_path, intra_op_threads=1))
     watcher = RepositoryWatcher(manager, "poll", 1.0)
     with caplog.at_level(logging.WARNING):
-        await manager.start()
+        watcher.seed(await manager.start())  # as the server does: what loaded at start is complete
         for _ in range(3):
             await watcher.scan()
         (tmp_path / "m" / "config.pbtxt").write_text("max_batch_size: 4\nresponse_cache { enable: true }\n")

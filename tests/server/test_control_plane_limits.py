@@ -14,7 +14,7 @@ import pytest
 from model_builders import write_scaled_version
 from ortserve.errors import ConfigError, ModelLoadFailed
 from ortserve.repository import triton_config
-from ortserve.repository.bounded_config import check_json, check_yaml, load_yaml
+from ortserve.repository.bounded_config import DEFAULT_LIMITS, check_json, check_yaml, load_yaml
 from ortserve.repository.config_source import read_model_source
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
@@ -53,10 +53,10 @@ async def test_yaml_nested_5000_deep_is_a_400_not_a_traceback(
 
 async def test_huge_yaml_or_json_is_refused_before_it_is_parsed(control: ModelControl) -> None:
     """0.8 MB of YAML in ortserve.inputs held every client 16 s; a 36 MB config 10-15 s."""
-    many = "\n".join(f"x{i}: {{max: 1}}" for i in range(20_000))
-    with pytest.raises(ConfigError, match="more than 20000 values"):
+    many = "\n".join(f"x{i}: {{max: 1}}" for i in range(DEFAULT_LIMITS.max_nodes))
+    with pytest.raises(ConfigError, match=f"more than {DEFAULT_LIMITS.max_nodes} values"):
         await control.load("m", _with_inputs(many))
-    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+    with pytest.raises(ConfigError, match=f"larger than {DEFAULT_LIMITS.max_bytes} bytes"):
         await control.load("m", json.dumps({"name": "m", "x": "y" * (2 << 20)}))
     with pytest.raises(ConfigError, match="nested deeper"):
         check_json("[" * 100 + "]" * 100, "parameters.config")
@@ -69,14 +69,22 @@ async def test_the_configuration_is_parsed_off_the_event_loop(
     control: ModelControl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[threading.Thread] = []
-    parse = triton_config.parse_json_config
+    mapping = triton_config.to_model_config
 
-    def recording(text: str, name: str) -> triton_config.TritonConfig:
+    def recording(message: object, where: str, name: str) -> triton_config.TritonConfig:
         threads.append(threading.current_thread())
-        return parse(text, name)
+        return mapping(message, where, name)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("ortserve.server.model_control.parse_json_config", recording)
-    await control.load("m", json.dumps({"max_batch_size": 4}))
+    monkeypatch.setattr("ortserve.server.model_control.to_model_config", recording)
+    await control.load(
+        "m",
+        json.dumps(
+            {
+                "max_batch_size": 4,
+                "parameters": {"ortserve.inputs": {"string_value": "x: {min: 0}" + " " * 5000}},
+            }
+        ),
+    )
     assert threads and threads[0] is not threading.main_thread()
 
 
@@ -84,7 +92,7 @@ async def test_the_unsupported_field_warning_is_one_bounded_line(
     control: ModelControl, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The warning joined every key: 20 MB log lines."""
-    parameters = {f"unknown_{i:05d}": {"string_value": "1"} for i in range(4000)}
+    parameters = {f"unknown_{i:05d}": {"string_value": "1"} for i in range(1000)}
     await control.load("m", json.dumps({"parameters": parameters}))
     warnings = [r.getMessage() for r in caplog.records if "not supported" in r.getMessage()]
     assert warnings and all(len(w) < 1000 for w in warnings)

@@ -29,11 +29,13 @@ _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class ConfigLimits:
     """What one configuration document may hold."""
 
-    max_bytes: int = 1 << 20
+    max_bytes: int = 256 << 10
     max_depth: int = 32
-    max_nodes: int = 20_000
-    """Mappings, sequences and scalars together (keys count: a key is a scalar)."""
-    max_scalar_chars: int = 64 << 10
+    max_nodes: int = 5_000
+    """Mappings, sequences and scalars together (keys count: a key is a scalar). Validating
+    a document holds the GIL in one call (pydantic): 20,000 values stalled the event loop
+    30 ms, 5,000 stay under 10 ms (benchmarks/RESULTS.md, "Control plane")."""
+    max_scalar_chars: int = 16 << 10
 
 
 DEFAULT_LIMITS = ConfigLimits()

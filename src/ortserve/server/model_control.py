@@ -12,15 +12,18 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
+import orjson
+from google.protobuf import json_format
+
 from ortserve.errors import ConfigError, ModelControlDisabled, OrtServeError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.bounded_config import check_json
+from ortserve.repository.bounded_config import bounded_text, check_json
 from ortserve.repository.config_source import ModelSource
 from ortserve.repository.effective_config import effective_config
 from ortserve.repository.index import IndexRow, repository_index
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.public_text import public_text
-from ortserve.repository.triton_config import parse_json_config
+from ortserve.repository.triton_config import to_model_config
 
 __all__ = ["ModelControl"]
 
@@ -115,11 +118,44 @@ def _parse_override(config_json: str, name: str) -> ModelSource:
     """
     check_json(config_json, "parameters.config")
     try:
-        override = ModelSource.from_triton(parse_json_config(config_json, name), "parameters.config")
+        triton = to_model_config(_message(config_json), "parameters.config", name)
     except RecursionError:  # the limits keep nesting far below the interpreter's; never a 500
         raise ConfigError("parameters.config: nested too deeply") from None
+    override = ModelSource.from_triton(triton, "parameters.config")
     _refuse_file_options(override)
     return override
+
+
+_LONG_STRING = 4096
+
+
+def _message(config_json: str) -> mc.ModelConfig:
+    """Triton JSON as a ModelConfig message, long string parameters (the YAML documents of
+    ``ortserve.*``) set after the JSON parse: protobuf's JSON parser scans every string with a
+    regular expression for lone surrogates while holding the GIL (1 MB: 85 ms during which no
+    client was answered). orjson has already refused invalid UTF-8 and lone surrogates.
+
+    Raises:
+        ConfigError: not a JSON ModelConfig.
+    """
+    document = orjson.loads(config_json)  # measured by check_json: within the limits
+    parameters = document.get("parameters") if isinstance(document, dict) else None
+    long: dict[str, str] = {}
+    if isinstance(parameters, dict):
+        for key, value in list(parameters.items()):
+            text = value.get("string_value") if isinstance(value, dict) and len(value) == 1 else None
+            if isinstance(text, str) and len(text) > _LONG_STRING:
+                long[key] = text
+                del parameters[key]
+    message = mc.ModelConfig()
+    try:
+        json_format.ParseDict(document, message)
+        for key, text in long.items():
+            message.parameters[key].string_value = text
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        problem = bounded_text(str(exc), 300)
+        raise ConfigError(f"parameters.config: not a model configuration: {problem}") from None
+    return message
 
 
 def _refuse_file_options(source: ModelSource) -> None:
