@@ -234,3 +234,21 @@ async def test_an_orders_value_decides_which_orders_a_full_courier_takes(harness
         "/v1/route", orjson.dumps({"orders": valued, "couriers": couriers, "now": NOW})
     )
     assert [o["order_id"] for o in answer["orders"] if o["courier_id"]] == ["heavy"]
+
+
+async def test_pareto_filter_leaves_out_dominated_candidates_but_keeps_the_assigned_courier(
+    harness: PipelineHarness,
+) -> None:
+    couriers = [
+        {"id": "near", "lat": 39.921, "lon": 116.441, "capacity": 3},
+        {"id": "far", "lat": 39.99, "lon": 116.55, "capacity": 3},
+    ]
+    document: dict[str, Any] = {"orders": [order("o1", 39.92, 116.44, 90)], "couriers": couriers, "now": NOW}
+    marked: Any = await harness.post("/v1/route", orjson.dumps(document))
+    assert {c["courier_id"]: c["pareto"] for c in marked["orders"][0]["candidates"]} == {
+        "near": True,
+        "far": False,
+    }
+    filtered: Any = await harness.post("/v1/route", orjson.dumps(document | {"pareto": "filter"}))
+    [result] = filtered["orders"]
+    assert result["courier_id"] == "near" and [c["courier_id"] for c in result["candidates"]] == ["near"]

@@ -188,3 +188,11 @@ def test_an_orders_value_is_rounded_to_a_hundredth_and_bounded() -> None:
         {"orders": [order(value=0), order("o2", value=1e9)], "couriers": [courier()]}, NOW
     )
     assert [r.id for r in bad.rejected] == ["o1", "o2"] and all("value" in r.reason for r in bad.rejected)
+
+
+def test_pareto_is_mark_or_filter() -> None:
+    document = {"orders": [order()], "couriers": [courier()]}
+    assert not parse_dispatch_request(document, NOW).pareto_filter
+    assert parse_dispatch_request(document | {"pareto": "filter"}, NOW).pareto_filter
+    with pytest.raises(InvalidInput, match="'pareto'"):
+        parse_dispatch_request(document | {"pareto": "yes"}, NOW)

@@ -60,6 +60,17 @@ def _candidates(
     ]
 
 
+def _filtered(
+    candidates: list[JsonObject], chosen: int, courier_ids: list[str], request: DispatchRequest
+) -> list[JsonObject]:
+    """With ``pareto: "filter"``, only the candidates on the order's Pareto front, and the
+    assigned courier whatever its mark (capacity may have forced a dominated one)."""
+    if not request.pareto_filter:
+        return candidates
+    assigned = courier_ids[chosen] if chosen >= 0 else None
+    return [c for c in candidates if c["pareto"] or c["courier_id"] == assigned]
+
+
 INLINE_PAIRS = 64
 """A unit-weight instance of at most this many order-courier pairs is answered on the event
 loop (its assignment takes microseconds: a thread hop would cost more); anything larger, or
@@ -131,7 +142,12 @@ class _DispatchSteps:
             values=[o.value for o in request.orders] if any(o.value != 1.0 for o in request.orders) else None,
         )
         answer["orders"] = [
-            self._order_answer(order, result.courier[o], candidates, courier_ids)
+            self._order_answer(
+                order,
+                result.courier[o],
+                _filtered(candidates, result.courier[o], courier_ids, request),
+                courier_ids,
+            )
             for o, (order, candidates) in enumerate(
                 zip(request.orders, _candidates(pairs, features, result, courier_ids), strict=True)
             )

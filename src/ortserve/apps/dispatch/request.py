@@ -31,7 +31,9 @@ DEFAULT_TOP_K = 5
 DEFAULT_MIN_ON_TIME = 0.5
 """A courier is eligible for an order only when its on-time probability reaches this; a
 request may ask for another floor with ``min_on_time`` (0 to 1)."""
-_TOP = frozenset({"orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "user_id", "ab_tag"})
+_TOP = frozenset(
+    {"orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "pareto", "user_id", "ab_tag"}
+)
 """``user_id`` and ``ab_tag`` are routing's (docs/traffic.md): accepted and ignored here when the model
 has no routing policy to strip them."""
 MAX_ADDRESS = 512
@@ -102,6 +104,9 @@ class DispatchRequest:
     now: int
     top_k: int
     min_on_time: float
+    pareto_filter: bool = False
+    """``pareto: "filter"``: candidates off the Pareto front are left out (the assigned courier
+    stays, marked); the default ``"mark"`` lists them with ``pareto: false``."""
 
 
 def _name(field: str, key: str) -> str:
@@ -293,4 +298,9 @@ def parse_dispatch_request(document: object, default_now: int) -> DispatchReques
     parsed = [_order(o, f"orders[{i}]", seen_orders, orders_frame) for i, o in enumerate(raw_orders)]
     orders = tuple(o for o in parsed if isinstance(o, Order))
     rejected = tuple(o for o in parsed if isinstance(o, Rejected))
-    return DispatchRequest(orders, rejected, couriers, *_settings(top, default_now))
+    pareto = top.get("pareto", "mark")
+    if pareto not in ("mark", "filter"):
+        raise InvalidInput("field 'pareto' must be 'mark' or 'filter'")
+    return DispatchRequest(
+        orders, rejected, couriers, *_settings(top, default_now), pareto_filter=pareto == "filter"
+    )
