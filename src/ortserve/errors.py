@@ -25,6 +25,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RepositoryError",
+    "Unauthenticated",
     "UnsupportedEncoding",
 ]
 
@@ -151,6 +152,13 @@ class PermissionDenied(OrtServeError):
 
     http_status = 403
     grpc_code = "PERMISSION_DENIED"
+
+
+class Unauthenticated(OrtServeError):
+    """The data plane requires an API key (``--api-key``) and the request carries no valid one."""
+
+    http_status = 401
+    grpc_code = "UNAUTHENTICATED"
 
 
 class NotImplementedByServer(OrtServeError):

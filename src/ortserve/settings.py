@@ -124,3 +124,11 @@ class ServerSettings:
     that do not sign their version (needs ``trusted_keys``)."""
     enable_fault_injection: bool = False
     """Honour the ``faults:`` sections of model configs (drills and chaos tests only)."""
+    api_keys: tuple[str, ...] = ()
+    """Bearer tokens the data plane accepts (``--api-key``, tenant ``default``); none and no
+    ``api_key_file``: the data plane is open."""
+    api_key_file: Path | None = None
+    """``<tenant> <token>`` lines: more keys, each naming its tenant."""
+    tenant_quota: str | None = None
+    """Every tenant's token buckets, ``requests=R,burst=B,tokens=T,token_burst=TB`` (per
+    second); None: no quota. Without keys the tenant is the ``X-Tenant-Id`` header."""

@@ -66,6 +66,9 @@ def serve(
     require_signed: bool,
     min_signed_version: int,
     enable_fault_injection: bool,
+    api_key: tuple[str, ...],
+    api_key_file: Path | None,
+    tenant_quota: str | None,
 ) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import RepositoryError
@@ -146,6 +149,9 @@ def serve(
         require_signed=require_signed,
         min_signed_version=min_signed_version,
         enable_fault_injection=enable_fault_injection,
+        api_keys=api_key,
+        api_key_file=api_key_file,
+        tenant_quota=tenant_quota,
     )
     try:
         if workers > 1:

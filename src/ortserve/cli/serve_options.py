@@ -37,6 +37,17 @@ def _workers(ctx: click.Context, param: click.Parameter, value: str) -> int:
         raise click.BadParameter(str(exc)) from exc
 
 
+def _check_quota(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from ortserve.tenancy.gate import parse_quota
+
+    if value is not None:
+        try:
+            parse_quota(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 def _restriction(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     from ortserve.server.restriction import parse_restriction
 
@@ -371,6 +382,30 @@ _OPTIONS = [
         is_flag=True,
         default=False,
         help="Honour the faults: sections of model configs (drills and chaos tests; see docs/resilience.md).",
+    ),
+    click.option(
+        "--api-key",
+        "api_key",
+        envvar="ORTSERVE_API_KEY",
+        multiple=True,
+        help="A bearer token the data plane requires (Authorization: Bearer <key>; repeatable). "
+        "Default: no key needed.",
+    ),
+    click.option(
+        "--api-key-file",
+        envvar="ORTSERVE_API_KEY_FILE",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="More keys, one '<tenant> <token>' per line: each key names its tenant.",
+    ),
+    click.option(
+        "--tenant-quota",
+        envvar="ORTSERVE_TENANT_QUOTA",
+        default=None,
+        callback=_check_quota,
+        help="Each tenant's token bucket: requests=R,burst=B (per second), tokens=T,token_burst=TB "
+        "for generation; past it 429 + Retry-After. The tenant is the API key's, else the "
+        "X-Tenant-Id header. Default: no quota.",
     ),
 ]
 

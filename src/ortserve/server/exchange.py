@@ -41,6 +41,7 @@ from ortserve.routing.router import ModelRouter
 from ortserve.server.deferred import Deferred, settle
 from ortserve.server.llm_shadow import mirror_generation
 from ortserve.telemetry import RequestScope, Telemetry
+from ortserve.tenancy.gate import TenantGate
 
 __all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
 
@@ -78,6 +79,10 @@ preprocess, the model calls (queueing included), postprocess + encoding."""
 _PIPELINE_SUFFIX = pipeline_model_name("")
 
 
+def _no_headers(name: str) -> str | None:
+    return None
+
+
 class Exchange:
     """Where every request meets the server: one per server, shared by HTTP and gRPC.
 
@@ -94,8 +99,11 @@ class Exchange:
         telemetry: Telemetry,
         capture: Capture | None = None,
         routers: Mapping[str, ModelRouter] | None = None,
+        gate: TenantGate | None = None,
     ) -> None:
         self.dataplane = dataplane
+        self.gate = gate
+        """API keys and per-tenant quotas (None: off, one check per request)."""
         self.telemetry = telemetry
         self.capture = capture
         self.routers: Mapping[str, ModelRouter] = routers if routers is not None else {}
@@ -167,6 +175,8 @@ class Exchange:
         """
         scope.identify(request)
         request.headers = headers
+        if self.gate is not None:
+            self.gate.admit(headers)
         sample = scope.sample
         if sample is not None and not sample.body:  # a gRPC call: recorded in its HTTP form
             sample.request = request
@@ -190,6 +200,8 @@ class Exchange:
         Raises:
             ModelNotFound: no such model, or not a generation model. ModelNotReady, InvalidInput.
         """
+        if self.gate is not None:
+            self.gate.admit(headers or _no_headers)
         router = self.routers.get(name)
         if router is None:
             served = self.dataplane.resolve(name, version)
@@ -248,6 +260,8 @@ class Exchange:
         Raises:
             ModelNotFound: not a pipeline; whatever the pipeline raises.
         """
+        if self.gate is not None:
+            self.gate.admit(headers)
         started = time.monotonic()
         served = self.dataplane.resolve(name, None)
         if not isinstance(served, PipelineVersion):

@@ -42,8 +42,8 @@ from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.openai_routes import add_openai_routes, llm_versions
 from ortserve.server.http.openapi_routes import add_openapi_routes
-from ortserve.server.http.profile_routes import add_profile_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
+from ortserve.server.http.profile_routes import add_profile_routes
 from ortserve.server.http.repository_routes import add_repository_routes
 from ortserve.server.http.routing_routes import add_routing_routes
 from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
@@ -57,6 +57,7 @@ from ortserve.server.settings_extensions import SETTINGS_EXTENSIONS, add_setting
 from ortserve.server.startup import StartupError
 from ortserve.server.status import add_status_routes
 from ortserve.settings import ServerSettings
+from ortserve.tenancy.gate import build_gate
 
 __all__ = ["EXTENSIONS", "SHARED_MEMORY_EXTENSION", "Server", "StartupError", "serve"]
 
@@ -122,7 +123,13 @@ class Server:
         self.dataplane.routers = self.routing.routers
         self.capture = _capture(settings, self.observability)
         # The one request edge, for both transports and every request kind.
-        self.exchange = Exchange(self.dataplane, self.telemetry, self.capture, self.routing.routers)
+        try:
+            gate = build_gate(settings.api_keys, settings.api_key_file, settings.tenant_quota, time.monotonic)
+        except ValueError as error:
+            raise StartupError(f"API keys or tenant quota: {error}") from None
+        if gate is not None and gate.quotas is not None and self.observability.metrics is not None:
+            self.observability.metrics.registry.register(gate.quotas)
+        self.exchange = Exchange(self.dataplane, self.telemetry, self.capture, self.routing.routers, gate)
         self.http_app = HttpApp(
             self.dataplane, limits, self.telemetry, settings.max_body_bytes, exchange=self.exchange
         )
