@@ -218,25 +218,26 @@ def _draw(samplers: Sequence[TokenSampler], rows: I64, scores: F32) -> I64:
 
 
 def _logprobs(samplers: Sequence[TokenSampler], logits: F32, tokens: I64) -> list[Draw]:
-    draws = [Draw(int(t)) for t in tokens]
-    rows = _rows(samplers, lambda s: s.params.logprobs)
-    if rows.size == 0:
+    chosen_tokens: list[int] = tokens.tolist()
+    draws = [Draw(t) for t in chosen_tokens]
+    rows = [i for i, s in enumerate(samplers) if s.params.logprobs]
+    if not rows:
         return draws
     raw = logits[rows].astype(np.float64)
     top = raw.max(axis=1, keepdims=True)
-    normal = top[:, 0] + np.log(np.exp(raw - top).sum(axis=1))
-    chosen = raw[np.arange(rows.size), tokens[rows]] - normal
-    wanted = max(samplers[i].params.top_logprobs for i in rows)
-    best: I64 = np.zeros((rows.size, 0), dtype=np.int64)
+    normal = top + np.log(np.exp(raw - top).sum(axis=1, keepdims=True))
+    chosen = (np.take_along_axis(raw, tokens[rows][:, None], axis=1) - normal)[:, 0].tolist()
+    wanted = min(max(samplers[i].params.top_logprobs for i in rows), raw.shape[1])
+    best: list[list[int]] = [[] for _ in rows]
+    values: list[list[float]] = [[] for _ in rows]
     if wanted:
-        wanted = min(wanted, raw.shape[1])
-        best = np.argpartition(-raw, wanted - 1, axis=1)[:, :wanted]
-        order = np.argsort(-np.take_along_axis(raw, best, axis=1), axis=1, kind="stable")
-        best = np.take_along_axis(best, order, axis=1)
-    for j, i in enumerate(rows):
+        candidates = np.argpartition(-raw, wanted - 1, axis=1)[:, :wanted]
+        order = np.argsort(-np.take_along_axis(raw, candidates, axis=1), axis=1, kind="stable")
+        ranked = np.take_along_axis(candidates, order, axis=1)
+        best, values = ranked.tolist(), (np.take_along_axis(raw, ranked, axis=1) - normal).tolist()
+    for j, i in enumerate(rows):  # plain lists from here: NumPy scalars cost per element
         k = samplers[i].params.top_logprobs
-        alternatives = tuple((int(t), float(raw[j, t] - normal[j])) for t in best[j, :k])
-        draws[i] = Draw(int(tokens[i]), float(chosen[j]), alternatives)
+        draws[i] = Draw(chosen_tokens[i], chosen[j], tuple(zip(best[j][:k], values[j][:k], strict=True)))
     return draws
 
 
