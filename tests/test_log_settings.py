@@ -21,16 +21,24 @@ from ortserve.testing import run_server
 
 @pytest.fixture
 def logged() -> Iterator[tuple[logging.Logger, io.StringIO]]:
-    """A logger of its own with one text handler, as configure_logging makes the root's."""
+    """A logger of its own with one text handler, as configure_logging makes the root's.
+
+    pytest adds its capture handlers to a logger that does not propagate: the test keeps only
+    its own (``only_ours``), or the settings would filter and format pytest's for later tests.
+    """
     logger = logging.getLogger(f"log-settings-test-{id(object())}")
     logger.propagate = False
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(make_formatter("text"))
-    logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.handlers[:] = [handler]
     yield logger, stream
-    logger.removeHandler(handler)
+    logger.handlers[:] = []
+
+
+def only_ours(logger: logging.Logger) -> None:
+    logger.handlers[:] = [h for h in logger.handlers if type(h) is logging.StreamHandler]
 
 
 def emit_all(logger: logging.Logger) -> None:
@@ -40,6 +48,7 @@ def emit_all(logger: logging.Logger) -> None:
 
 def test_each_severity_is_switched_on_and_off(logged: tuple[logging.Logger, io.StringIO]) -> None:
     logger, stream = logged
+    only_ours(logger)
     control = LogControl("text", "INFO", logger)
     control.update({"log_warning": False, "log_verbose_level": 1})
     emit_all(logger)
@@ -50,6 +59,7 @@ def test_each_severity_is_switched_on_and_off(logged: tuple[logging.Logger, io.S
 
 def test_the_format_changes_to_json_lines(logged: tuple[logging.Logger, io.StringIO]) -> None:
     logger, stream = logged
+    only_ours(logger)
     assert LogControl("text", "INFO", logger).update({"log_format": "json"})["log_format"] == "json"
     logger.info("hello")
     assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "hello"
