@@ -24,12 +24,14 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_ROOT = ROOT / "src"
 PACKAGE = Path("ortserve/protocol/grpc")
-PROTOS = ("model_config.proto", "grpc_service.proto")
+PROTOS = ("model_config.proto", "grpc_service.proto", "apps.proto")
 OUTPUTS = (
     "model_config_pb2.py",
     "model_config_pb2.pyi",
     "grpc_service_pb2.py",
     "grpc_service_pb2.pyi",
+    "apps_pb2.py",
+    "apps_pb2.pyi",
 )
 _DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
 _PRIVATE_POOL = (
@@ -42,7 +44,12 @@ _SHARED_POOL = (
     "POOL = ortserve_dot_protocol_dot_grpc_dot_model__config__pb2.POOL\n"
     "DESCRIPTOR = POOL.AddSerializedFile("
 )
-_POOLS = {"model_config_pb2.py": _PRIVATE_POOL, "grpc_service_pb2.py": _SHARED_POOL}
+_APPS_POOL = (
+    "# A private pool of its own: the seed applications' typed services (ortserve.apps.v1).\n"
+    "POOL = _descriptor_pool.DescriptorPool()\n"
+    "DESCRIPTOR = POOL.AddSerializedFile("
+)
+_POOLS = {"model_config_pb2.py": _PRIVATE_POOL, "grpc_service_pb2.py": _SHARED_POOL, "apps_pb2.py": _APPS_POOL}
 
 
 def generate(out_dir: Path) -> dict[str, str]:

@@ -205,6 +205,7 @@ class Capture:
         write: Callable[[list[bytes]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         file_write: Callable[[int, memoryview], int] = os.write,
+        redact: Callable[[CapturedRequest], CapturedRequest | None] | None = None,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError("capture rate must be between 0 and 1")
@@ -220,6 +221,9 @@ class Capture:
             directory, max_file_bytes, max_files, f"capture-{stamp}-{os.getpid()}", os_write=file_write
         )
         self._write = write or self._files.write
+        self._redact = redact
+        """``--capture-redact`` (capture_redaction.py): applied before a record is queued, so
+        nothing it lists is held in memory for the writer or reaches the disk."""
         self._clock = clock
         self._resume_at: float | None = None
         self._pause_s = 0.0
@@ -313,6 +317,12 @@ class Capture:
         if len(self._buffer) >= self._buffer_size:
             self.dropped += 1
             return
+        if self._redact is not None:
+            redacted = self._redact(record)
+            if redacted is None:  # not readable, so not safely redactable: never written
+                self.dropped += 1
+                return
+            record = redacted
         self._buffer.append(record)
         self.captured += 1
         self._wake.set()

@@ -98,6 +98,9 @@ class ServerSettings:
     """Record a sample of infer requests into rotating files here (None: capture off)."""
     capture_rate: float = 0.01
     """Fraction of infer requests captured when ``capture_dir`` is set."""
+    capture_redact: Path | None = None
+    """A YAML file of JSON paths and headers to hash (HMAC) or drop before a capture is written
+    (capture_redaction.py); None: captured as received."""
     shared_memory_regions: int = 0
     """Most system shared-memory regions clients may register; 0 turns the extension off, since a
     client that reaches the server could read and overwrite any /dev/shm object it may open."""

@@ -308,6 +308,14 @@ _OPTIONS = [
         help="Fraction of infer requests captured with --capture-dir.",
     ),
     click.option(
+        "--capture-redact",
+        envvar="ORTSERVE_CAPTURE_REDACT",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="YAML: secret_file, and JSON paths / headers to hash (HMAC) or drop before captured "
+        "requests are written (see docs/operations.md).",
+    ),
+    click.option(
         "--shared-memory-regions",
         envvar="ORTSERVE_SHARED_MEMORY_REGIONS",
         type=click.IntRange(min=0),

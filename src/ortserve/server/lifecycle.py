@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from ortserve import __version__
 from ortserve.capture import Capture, CaptureCollector
+from ortserve.capture_redaction import load_redactor
 from ortserve.core.cpus import usable_cpus
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.shared_memory import SharedMemoryRegistry
@@ -371,7 +372,11 @@ def _capture(settings: ServerSettings, observability: Observability) -> Capture 
     """The traffic capture when ``--capture-dir`` is set, its counters exported as metrics."""
     if settings.capture_dir is None:
         return None
-    capture = Capture(settings.capture_dir, settings.capture_rate)
+    try:
+        redact = None if settings.capture_redact is None else load_redactor(settings.capture_redact)
+    except (OSError, ValueError) as error:
+        raise StartupError(f"--capture-redact: {error}") from None
+    capture = Capture(settings.capture_dir, settings.capture_rate, redact=redact)
     if observability.metrics is not None:
         observability.metrics.registry.register(CaptureCollector(capture))
     return capture

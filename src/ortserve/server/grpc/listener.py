@@ -20,6 +20,7 @@ from ortserve.server.connections import (
     listen,
 )
 from ortserve.server.exchange import Exchange
+from ortserve.server.grpc.app_services import AppServices
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.connection import Http2Connection
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -116,6 +117,7 @@ class GrpcListener:
         self.health = ReadinessHealth(dataplane)
         self._routes: dict[str, Rpc] = {
             **self.service.routes(),
+            **AppServices(self.service.exchange).routes(),
             **self.health.routes(),
             **Reflection().routes(),
         }

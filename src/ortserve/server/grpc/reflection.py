@@ -7,7 +7,8 @@ from google.protobuf.descriptor import FileDescriptor
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2 as rpb
 
-from ortserve.protocol.grpc import grpc_service_pb2, model_config_pb2
+from ortserve.protocol.grpc import apps_pb2, grpc_service_pb2, model_config_pb2
+from ortserve.server.grpc.app_services import APP_SERVICES
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import StatusCode
 from ortserve.server.grpc.health import HEALTH_SERVICE
@@ -25,9 +26,9 @@ class Reflection:
 
     def __init__(self) -> None:
         self._pool = descriptor_pool.DescriptorPool()
-        for module in (model_config_pb2, grpc_service_pb2, health_pb2, rpb):  # dependencies first
+        for module in (model_config_pb2, grpc_service_pb2, apps_pb2, health_pb2, rpb):  # dependencies first
             self._pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
-        self._services = (INFERENCE_SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES)
+        self._services = (INFERENCE_SERVICE, *APP_SERVICES, HEALTH_SERVICE, *REFLECTION_SERVICES)
 
     def routes(self) -> dict[str, Rpc]:
         rpc = Rpc(rpb.ServerReflectionRequest, streaming=self.reflect)

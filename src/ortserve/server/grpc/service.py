@@ -84,6 +84,11 @@ class InferenceService:
         self.settings_extensions: SettingsExtensions | None = None
         """Set by the server: the trace and log settings calls (settings_rpcs.py)."""
 
+    @property
+    def exchange(self) -> Exchange:
+        """The request edge this service answers through (the typed app services share it)."""
+        return self._exchange
+
     def routes(self) -> dict[str, Rpc]:
         """Every method of the service, by its HTTP/2 path."""
         methods = {
