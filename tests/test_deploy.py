@@ -4,6 +4,7 @@ GPU/autoscaling values) validates against the Kubernetes schemas and agrees with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -216,11 +217,10 @@ def test_the_images_install_pinned_dependencies_as_a_layer_with_the_otel_extra_a
 
 def test_constraints_pin_every_package_the_image_installs() -> None:
     """scripts/constraints.py --check: rerun the script after adding a dependency."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import constraints
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("constraints", ROOT / "scripts" / "constraints.py")
+    assert spec is not None and spec.loader is not None
+    constraints = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(constraints)
     assert constraints.check(constraints.closure()) == []
 
 

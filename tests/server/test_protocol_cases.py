@@ -512,7 +512,7 @@ CASES += [
         lambda t: infer_classes(t, 9),
         {
             "y": [
-                [f"{3 * r + 2 - c}.000000:{2 - c}:{'cat dog bird'.split()[2 - c]}".encode() for c in range(3)]
+                [f"{3 * r + 2 - c}.000000:{2 - c}:{('cat', 'dog', 'bird')[2 - c]}".encode() for c in range(3)]
                 for r in range(4)
             ]
         },
