@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # types, DataPlane, scheduler, runner, sessions; the protocols it calls on features
     ("core",),
     # what the core runs or reports: resilience levels, the generation engine, metrics
-    ("resilience", "llm", "metrics", "statistics", "tracing", "lifecycle_metrics", "gc_pauses"),
+    ("resilience", "llm", "metrics", "statistics", "tracing", "lifecycle_metrics", "gc_pauses", "tenancy"),
     # wire formats; per-request accounting
     ("protocol", "telemetry"),
     # traffic capture (records requests in their HTTP form)
