@@ -8,6 +8,7 @@ import click
 
 from ortserve import __version__
 from ortserve.cli.errors import CleanErrorsGroup, show_envvars
+from ortserve.cli.hotword import hotword
 from ortserve.cli.loadtest import bench, replay
 from ortserve.cli.quantize import quantize
 from ortserve.cli.serve import serve
@@ -48,4 +49,5 @@ main.add_command(replay)
 main.add_command(keygen)
 main.add_command(sign)
 main.add_command(quantize)
+main.add_command(hotword)
 show_envvars(main)
