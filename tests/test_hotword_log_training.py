@@ -63,14 +63,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_new_word_spiking_in_the_log_is_suggested_first_for_its_query(trained: Path) -> None:
     answer = _ask(trained, "iphone 17", LAUNCH)
     hotwords = answer["hotwords"]
-    assert isinstance(hotwords, list) and hotwords[0]["word"] == "iphone17发布会"  # type: ignore[index]
+    assert isinstance(hotwords, list) and hotwords[0]["word"] == "iphone17发布会"
     assert (trained / "ortserve.complete").exists()
 
 
 def test_the_trained_version_still_knows_the_seed_corpus(trained: Path) -> None:
     answer = _ask(trained, "国庆旅游攻略", LAUNCH)
     hotwords = answer["hotwords"]
-    assert isinstance(hotwords, list) and hotwords[0]["word"] == "国庆旅游攻略"  # type: ignore[index]
+    assert isinstance(hotwords, list) and hotwords[0]["word"] == "国庆旅游攻略"
 
 
 def test_a_malformed_log_is_refused_naming_the_line(tmp_path: Path) -> None:
