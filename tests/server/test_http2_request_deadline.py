@@ -74,11 +74,3 @@ def test_time_the_application_did_not_read_is_not_the_peers() -> None:
     assert peer.engine.expired_requests() == []
     peer.now = 15.0
     assert peer.engine.expired_requests() == [1]
-
-
-def test_the_engine_counts_every_byte_it_reads() -> None:
-    peer = Peer(**RULES)
-    before = peer.engine.received
-    peer.handshake()
-    peer.send(peer.request(1), raw_frame(DATA, END_STREAM, 1, bytes(100)))
-    assert peer.engine.received - before > 100 + 24

@@ -111,6 +111,14 @@ class ConnectionLimit:
         self._receiving.pop(connection, None)
         self._idle[connection] = connection
 
+    def touch(self, connection: object) -> None:
+        """``connection``, idle, was just active (a request read and answered at once): the
+        longest idle is someone else."""
+        try:  # noqa: SIM105 (a request's path: suppress() would cost a context manager)
+            self._idle.move_to_end(connection)
+        except KeyError:
+            pass
+
     def receiving(self, connection: Evictable) -> None:
         """A request began on ``connection`` and is not whole yet: evictable, by progress."""
         self._idle.pop(connection, None)
@@ -118,8 +126,8 @@ class ConnectionLimit:
 
     def busy(self, connection: object) -> None:
         """``connection`` is serving a whole request: never closed for a new one."""
-        self._idle.pop(connection, None)
-        self._receiving.pop(connection, None)
+        if self._idle.pop(connection, None) is None:
+            self._receiving.pop(connection, None)
 
     def join_peer(self, connection: object, peer: str) -> bool:
         """Count ``connection`` against its peer address; False: the peer holds its share

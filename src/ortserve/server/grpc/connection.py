@@ -78,7 +78,8 @@ class Http2Connection(asyncio.Protocol):
         self._settings = settings
         self._connections = connections
         self._told = _SERVING  # the gate in front of it tells the cap until the first bytes
-        self._serving: set[int] = set()  # unary calls whose whole request is being answered
+        self._streaming = 0  # streaming calls among self._calls
+        self._received = 0  # bytes read (the connection cap ranks progress by it)
         self._loop = loop
         self._transport: asyncio.Transport | None = None
         config = settings.engine()
@@ -149,6 +150,7 @@ class Http2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._in_read = True
+        self._received += len(data)
         calls = self._calls
         try:
             for event in self._engine.receive_data(data):
@@ -171,7 +173,7 @@ class Http2Connection(asyncio.Protocol):
             self._cancel_all()
         finally:
             self._in_read = False
-        if self._engine.awaiting_requests and self._timer is not None:
+        if self._engine.awaiting and self._timer is not None:
             due = self._loop.time() + self._first_due
             if due < self._timer_at:  # a request began: its deadline may come before the timer
                 self._timer.cancel()
@@ -197,6 +199,7 @@ class Http2Connection(asyncio.Protocol):
         )
         self._calls[stream_id] = call
         if rpc.streaming is not None:
+            self._streaming += 1
             self._engine.open_ended(stream_id)  # its messages come at the client's pace
         call.start()
         if event.end_stream:
@@ -209,8 +212,6 @@ class Http2Connection(asyncio.Protocol):
         stream_id = call.stream_id
         if self._calls.get(stream_id) is not call:
             return  # the call ended while it took them
-        if end_stream and not call.ended and call.unary:
-            self._serving.add(stream_id)
         if not end_stream and not call.backlogged:
             self._engine.consumed(stream_id)
         held = call.held
@@ -235,17 +236,19 @@ class Http2Connection(asyncio.Protocol):
             call.cancel()
 
     def _forget(self, stream_id: int) -> GrpcCall | None:
-        self._serving.discard(stream_id)
         held = self._held_by.pop(stream_id, 0)
         self._held -= held
         if held:
             self._budget.give(held)
-        return self._calls.pop(stream_id, None)
+        call = self._calls.pop(stream_id, None)
+        if call is not None and not call.unary:
+            self._streaming -= 1
+        return call
 
     def _cancel_all(self) -> None:
         calls = list(self._calls.values())
         self._calls.clear()
-        self._serving.clear()
+        self._streaming = 0
         self._held_by.clear()
         if self._held:
             self._budget.give(self._held)
@@ -256,8 +259,7 @@ class Http2Connection(asyncio.Protocol):
     # -- CallOwner --------------------------------------------------------------------
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
         stream_id = call.stream_id
-        self._calls.pop(stream_id, None)
-        self._serving.discard(stream_id)
+        self._calls.pop(stream_id, None)  # a unary call's (streaming calls end with trailers)
         held = self._held_by.pop(stream_id, 0)
         if held:
             self._held -= held
@@ -306,11 +308,14 @@ class Http2Connection(asyncio.Protocol):
         # (10,000 connections that opened a call and went silent held every place until
         # keepalive, two hours); one answering a whole request may not. Until its first bytes
         # the gate in front of it speaks for it.
-        if not self._engine.received:
+        engine = self._engine
+        if not self._received:
             return
-        if not self._engine.open_streams:
+        if not engine.open_streams:
             told = _AT_REST
-        elif self._serving:
+        elif len(self._calls) > self._streaming + len(engine.awaiting):
+            # A unary call whose request is whole: the calls still arriving are the streams the
+            # engine times, a call answered and waiting for window is no longer a call.
             told = _SERVING
         else:
             told = _ARRIVING
@@ -327,7 +332,7 @@ class Http2Connection(asyncio.Protocol):
     @property
     def received(self) -> int:
         """Bytes read from the peer so far (the connection cap ranks progress by it)."""
-        return self._engine.received
+        return self._received
 
     def evict(self) -> None:
         """The connection cap needs this place (no call open, or calls arriving slower than
@@ -361,7 +366,7 @@ class Http2Connection(asyncio.Protocol):
         self._timer = None
         if self._closed:
             return
-        if self._engine.awaiting_requests and not self._parked:
+        if self._engine.awaiting and not self._parked:
             for stream_id in self._engine.expired_requests():
                 call = self._calls.get(stream_id)
                 if call is None:

@@ -126,12 +126,12 @@ class HttpConnection(Responder):
         self._parked_at = 0.0
         self._intake = state.intake
         self._timer: asyncio.TimerHandle | None = None
-        self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s)
+        self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s, limits.request_timeout_s)
         self._phase = _IDLE
         self._now = loop.time()
         self._deadline = self._now + limits.header_timeout_s
         self._body_started = 0.0
-        self._request_end = 0.0  # the request_timeout_s deadline of the request arriving
+        self._request_started = 0.0  # of the request arriving (request_timeout_s counts from it)
         self._received = 0
         self._told = _ARRIVING  # a new connection: its first request is to come
         self._discard_left: int | None = None
@@ -169,7 +169,7 @@ class HttpConnection(Responder):
         # Time parked was the server's, not the client's: the request clocks skip it.
         parked = self._loop.time() - self._parked_at
         self._body_started += parked
-        self._request_end += parked
+        self._request_started += parked
         if not self._busy:
             self._resume_reading()
 
@@ -226,10 +226,8 @@ class HttpConnection(Responder):
             else:
                 self._reject(400, f"malformed HTTP request: {exc}")
             return
-        if self._receiving and self._told == _AT_REST:
-            # A request began and is not whole: evictable at the cap by its progress.
-            self._told = _ARRIVING
-            self._limit.receiving(self)
+        if self._receiving or self._busy or self._queue:
+            self._tell()  # (a request read and answered within the read told it already)
         if self._intake.saturated:
             self._intake.admit_more(self)
 
@@ -237,8 +235,8 @@ class HttpConnection(Responder):
     def on_message_begin(self) -> None:
         self._receiving = True
         self._phase = _HEAD
-        self._request_end = self._now + self._limits.request_timeout_s
-        self._deadline = min(self._now + self._limits.header_timeout_s, self._request_end)
+        self._request_started = self._now
+        self._deadline = self._now + self._limits.header_timeout_s
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -279,7 +277,7 @@ class HttpConnection(Responder):
                 raise _OverBudget()
         self._phase = _BODY
         self._body_started = self._now
-        self._deadline = min(self._now + self._limits.header_timeout_s, self._request_end)
+        self._deadline = self._now + self._limits.header_timeout_s
         if self._admission is not None:
             parser = self._parser
             assert parser is not None
@@ -311,8 +309,7 @@ class HttpConnection(Responder):
         if self._body_size > self._limits.max_body_bytes:
             raise _TooLarge()
         limits = self._limits
-        deadline = self._body_started + limits.header_timeout_s + self._body_size / limits.min_body_rate
-        self._deadline = deadline if deadline < self._request_end else self._request_end
+        self._deadline = self._body_started + limits.header_timeout_s + self._body_size / limits.min_body_rate
         if self._refusal is not None:
             return  # refused from its headers: the body is read and dropped, never held
         if not self._budget.take(size):
@@ -331,9 +328,6 @@ class HttpConnection(Responder):
             self._refusal_sent = False
             self._to_idle()  # it was answered when nothing else was owed, and nothing is
             return
-        if self._told != _SERVING:
-            self._told = _SERVING  # a whole request: never closed to make room
-            self._limit.busy(self)
         if self._refusal is not None:
             self._enqueue(self._refusal, 0)
             return
@@ -418,21 +412,51 @@ class HttpConnection(Responder):
         ``min(header, keep-alive timeout)`` and re-arms for the remainder, so a request costs
         no timer operations, and every deadline set is at least one tick ahead.
         """
-        if self._receiving:  # pipelined: its own deadline runs already
-            if self._told != _ARRIVING:
-                self._told = _ARRIVING
-                self._limit.receiving(self)
+        if self._receiving:  # pipelined: the next request's own deadline runs already
+            self._tell()
             return
         self._phase = _IDLE
         self._deadline = self._loop.time() + self._limits.keepalive_timeout_s
-        self._told = _AT_REST
-        self._limit.idle(self)
+        if self._told == _AT_REST:
+            self._limit.touch(self)  # idle again after a request: the back of the idle line
+        else:
+            self._told = _AT_REST
+            self._limit.idle(self)
+
+    def _tell(self) -> None:
+        """Tell the connection cap what this connection is doing: serving a whole request
+        (never closed for a newcomer), receiving one (closed by its progress), or idle.
+
+        At the end of a read that leaves a request arriving or being answered, and when the
+        answers run out (``_to_idle``): the cap acts only between callbacks (at an accept), so a
+        request read and answered within one read costs it one move in the idle line, not a
+        round trip through its states.
+        """
+        told = self._told
+        if self._busy or self._queue:
+            if told != _SERVING:
+                self._told = _SERVING
+                self._limit.busy(self)
+        elif self._receiving:
+            if told != _ARRIVING:
+                self._told = _ARRIVING
+                self._limit.receiving(self)
+        elif told != _AT_REST:
+            self._told = _AT_REST
+            self._limit.idle(self)
+        else:
+            self._limit.touch(self)  # idle again after a request: the back of the idle line
 
     def _on_timer(self) -> None:
         self._timer = None
         if self._closed:
             return
-        remaining = self._deadline - self._loop.time()
+        now = self._loop.time()
+        remaining = self._deadline - now
+        if self._phase == _HEAD or self._phase == _BODY:
+            # Whatever its rate, a request arrives whole within request_timeout_s (checked
+            # here, not per byte: the timer ticks at least every header timeout).
+            remaining = min(remaining, self._request_started + self._limits.request_timeout_s - now)
         if (
             self._write_paused
             and self._loop.time() - self._write_paused_at >= self._limits.keepalive_timeout_s

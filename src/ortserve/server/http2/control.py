@@ -182,7 +182,7 @@ class ControlFrames(StreamTable[_H]):
             raise Http2Error(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
-            self._awaiting.pop(stream_id, None)
+            self.awaiting.pop(stream_id, None)
             self._out.forget(stream)
             code = _U32.unpack(payload)[0]
             self._events.append(StreamReset(stream_id, _error_code(code), True))
@@ -199,7 +199,7 @@ class ControlFrames(StreamTable[_H]):
         self._charge_reset()
         stream = self._streams.pop(stream_id, None)
         if stream is not None:
-            self._awaiting.pop(stream_id, None)
+            self.awaiting.pop(stream_id, None)
             self._out.forget(stream)
             self._events.append(StreamReset(stream_id, code, False))
         self._out.write(rst_stream_frame(stream_id, code))

@@ -86,8 +86,6 @@ class Http2Engine(ControlFrames[_H]):
         self._pings_sent = 0
         self._unfinished_since: float | None = None
         """When the frame or header block still unfinished began to arrive (None: none is)."""
-        self.received = 0
-        """Bytes read from the peer so far (the connection cap ranks progress by it)."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -106,7 +104,6 @@ class Http2Engine(ControlFrames[_H]):
         if self.closed:
             return []
         self._last_read = self._clock()
-        self.received += len(data)
         if self._partial:
             self._partial.append(data)
             self._partial_size += len(data)
@@ -211,7 +208,7 @@ class Http2Engine(ControlFrames[_H]):
         stream.request_bytes += size
         if flags & _END_STREAM:
             stream.remote_closed = True
-            self._awaiting.pop(stream_id, None)
+            self.awaiting.pop(stream_id, None)
             self._events.append(DataReceived(stream_id, payload, True))
             if stream.local_closed and not stream.outbound:
                 self._forget(stream)
@@ -262,7 +259,7 @@ class Http2Engine(ControlFrames[_H]):
         stream.remote_closed = end_stream
         if not end_stream:
             stream.request_since = self._last_read
-            self._awaiting[stream_id] = stream
+            self.awaiting[stream_id] = stream
         self._events.append(RequestReceived(stream_id, head, end_stream))
 
     def _trailers(self, stream: Stream | None, stream_id: int, end_stream: bool, block: bytes) -> None:
@@ -283,7 +280,7 @@ class Http2Engine(ControlFrames[_H]):
             self._reset(stream_id, ErrorCode.PROTOCOL_ERROR)
         else:
             stream.remote_closed = True
-            self._awaiting.pop(stream_id, None)
+            self.awaiting.pop(stream_id, None)
             self._events.append(DataReceived(stream_id, _EMPTY, True))
             self._remote_done(stream)
 
@@ -333,8 +330,8 @@ class Http2Engine(ControlFrames[_H]):
             delay = min(delay, since + config.frame_timeout_s - now)
         else:
             delay = min(delay, config.frame_timeout_s)
-        if self._awaiting:
-            delay = min(delay, max(min(map(self._request_due, self._awaiting.values())) - now, 0.001))
+        if self.awaiting:
+            delay = min(delay, max(min(map(self._request_due, self.awaiting.values())) - now, 0.001))
         return delay
 
     # -- requests arriving -------------------------------------------------------------------
@@ -349,22 +346,22 @@ class Http2Engine(ControlFrames[_H]):
         """Streams whose request missed its arrival deadline (each reported once; the
         application ends them). The engine's timer covers these deadlines (:meth:`tick`)."""
         now = self._clock()
-        late = [sid for sid, stream in self._awaiting.items() if self._request_due(stream) <= now]
+        late = [sid for sid, stream in self.awaiting.items() if self._request_due(stream) <= now]
         for stream_id in late:
-            del self._awaiting[stream_id]
+            del self.awaiting[stream_id]
         return late
 
     def postpone_requests(self, seconds: float) -> None:
         """The application stopped reading for ``seconds`` (the loop was saturated): the peer
         could not send, so its requests' clocks skip that time."""
-        for stream in self._awaiting.values():
+        for stream in self.awaiting.values():
             stream.request_since += seconds
 
     def _fail(self, code: ErrorCode, message: str) -> None:
         self._out.write(goaway_frame(self._last_stream_id, code, message))
         self.closed = True
         self._streams.clear()
-        self._awaiting.clear()
+        self.awaiting.clear()
         self._out.clear()
         self._open_block = None
         self._partial = []

@@ -32,10 +32,11 @@ class StreamTable(Generic[_H]):
     def __init__(self, config: EngineConfig) -> None:
         self._config = config
         self._streams: dict[int, Stream] = {}
-        self._awaiting: dict[int, Stream] = {}
+        self.awaiting: dict[int, Stream] = {}
         """Streams whose request has not ended, timed against the request deadline (oldest
         first); a stream leaves at END_STREAM, when it ends otherwise, or when the application
-        says its requests are messages with a pace of their own (:meth:`open_ended`)."""
+        says its requests are messages with a pace of their own (:meth:`open_ended`). The
+        application only reads it (an attribute, not a property: it is read after every read)."""
         self._last_stream_id = 0
         self._events: list[Event[_H]] = []
         self.closed = False
@@ -89,7 +90,7 @@ class StreamTable(Generic[_H]):
             if not stream.remote_closed:
                 self._out.write(rst_stream_frame(stream_id, ErrorCode.NO_ERROR))
                 stream.remote_closed = True
-                self._awaiting.pop(stream_id, None)
+                self.awaiting.pop(stream_id, None)
             del self._streams[stream_id]
             if self._going_away:
                 self._close_if_done()
@@ -109,7 +110,7 @@ class StreamTable(Generic[_H]):
     def reset_stream(self, stream_id: int, code: ErrorCode = ErrorCode.CANCEL) -> None:
         """End a stream abruptly, dropping what it still had to send."""
         stream = self._streams.pop(stream_id, None)
-        self._awaiting.pop(stream_id, None)
+        self.awaiting.pop(stream_id, None)
         if stream is None or self.closed:
             return
         self._out.forget(stream)
@@ -119,12 +120,12 @@ class StreamTable(Generic[_H]):
     def open_ended(self, stream_id: int) -> None:
         """The stream's requests are messages that come at the peer's pace (a streaming call):
         its request is no longer timed (keepalive, and the connection cap, still watch it)."""
-        self._awaiting.pop(stream_id, None)
+        self.awaiting.pop(stream_id, None)
 
     @property
     def awaiting_requests(self) -> int:
         """Streams whose request is still arriving and is timed."""
-        return len(self._awaiting)
+        return len(self.awaiting)
 
     def consumed(self, stream_id: int) -> None:
         """The application took all the data it was given on the stream: the peer may send more."""
@@ -179,7 +180,7 @@ class StreamTable(Generic[_H]):
         if not stream.remote_closed:
             self._out.write(rst_stream_frame(stream.stream_id, ErrorCode.NO_ERROR))
             stream.remote_closed = True
-            self._awaiting.pop(stream.stream_id, None)
+            self.awaiting.pop(stream.stream_id, None)
         self._forget(stream)
 
     # -- ends -----------------------------------------------------------------------------
