@@ -7,6 +7,7 @@ import json
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ortserve.apps.dispatch.coords import (
@@ -16,7 +17,8 @@ from ortserve.apps.dispatch.coords import (
     to_wgs84,
     wgs84_to_gcj02,
 )
-from ortserve.apps.dispatch.gazetteer import place_address
+from ortserve.apps.dispatch.gazetteer import UNCERTAINTY_KM, place_address
+from ortserve.apps.dispatch.geo import haversine_km
 from ortserve.apps.dispatch.request import parse_dispatch_request
 from ortserve.errors import InvalidInput
 
@@ -232,7 +234,9 @@ def test_a_short_form_marked_ambiguous_is_not_matched() -> None:
         ("浦东世纪大道8号", "世纪大道", "8", "road", (31.229, 121.527)),
         ("广州市天河区体育西路103号", "体育西路", "103", "district", (23.125, 113.361)),
         ("福州市鼓楼区五四路", "五四路", None, "city", (26.074, 119.296)),
-        ("深圳南山科技园", None, None, "district", (22.533, 113.930)),
+        ("深圳南山科技园", None, None, "area", (22.540, 113.952)),  # the area, not 南山区's centre
+        ("北京市朝阳区望京街58号", "望京街", "58", "area", (39.996, 116.475)),
+        ("北京市朝阳区建国路88号", "建国路", "88", "road", (39.908, 116.468)),  # a known road wins
     ],
 )
 def test_road_and_house_number_are_parsed_and_a_known_road_refines_the_position(
@@ -248,3 +252,22 @@ def test_a_shared_district_name_far_from_every_courier_is_ambiguous_not_guessed(
     with pytest.raises(InvalidInput, match=r"朝阳区 .* is ambiguous \(北京市, 长春市\); name the city"):
         place_address("朝阳区建国路88号", "orders[0].address", shanghai)
     assert place_address("北京市朝阳区建国路88号", "orders[0].address", shanghai).city == "北京市"
+
+
+@pytest.mark.parametrize(
+    ("address", "district", "at", "off_before_km"),
+    [
+        ("北京市朝阳区望京街58号", "朝阳区", (39.996, 116.475), 8.5),
+        ("浦东张江高科", "浦东新区", (31.204, 121.590), 4.6),
+        ("北京西城区金融街", "西城区", (39.916, 116.358), 0.7),
+    ],
+)
+def test_a_known_area_is_placed_at_its_own_centre_with_its_uncertainty(
+    address: str, district: str, at: tuple[float, float], off_before_km: float
+) -> None:
+    place = place_address(address, "a")
+    assert (place.district, place.precision, (place.lat, place.lon)) == (district, "area", at)
+    assert place.uncertainty_km == UNCERTAINTY_KM["area"] < UNCERTAINTY_KM["district"]
+    centre = place_address(f"北京市{district}" if "北京" in address else f"上海市{district}", "a")
+    moved = haversine_km(np.array(centre.lat), np.array(centre.lon), np.array(at[0]), np.array(at[1]))
+    assert float(moved) == pytest.approx(off_before_km, abs=0.3)  # where the district centre put it

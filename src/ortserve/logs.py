@@ -157,9 +157,11 @@ def make_formatter(fmt: str) -> logging.Formatter:
     return _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+def configure_logging(level: str = "INFO", fmt: str = "text", onnxruntime: bool = True) -> None:
     """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers, and sets
-    ONNX Runtime's own logger to match (ort_runtime.py)."""
+    ONNX Runtime's own logger to match (ort_runtime.py) unless ``onnxruntime`` is False: the
+    supervisor of ``--workers`` must not import ONNX Runtime (it forks the zygote, which
+    refuses to start with ONNX Runtime already imported)."""
     from ortserve.ort_runtime import quiet_onnxruntime
 
     handler = logging.StreamHandler(sys.stderr)
@@ -168,4 +170,5 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    quiet_onnxruntime(level, fmt)
+    if onnxruntime:
+        quiet_onnxruntime(level, fmt)

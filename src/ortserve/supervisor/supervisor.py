@@ -194,7 +194,7 @@ def supervisor_main() -> None:
     zygote, then supervise on an event loop (uvloop when installed); exits with its code."""
     run_dir = Path(sys.argv[1])
     settings, workers = pickle.loads((run_dir / "settings.pickle").read_bytes())
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, onnxruntime=False)  # the zygote imports it
     adopts = become_subreaper()
     if not adopts:
         logger.warning("cannot become a child subreaper: the zygote is kept for the workers' lifetime")

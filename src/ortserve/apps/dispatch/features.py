@@ -44,12 +44,15 @@ def pair_features(request: DispatchRequest) -> PairFeatures:
     clon = np.array([[c.lon for c in couriers]])
     distance = haversine_km(olat, olon, clat, clon)
     minutes = np.array([[(o.deadline - request.now) / 60000.0] for o in orders])
+    # An address placed only to its area, district or city may lie that far from its point: the
+    # time slack counts the worst case, so an imprecise order is less surely on time.
+    uncertain = np.array([[o.uncertainty_km] for o in orders])
     weight = np.array([[o.weight] for o in orders])
     capacity = np.array([[c.capacity for c in couriers]])
     load = np.array([[c.load for c in couriers]])
     columns = (
         distance / 10.0,
-        (minutes - distance / NOMINAL_KMH * 60.0) / 60.0,
+        (minutes - (distance + uncertain) / NOMINAL_KMH * 60.0) / 60.0,
         np.broadcast_to(load / capacity, distance.shape),
         (load + weight) / capacity,
         same_neighbourhood(olat, olon, clat, clon).astype(np.float64),

@@ -54,8 +54,15 @@ class Place:
     number: str | None = None
     """The house number on that road (``1`` in 中关村大街1号), if any."""
     precision: str = "city"
-    """What the position is the centre of: ``road`` (a road the gazetteer knows), ``district``
-    or ``city``."""
+    """What the position is the centre of: ``road`` (a road the gazetteer knows), ``area`` (a
+    sub-district area: 望京, 张江), ``district`` or ``city``."""
+
+    @property
+    def uncertainty_km(self) -> float:
+        """How far the real address may lie from the position, by precision (a road's point
+        is on the road but not at the number; an area's centre is within its blocks; a
+        district's or city's centre can be tens of kilometres off in the large ones)."""
+        return UNCERTAINTY_KM[self.precision]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,7 @@ class _City:
     at: tuple[float, float]
     districts: dict[str, tuple[float, float]]
     roads: dict[str, tuple[float, float]]
+    areas: dict[str, tuple[float, float, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,7 @@ def _gazetteer() -> _Gazetteer:
                     (city["at"][0], city["at"][1]),
                     districts,
                     {name: (at[0], at[1]) for name, at in city.get("roads", {}).items()},
+                    {name: (at[0], at[1], at[2]) for name, at in city.get("areas", {}).items()},
                 )
             )
     return _Gazetteer(provinces, tuple(cities))
@@ -124,6 +133,8 @@ def _position(text: str, forms: tuple[str, ...]) -> int | None:
     return best
 
 
+UNCERTAINTY_KM = {"road": 1.0, "area": 1.5, "district": 5.0, "city": 15.0}
+"""How far an address may lie from its placed position, by the placement's precision."""
 _NEAR_DEGREES = 0.45
 """About 50 km (the dispatch service radius) in degrees of latitude."""
 
@@ -220,6 +231,11 @@ def _refined(text: str, city: _City, district: str | None) -> Place:
                 road = road[len(form) :]
                 break
     known = [name for name in city.roads if name in text]
+    area = max((name for name in city.areas if name in text), key=len, default=None)
+    if area is not None and not known:
+        lat, lon, in_district = city.areas[area]
+        if district is None or district == in_district:
+            return Place(city.province, city.name, in_district, lat, lon, road, number, "area")
     if known:
         name = max(known, key=len)
         after = re.match(r"(\d+)号", text[text.index(name) + len(name) :])

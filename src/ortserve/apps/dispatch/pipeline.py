@@ -184,6 +184,7 @@ class _DispatchSteps:
                 answer["number"] = order.place.number
             if not order.geocoded:
                 answer["precision"] = order.place.precision
+                answer["uncertainty_km"] = order.place.uncertainty_km
         return answer
 
     def example(self) -> JsonObject:

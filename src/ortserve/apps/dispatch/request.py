@@ -65,6 +65,13 @@ class Order:
     """The position came from the geocoding service rather than the gazetteer."""
     place: Place | None = None
     """The gazetteer's reading of the address (road, house number, precision), if any."""
+
+    @property
+    def uncertainty_km(self) -> float:
+        """How far the real address may lie from the position: 0 for given coordinates or a
+        geocoding service's answer, else by the gazetteer's precision."""
+        return 0.0 if self.place is None or self.geocoded else self.place.uncertainty_km
+
     value: float = 1.0
     """What serving it is worth against the other orders: the assignment serves the most value
     first (a heavy order of value 3 before two light ones of 1)."""
