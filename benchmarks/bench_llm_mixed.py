@@ -215,10 +215,13 @@ def main() -> None:
                         flush=True,
                     )
                     rate = args.open_rate * max(closed["requests_per_s"], 0.05)
+                    sampler = Sampler(url)
+                    sampler.start()
                     run, start, stop, unfinished = asyncio.run(
                         open_loop(url, rate, args.duration, 100 + round_index)
                     )
                     opened = summary(run, start, stop) | {"rate": rate, "unfinished_after_60s": unfinished}
+                    opened |= sampler.medians()
                     print(
                         f"{name} open x{args.open_rate}: {json.dumps({k: round(v, 2) for k, v in opened.items()})}",
                         flush=True,

@@ -199,6 +199,13 @@ class GenerationEngine:
         decoder.run_seconds = 0.0
         self.tune(float(np.median(times)), prefill_s / prompt_tokens)
 
+    def itl_target_s(self) -> float:
+        """``max_itl_ms``, or ten times the one-row step the cost model predicts now: it follows
+        the machine (a target fixed at load starved the running set once a shared machine slowed)."""
+        if self.limits.max_itl_ms:
+            return self.max_itl_s
+        return max(10.0 * self.cost.predict(1, 256), self.max_itl_s)
+
     def tune(self, one_row_s: float, prefill_token_s: float) -> None:
         """Set the cost model's prior and the automatic defaults from measured costs."""
         self.cost = StepCostModel(one_row_s, prefill_token_s)
@@ -283,8 +290,10 @@ class GenerationEngine:
             # Grow at most by half again past the widest step measured: the cost model has
             # seen nothing wider, and the peak of tokens/s may lie in between.
             explore = max(4, self._explored + self._explored // 2)
-            if len(running) >= min(self.limits.max_num_seqs, explore) or not admit_one_more(
-                self.cost, len(running), held, sequence.length, self.max_itl_s
+            floor = min(self.limits.max_num_seqs, 4)  # a few rows always run, whatever the fit says
+            if len(running) >= min(self.limits.max_num_seqs, explore) or (
+                len(running) >= floor
+                and not admit_one_more(self.cost, len(running), held, sequence.length, self.itl_target_s())
             ):
                 self._full = True
                 return
@@ -373,8 +382,9 @@ class GenerationEngine:
         if decode_s <= 0:
             return most
         room = max(2.0 * decode_s, 0.0)
-        if self.max_itl_s > decode_s:
-            room = min(room, self.max_itl_s - decode_s)
+        target = self.itl_target_s()
+        if target > decode_s:
+            room = min(room, target - decode_s)
         return max(32, min(most, int(room / self.prefill_token_s)))
 
     def _prefill(self, events: Events, decode_s: float) -> int:

@@ -1,0 +1,76 @@
+"""int4 / int8 MatMulNBits weights: ONNX Runtime multiplies by exactly the dequantized weights
+the packer meant, and a quantized LLM version (made at test time) loads and generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ortserve.errors import ConfigError
+from ortserve.llm.demo import train_tokenizer, write_llm_version
+from ortserve.llm.loader import load_llm_version
+from ortserve.llm.quantize import dequantize, quantize_llm_folder, quantize_matmuls
+from ortserve.llm.servable import sampling_from
+from ortserve.llm.weights import DecoderShape, random_weights
+from ortserve.repository.config import ModelConfig
+from ortserve.settings import ServerSettings
+
+
+def _matmul_model(weight: np.ndarray) -> onnx.ModelProto:
+    k, n = weight.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize(("bits", "block"), [(4, 32), (4, 128), (8, 32), (8, 128)])
+def test_matmulnbits_multiplies_by_the_dequantized_weights(bits: int, block: int) -> None:
+    rng = np.random.default_rng(bits + block)
+    weight = rng.standard_normal((256, 40)).astype(np.float32)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    model, converted = quantize_matmuls(_matmul_model(weight), bits, block)
+    assert converted == 1 and model.graph.node[0].op_type == "MatMulNBits"
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x @ dequantize(weight, bits, block), rtol=1e-3, atol=1e-3)
+    error = np.abs(dequantize(weight, bits, block) - weight).max()
+    assert error < (0.5 if bits == 4 else 0.04)
+
+
+def test_bad_bits_and_block_sizes_are_refused() -> None:
+    weight = np.ones((64, 8), np.float32)
+    with pytest.raises(ConfigError, match="int4 or int8"):
+        quantize_matmuls(_matmul_model(weight), 3, 32)
+    with pytest.raises(ConfigError, match="power of two"):
+        quantize_matmuls(_matmul_model(weight), 4, 48)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+async def test_a_quantized_llm_version_loads_and_generates(tmp_path: Path, bits: int) -> None:
+    tokenizer = train_tokenizer(["the quick brown fox jumps over the lazy dog " * 4], 96)
+    shape = DecoderShape(tokenizer.get_vocab_size(), 64, 2, 4, 2, 128, 10000.0, 1e-5, 256)
+    write_llm_version(tmp_path / "m" / "1", random_weights(shape, seed=2), tokenizer, layout="genai")
+    converted = quantize_llm_folder(tmp_path / "m" / "1", tmp_path / "m" / "2", bits, 32)
+    assert converted == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the head
+    config = ModelConfig.model_validate({"kind": "llm", "intra_op_threads": 1})
+    model = tmp_path / "m" / "2" / "model.onnx"
+    served = await load_llm_version("m", 2, model, config, ServerSettings(model_repository=tmp_path))
+    try:
+        stream = served.generate(
+            [5, 9, 13, 2, 7] * 4, sampling_from({"max_tokens": 10, "ignore_eos": True}, 10)
+        )
+        assert len((await stream.collect()).token_ids) == 10
+    finally:
+        await served.unload(1.0)
