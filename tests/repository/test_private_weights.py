@@ -18,6 +18,7 @@ from external_weights import ROWS as _ROWS
 from external_weights import external_model, write_external_version
 from llm_reference import small_shape, write_random_llm
 from ortserve.core.model_files import external_locations, read_model_files
+from ortserve.core.types import InferInput, InferRequest
 from ortserve.errors import ConfigError
 from ortserve.llm.servable import LlmVersion
 from ortserve.repository import manager as manager_module
@@ -162,3 +163,33 @@ def test_external_data_outside_the_folder_is_refused(tmp_path: Path) -> None:
         external_locations(graph, "m/1/model.onnx")
     files = read_model_files(tmp_path / "model.onnx")
     assert list(files.external) == ["w.bin"] and files.size > _ROWS * 4 * 4
+
+
+async def test_a_fallback_session_of_a_signed_version_is_built_from_the_verified_bytes(
+    tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU fallback level (and a level per device) read the model and its weights again
+    from the folder: weights swapped after the check answered whenever the primary failed."""
+    root = tmp_path / "models"
+    folder = write_external_version(root, "m", 1, 2.0)
+    (root / "m" / "config.yaml").write_text(
+        "intra_op_threads: 1\nfallback: {session: cpu, build: load}\nfaults: {L0: {error_rate: 1.0}}\n"
+    )
+    sign_version(folder, key)
+
+    def rename_other_weights(folder: Path) -> None:
+        (folder / "w.new").write_bytes(np.full(_ROWS * 5, 7.0, np.float32).tobytes())
+        os.rename(folder / "w.new", folder / "w.bin")
+
+    _swap_after_the_check(monkeypatch, rename_other_weights)
+    settings = ServerSettings(root, intra_op_threads=1, enable_fault_injection=True)
+    manager = LifecycleManager(ModelRegistry(), settings, None, load_trusted_keys(key.parent, True))
+    await manager.start()
+    try:
+        x = np.ones((1, _ROWS), np.float32)
+        answer = await manager.registry.resolve("m", None).infer(
+            InferRequest("m", [InferInput("x", "FP32", x.shape, x)])
+        )
+        assert answer.outputs[0].data.tolist() == [[128.0] * 4]  # the L2 CPU session, signed bytes
+    finally:
+        await manager.close(5.0)

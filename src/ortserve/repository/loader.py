@@ -184,7 +184,7 @@ def _prepare(
         )
     label = f"model {name!r} version {version}"
     warmup = _warmup_feeds(inputs, 1, np.random.default_rng(1))
-    parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup)
+    parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup, given.files)
     guard = build_guard(parts, config, settings)
     chain = None if guard is None else guard.chain
     runner = OrtRunner(session if chain is None else chain, config.instances, f"{name}-{version}")

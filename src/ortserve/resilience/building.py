@@ -15,6 +15,7 @@ import onnxruntime as ort
 from ortserve.config.model import ModelConfig, load_model_config
 from ortserve.config.names import is_model_name
 from ortserve.config.resilience import FallbackConfig
+from ortserve.core.model_files import ModelFiles
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.core.session import SessionPlan, build_session, plan_session
 from ortserve.core.types import TensorSpec
@@ -50,6 +51,9 @@ class VersionParts:
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
     warmup: Feeds
+    files: ModelFiles | None = None
+    """The graph and external data as their signature check read them (None: unsigned): the
+    levels built from the same model use these bytes, never the folder again."""
 
 
 def plan_on_device(plan: SessionPlan, device_id: int) -> SessionPlan:
@@ -137,7 +141,7 @@ def _levels(
     ]
     for device in fallback.device_ids[1:]:
         plan = plan_on_device(parts.plan, device)
-        session = build_session(parts.path, plan)
+        session = build_session(parts.path, plan, files=parts.files)
         built = functools.partial(_same, session)
         levels.append(
             SessionLevel(
@@ -230,7 +234,7 @@ def _lighter_model(
 
 def _build_checked(path: Path, plan: SessionPlan, parts: VersionParts) -> ort.InferenceSession:
     """Build a fallback session and check it takes the same inputs and gives the same outputs."""
-    session = build_session(path, plan)
+    session = build_session(path, plan, files=parts.files if path == parts.path else None)
     have_in = {a.name for a in session.get_inputs()}
     have_out = {a.name for a in session.get_outputs()}
     want_in = {s.name for s in parts.inputs}
