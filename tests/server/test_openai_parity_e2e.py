@@ -123,6 +123,8 @@ def test_stop_token_ids_end_the_answer_at_that_token(client: openai.OpenAI, toke
 def test_health_answers_200_when_ready(llm_server: ServerProcess) -> None:
     with urllib.request.urlopen(f"{llm_server.http_url}/health", timeout=10) as reply:
         assert reply.status == 200 and reply.read() == b""
+    status, answer = _post(llm_server, "/v1/embeddings", {"model": DEMO_LLM_NAME, "input": "x"})
+    assert status == 501 and "embedding" in answer["error"]["message"]  # type: ignore[index]
 
 
 def test_tokenize_and_detokenize_round_trip_in_vllm_shapes(
@@ -429,3 +431,25 @@ def test_tools_and_chat_template_kwargs_reach_the_chat_template(llm_server: Serv
         llm_server, "/v1/chat/completions", {**ask, "max_tokens": 2, "chat_template_kwargs": ["x"]}
     )
     assert status == 400 and answer["error"]["param"] == "chat_template_kwargs"  # type: ignore[index]
+
+
+def test_the_responses_api_answers_through_the_official_client(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model=DEMO_LLM_NAME, input=_PROMPT, max_output_tokens=12, temperature=0, store=False
+    )
+    chat = client.chat.completions.create(
+        model=DEMO_LLM_NAME, messages=[{"role": "user", "content": _PROMPT}], max_tokens=12, temperature=0
+    )
+    assert response.output_text == chat.choices[0].message.content
+    assert response.status == "incomplete" and response.usage is not None
+    assert response.usage.output_tokens == 12
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}  # fmt: skip
+    shaped = client.responses.create(
+        model=DEMO_LLM_NAME, input=[{"role": "user", "content": "Is it open?"}], max_output_tokens=20,
+        text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}},
+    )  # fmt: skip
+    assert isinstance(json.loads(shaped.output_text)["ok"], bool)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=DEMO_LLM_NAME, input="x", previous_response_id="resp_1")
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "previous_response_id"

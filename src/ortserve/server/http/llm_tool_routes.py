@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import orjson
 
-from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
+from ortserve.errors import InternalError, InvalidField, InvalidInput, NotImplementedByServer, OrtServeError
 from ortserve.llm.servable import LlmVersion
 from ortserve.llm.tools import template_variables, tool_request
 from ortserve.protocol.openai_codec import parse_messages
@@ -22,6 +22,7 @@ from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openai_routes import llm_versions, resolve_llm
+from ortserve.server.http.responses_routes import add_responses_route
 
 __all__ = ["add_llm_tool_routes"]
 
@@ -70,6 +71,12 @@ class _ToolRoutes:
         if not isinstance(name, str):
             raise InvalidField("model", "model must be a string")
         return resolve_llm(self._registry, name)
+
+    async def embeddings(self, request: HttpRequest) -> HttpResponse:
+        """Not built yet: a 501 that says so, rather than a 404 a client may take for a wrong URL."""
+        return openai_error_response(
+            NotImplementedByServer("/v1/embeddings: this server serves no embedding models yet (issue 29)")
+        )
 
     async def health(self, request: HttpRequest) -> HttpResponse:
         """200 with an empty body when every model is ready, else 503 (as vLLM answers)."""
@@ -157,8 +164,13 @@ def _operation(operation_id: str, summary: str, body: bool) -> Operation:
 
 
 def add_llm_tool_routes(app: HttpApp, registry: ModelRegistry, ready: Callable[[], bool]) -> None:
-    """Add ``/health``, ``/tokenize`` and ``/detokenize``; ``ready`` is the server's readiness."""
+    """Add ``/health``, ``/tokenize``, ``/detokenize`` and ``/v1/responses``; ``ready`` is the
+    server's readiness."""
     routes = _ToolRoutes(registry, ready)
+    add_responses_route(app, registry)
+    embeddings = _operation("openai_embeddings", "Embeddings (not served yet: 501)", True)
+    embeddings["responses"] = {"501": {"description": "no embedding models are served yet"}}
+    app.add_route("POST", "/v1/embeddings", routes.embeddings, embeddings)
     app.add_route("GET", "/health", routes.health, _operation("vllm_health", "Ready (vLLM's probe)", False))
     app.add_route(
         "POST", "/tokenize", routes.tokenize, _operation("vllm_tokenize", "Text or chat to token ids", True)

@@ -1,0 +1,169 @@
+"""Issue 29's probe table, re-run against a real server on the demo LM: each row sends the
+feature's request and checks its effect on the answer (not only the status), and prints a
+Markdown table row: "yes", or the 400's message when the server refuses it by name.
+
+    .venv/bin/python benchmarks/probe_llm_api.py
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
+from ortserve.testing import ServerProcess, run_server
+
+_PROMPT = "The lighthouse stood at the end of the long stone pier, and every evening the keeper"
+_CHAT = {"model": DEMO_LLM_NAME, "messages": [{"role": "user", "content": _PROMPT}], "max_tokens": 8}
+_COMPLETION = {"model": DEMO_LLM_NAME, "prompt": _PROMPT, "max_tokens": 8}
+Answer = dict[str, object]
+
+
+def _call(server: ServerProcess, method: str, path: str, body: Answer | None = None) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{server.http_url}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _json(server: ServerProcess, path: str, body: Answer) -> Answer:
+    status, raw = _call(server, "POST", path, body)
+    answer = json.loads(raw)
+    if status != 200:
+        raise AssertionError(f"{status}: {answer}")
+    return dict(answer)
+
+
+def _choices(answer: Answer) -> list[dict[str, object]]:
+    return list(answer["choices"])  # type: ignore[call-overload]
+
+
+def _health(server: ServerProcess) -> str:
+    status, body = _call(server, "GET", "/health")
+    return f"{status}, empty body" if status == 200 and body == b"" else f"no ({status})"
+
+
+def _tokenize(server: ServerProcess) -> str:
+    tokens = _json(server, "/tokenize", {"model": DEMO_LLM_NAME, "prompt": _PROMPT})["tokens"]
+    back = _json(server, "/detokenize", {"model": DEMO_LLM_NAME, "tokens": tokens})["prompt"]
+    return "200 (round trip exact)" if back == _PROMPT else "no"
+
+
+def _embeddings(server: ServerProcess) -> str:
+    status, raw = _call(server, "POST", "/v1/embeddings", {"model": DEMO_LLM_NAME, "input": "x"})
+    return f'refused: {status}, "{json.loads(raw)["error"]["message"]}"'
+
+
+def _logprobs(server: ServerProcess) -> str:
+    chat = _choices(_json(server, "/v1/chat/completions", {**_CHAT, "logprobs": True, "top_logprobs": 3}))[0]
+    content = chat["logprobs"]["content"]  # type: ignore[index]
+    legacy = _choices(_json(server, "/v1/completions", {**_COMPLETION, "logprobs": 3}))[0]["logprobs"]
+    ok = len(content) == 8 and all(len(t["top_logprobs"]) == 3 for t in content)  # type: ignore[index]
+    return "yes (chat 3 alternatives per token, legacy 3)" if ok and legacy["top_logprobs"] else "no"  # type: ignore[index]
+
+
+def _n(server: ServerProcess) -> str:
+    answer = _json(server, "/v1/completions", {**_COMPLETION, "n": 2, "temperature": 0})
+    texts = {c["text"] for c in _choices(answer)}
+    return (
+        "yes (2 choices, equal at temperature 0)" if len(_choices(answer)) == 2 and len(texts) == 1 else "no"
+    )
+
+
+def _logit_bias(server: ServerProcess) -> str:
+    tokens = _json(
+        server, "/tokenize", {"model": DEMO_LLM_NAME, "prompt": " lighthouse", "add_special_tokens": False}
+    )
+    token = tokens["tokens"][-1]  # type: ignore[index]
+    answer = _json(
+        server, "/v1/completions", {**_COMPLETION, "logit_bias": {str(token): 100}, "temperature": 1.0}
+    )
+    text = str(_choices(answer)[0]["text"])
+    return "yes (+100 on ' lighthouse': 8 of them)" if text.count("lighthouse") == 8 else f"no ({text!r})"
+
+
+def _penalties(server: ServerProcess) -> str:
+    """Each field changes a seeded sample's text (same seed, same prompt, without the field)."""
+    ask = {**_COMPLETION, "max_tokens": 24, "temperature": 1.0, "seed": 5}
+    plain = _choices(_json(server, "/v1/completions", ask))[0]
+    changed = []
+    for field, value in (("repetition_penalty", 2.0), ("presence_penalty", 2.0), ("frequency_penalty", 2.0),
+                         ("min_p", 0.5)):  # fmt: skip
+        other = _choices(_json(server, "/v1/completions", {**ask, field: value}))[0]
+        changed.append(field if other["text"] != plain["text"] else f"{field}: no effect")
+    return "yes (each changes a seeded sample: " + ", ".join(changed) + ")"
+
+
+def _json_schema(server: ServerProcess) -> str:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "n": {"type": "integer"}},
+              "required": ["name", "n"], "additionalProperties": False}  # fmt: skip
+    answer = _json(server, "/v1/chat/completions", {**_CHAT, "max_tokens": 60, "temperature": 1.0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})  # fmt: skip
+    value = json.loads(str(_choices(answer)[0]["message"]["content"]))  # type: ignore[index]
+    return "yes (answer parses and validates)" if set(value) == {"name", "n"} else "no"
+
+
+def _tools(server: ServerProcess) -> str:
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"],
+            "additionalProperties": False}}}  # fmt: skip
+    answer = _json(server, "/v1/chat/completions", {**_CHAT, "max_tokens": 60, "tools": [tool],
+                                                     "tool_choice": "required", "parallel_tool_calls": False})  # fmt: skip
+    choice = _choices(answer)[0]
+    call = choice["message"]["tool_calls"][0]  # type: ignore[index]
+    ok = choice["finish_reason"] == "tool_calls" and "city" in json.loads(call["function"]["arguments"])
+    return "yes (required call parses into its arguments)" if ok else "no"
+
+
+def _responses(server: ServerProcess) -> str:
+    answer = _json(
+        server, "/v1/responses", {"model": DEMO_LLM_NAME, "input": _PROMPT, "max_output_tokens": 8}
+    )
+    output = answer["output"][0]["content"][0]["text"]  # type: ignore[index]
+    return "yes (text; not stored, not streamed: refused by name)" if output else "no"
+
+
+def _unknown(server: ServerProcess) -> str:
+    status, raw = _call(server, "POST", "/v1/chat/completions", {**_CHAT, "frobnicate": 1})
+    error = json.loads(raw)["error"]
+    return f'{status}, param "{error["param"]}"'
+
+
+_PROBES: list[tuple[str, Callable[[ServerProcess], str]]] = [
+    ("`GET /health`", _health),
+    ("`POST /tokenize`, `/detokenize`", _tokenize),
+    ("`POST /v1/embeddings`", _embeddings),
+    ("completions `logprobs`, chat `logprobs` + `top_logprobs`", _logprobs),
+    ("`n=2`", _n),
+    ("`logit_bias`", _logit_bias),
+    ("`min_p`, `repetition_penalty`, `presence_penalty`, `frequency_penalty`", _penalties),
+    ("`response_format` `json_schema`", _json_schema),
+    ("`tools` + `tool_choice`", _tools),
+    ("`POST /v1/responses`", _responses),
+    ("an unknown field", _unknown),
+]
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        write_demo_llm(root / "models")
+        with run_server(root / "models", root / "server.log", ["--intra-op-threads", "1"]) as server:
+            print("| feature | ortserve |\n|---|---|")
+            for name, probe in _PROBES:
+                try:
+                    cell = probe(server)
+                except Exception as exc:  # a probe that fails is a finding, not a crash
+                    cell = f"no ({type(exc).__name__}: {exc})"
+                print(f"| {name} | {cell} |")
+
+
+if __name__ == "__main__":
+    main()
