@@ -74,3 +74,30 @@ async def test_a_quantized_llm_version_loads_and_generates(tmp_path: Path, bits:
         assert len((await stream.collect()).token_ids) == 10
     finally:
         await served.unload(1.0)
+
+
+def test_the_cli_writes_the_next_version_with_nbit_weights(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ortserve.cli.main import main
+
+    tokenizer = train_tokenizer(["the quick brown fox jumps over the lazy dog " * 4], 96)
+    shape = DecoderShape(tokenizer.get_vocab_size(), 64, 1, 4, 2, 128, 10000.0, 1e-5, 256)
+    write_llm_version(tmp_path / "m" / "1", random_weights(shape, seed=4), tokenizer, layout="genai")
+    args = [
+        "quantize",
+        "--model-repository",
+        str(tmp_path),
+        "--model",
+        "m",
+        "--llm",
+        "int4",
+        "--block-size",
+        "32",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "version 2: 8 MatMuls as int4" in result.output
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "m" / "2" / "model.onnx")).graph.node}
+    assert "MatMulNBits" in ops and "MatMul" not in ops
+    assert (tmp_path / "m" / "2" / "tokenizer.json").is_file()

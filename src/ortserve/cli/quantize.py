@@ -29,7 +29,6 @@ _METHODS = ("fp16", "dynamic-int8", "static-int8")
     "--method",
     "methods",
     multiple=True,
-    required=True,
     type=click.Choice(_METHODS),
     help="Repeatable: one new version per method, numbered after the highest version.",
 )
@@ -47,6 +46,16 @@ _METHODS = ("fp16", "dynamic-int8", "static-int8")
     "--threads", type=click.IntRange(1, 256), default=1, help="Intra-op threads for the latency figures."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@click.option(
+    "--llm",
+    "llm_bits",
+    type=click.Choice(["int4", "int8"]),
+    default=None,
+    help="An LLM version: weight-only MatMulNBits (blockwise) instead of --method.",
+)
+@click.option(
+    "--block-size", type=click.Choice(["32", "128"]), default="32", help="Weights per block (--llm)."
+)
 def quantize(
     repository: Path,
     model: str,
@@ -56,6 +65,8 @@ def quantize(
     samples: int,
     threads: int,
     as_json: bool,
+    llm_bits: str | None,
+    block_size: str,
 ) -> None:
     """Write quantized versions of MODEL and compare them with the source version.
 
@@ -64,6 +75,22 @@ def quantize(
     its divergence, then roll it out (docs/traffic.md).
     """
     from ortserve.errors import OrtServeError
+
+    if llm_bits is not None:
+        from ortserve.llm.quantize import quantize_llm_version
+
+        try:
+            version, count = quantize_llm_version(
+                repository, model, source, int(llm_bits[3:]), int(block_size)
+            )
+        except OrtServeError as exc:
+            raise click.ClickException(exc.message) from None
+        click.echo(
+            f"{model} version {version}: {count} MatMuls as {llm_bits} MatMulNBits, block {block_size}"
+        )
+        return
+    if not methods:
+        raise click.UsageError("give --method (or --llm for an LLM version)")
     from ortserve.quantization.convert import Method
     from ortserve.quantization.quantizer import QuantizeJob
     from ortserve.quantization.quantizer import quantize as run

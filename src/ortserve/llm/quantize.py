@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 from ortserve.errors import ConfigError
 
-__all__ = ["dequantize", "quantize_llm_folder", "quantize_matmuls", "quantize_weight"]
+__all__ = ["dequantize", "quantize_llm_folder", "quantize_llm_version", "quantize_matmuls", "quantize_weight"]
 
 U8 = npt.NDArray[np.uint8]
 F32 = npt.NDArray[np.float32]
@@ -136,3 +136,27 @@ def quantize_llm_folder(source: Path, target: Path, bits: int, block: int) -> in
             shutil.copy2(item, target / item.name)
     onnx.save(model, str(target / "model.onnx"))
     return converted
+
+
+def quantize_llm_version(
+    repository: Path, model: str, source: int | None, bits: int, block: int
+) -> tuple[int, int]:
+    """Write the next version of ``model``: ``source`` (default: the highest) with int4/int8
+    weights; returns (new version, MatMuls converted).
+
+    Raises:
+        ConfigError: no such model or version, or nothing to quantize.
+    """
+    folder = repository / model
+    versions = (
+        sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+        if folder.is_dir()
+        else []
+    )
+    if not versions:
+        raise ConfigError(f"{folder}: no numbered version to quantize")
+    chosen = versions[-1] if source is None else source
+    if chosen not in versions:
+        raise ConfigError(f"{folder}: no version {chosen}")
+    target = versions[-1] + 1
+    return target, quantize_llm_folder(folder / str(chosen), folder / str(target), bits, block)
