@@ -181,3 +181,18 @@ async def test_a_requests_wait_counts_from_before_it_was_read() -> None:
     executor.finish()
     await future
     assert recorder.records[0].queue_waits_s == pytest.approx((0.025,))
+
+
+async def test_an_unread_wait_within_one_batch_refuses_nothing() -> None:
+    loop = asyncio.get_running_loop()
+    executor, clock = FakeExecutor(), FakeClock()
+    policy = SchedulingPolicy(max_batch_size=0)  # the capacity in flight: 2 requests
+    scheduler = Scheduler(executor, policy, clock, loop, fitted(0.100))  # a request: 100 ms
+    scheduler.submit(one_row(), 1)
+    await settle()  # runs: 100 ms
+    clock.advance(0.001)
+    scheduler.submit(one_row(), 1)
+    read_delay_of(loop).unread_s = 0.090  # the loop read it late, but by less than a run
+    scheduler.submit(one_row(), 1)  # 199 ms ahead, target 200 ms: admitted
+    read_delay_of(loop).unread_s = 0.0
+    assert scheduler.queue_depth == 2

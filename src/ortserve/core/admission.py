@@ -161,9 +161,15 @@ class Admission:
             return None, 0.0
         ahead = sum(backlog.lanes[i].rows for i in range(lane + 1))
         queued = self._drain_estimate(now, ahead)
+        batch_s = full_batch_s(policy, self._cost_model) * backlog.service.slowdown
+        target = queue_wait_target(policy, batch_s)
         unread = self._read_delay.unread_s if self._read_delay is not None else 0.0
+        if unread <= batch_s:
+            # A lag within one batch is the margin the target keeps for the hand-over (and a
+            # sample's jitter): counted, it refused the third of three requests to an unbatched
+            # model whenever the first had just started. Longer, the loop is behind its reads.
+            unread = 0.0
         wait = queued + unread
-        target = wait_target(policy, self._cost_model, backlog.service.slowdown)
         if wait > target and not backlog.within_capacity(rows):
             late = Overloaded(
                 f"about {wait * 1e3:.1f} ms of waiting ahead ({unread * 1e3:.1f} ms of it unread "
