@@ -8,6 +8,8 @@ import gzip
 import io
 import json
 import logging
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -62,6 +64,16 @@ def test_onnxruntimes_logger_severity_follows_the_format_and_level(
     level: str, fmt: str, severity: int
 ) -> None:
     assert ort_log_severity(level, fmt) == severity
+
+
+def test_configuring_logging_never_imports_onnxruntime() -> None:
+    """The supervisor configures logging, then forks a zygote that must import ONNX Runtime itself."""
+    code = (
+        "import sys; from ortserve.logs import configure_logging; configure_logging('INFO', 'json'); "
+        "from ortserve.ort_runtime import session_log_severity; "
+        "assert 'onnxruntime' not in sys.modules; assert session_log_severity() == 4"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 @pytest.mark.e2e

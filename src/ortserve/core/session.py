@@ -20,6 +20,7 @@ from ortserve.core.tensorrt import (
     tensorrt_options,
 )
 from ortserve.errors import ConfigError
+from ortserve.ort_runtime import session_log_severity
 
 __all__ = ["DEFAULT_PROVIDER_ORDER", "SessionPlan", "build_session", "plan_session", "session_options"]
 
@@ -141,6 +142,7 @@ def build_session(
     if files is None:
         files = read_model_files(model_path, model_bytes)
     options = session_options(plan)
+    options.log_severity_level = session_log_severity()  # nothing unstructured on stderr (ort_runtime.py)
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
     if "TensorrtExecutionProvider" in names:
