@@ -24,6 +24,7 @@ TABLE = {
     errors.ModelControlDisabled: (503, "UNAVAILABLE"),
     errors.ModelLoadFailed: (400, "INVALID_ARGUMENT"),
     errors.PermissionDenied: (403, "PERMISSION_DENIED"),
+    errors.Unauthenticated: (401, "UNAUTHENTICATED"),
     errors.InternalError: (500, "INTERNAL"),
     errors.InferenceError: (500, "INTERNAL"),
     errors.RepositoryError: (500, "INTERNAL"),
