@@ -137,3 +137,29 @@ async def _compared(routed: Routed, count: int) -> dict[str, Any]:
             return dict(shadow)
         await asyncio.sleep(0.01)
     raise AssertionError("the shadow copies were not compared")
+
+
+async def test_a_rollout_advances_on_llm_outcomes_and_a_breached_guard_rolls_it_back(routed: Routed) -> None:
+    plan = {"candidate": "2", "baseline": "1", "steps": [50, 100], "interval": 0.05, "min_requests": 3}
+    routed.table.put(DEMO_LLM_NAME, {"rollout": plan | {"guards": {"max_p99_ratio": 1000}}})
+    state = await _rollout_until(routed, {"completed"})
+    assert state["share_percent"] == 100 and state["events"].get("advanced") == 1
+
+    # The other way round, with a latency guard no candidate can meet: back to the baseline.
+    back = plan | {"candidate": "1", "baseline": "2", "guards": {"max_p99_ratio": 1e-6}}
+    routed.table.put(DEMO_LLM_NAME, {"rollout": back})
+    state = await _rollout_until(routed, {"rejected"})
+    assert state["share_percent"] == 0 and "max_p99_ratio" in state["reason"]
+    assert {routed.version_for({"x-user-id": f"user-{key}"}) for key in range(50)} == {"2"}
+
+
+async def _rollout_until(routed: Routed, phases: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    key = 0
+    while time.monotonic() < deadline:  # each answered request is an outcome the rollout reads
+        key += 1
+        assert await routed.chat({b"x-user-id": f"user-{key}".encode()}) == 200
+        state = routed.table.get(DEMO_LLM_NAME)["rollout"]
+        if state["state"] in phases:
+            return dict(state)
+    raise AssertionError(f"the rollout did not reach {phases}")
