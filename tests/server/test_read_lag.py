@@ -20,6 +20,7 @@ class BusyLoop:
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.cpu = 0.0  # the loop thread's CPU time
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
 
@@ -27,8 +28,11 @@ class BusyLoop:
         heapq.heappush(self._timers, (self.now + delay, next(self._seq), callback))
         return callback  # a handle: the meter only checks that it holds one
 
-    def run_until(self, when: float) -> None:
-        """Busy until ``when``: the timers that fell due meanwhile fire then."""
+    def run_until(self, when: float, on_cpu: bool = True) -> None:
+        """Busy until ``when`` (on the CPU, or not scheduled): the timers that fell due
+        meanwhile fire then."""
+        if on_cpu:
+            self.cpu += when - self.now
         self.now = when
         while self._timers and self._timers[0][0] <= when:
             heapq.heappop(self._timers)[2]()
@@ -39,7 +43,7 @@ class BusyLoop:
 
 
 def meter(loop: BusyLoop, delay: ReadDelay) -> ReadLag:
-    return ReadLag(loop, delay, lambda: loop.now)  # type: ignore[arg-type]
+    return ReadLag(loop, delay, lambda: loop.now, lambda: loop.cpu)  # type: ignore[arg-type]
 
 
 def test_a_loop_busy_past_a_sample_leaves_its_lateness_as_the_unread_wait() -> None:
@@ -52,6 +56,15 @@ def test_a_loop_busy_past_a_sample_leaves_its_lateness_as_the_unread_wait() -> N
     assert lag.samples == 1 and lag.reads == 2
     assert lag.take_max() == pytest.approx(0.040)
     assert lag.take_max() == 0.0  # reset at each scrape
+
+
+def test_a_process_kept_off_the_cpu_is_a_slow_machine_not_a_late_read() -> None:
+    loop, delay = BusyLoop(), ReadDelay()
+    lag = meter(loop, delay)
+    lag.observe()
+    loop.run_until(0.001)
+    loop.run_until(0.045, on_cpu=False)  # another process had the core for 44 ms
+    assert delay.unread_s == pytest.approx(0.040 * 0.001 / 0.045)
 
 
 def test_a_prompt_loop_reads_with_no_wait() -> None:

@@ -5,8 +5,12 @@ transports do not use, and ``SIOCINQ`` tells bytes, not time. The loop's lag tel
 request that arrives while the loop is busy waits until the loop polls again, and one
 iteration then reads every readable connection in turn. A timer due every ``_SAMPLE_S``
 fires late by about the stretch of work the loop was in when it fell due, the same stretch
-a request arriving then waits through before it is read; its lateness (also counting any
-time the process was not scheduled at all) is the estimate each read is given.
+a request arriving then waits through before it is read; its lateness is the estimate each
+read is given, scaled by the share of the interval the loop's thread was on the CPU. A timer
+is also late when the process was not scheduled at all (a busy machine, a CPU quota): that is
+a slower machine, not a loop behind its own work, and counted in full it refused a benign
+load of 32 clients whenever another process took the core for 50 ms (the intake governor
+draws the same line).
 
 Timing each read instead (the time since its iteration's first read, plus the loop's busy
 time before its poll) cost a ready callback and a CPU-clock read per iteration, 3 us, which
@@ -40,15 +44,19 @@ class ReadLag:
         loop: the loop whose lag is sampled.
         delay: where the latest estimate is left for the schedulers.
         clock: the precise clock (tests pass their own).
+        cpu_clock: the loop thread's CPU time (tests pass their own).
     """
 
     __slots__ = (
         "__weakref__",
         "_clock",
+        "_cpu",
+        "_cpu_clock",
         "_delay",
         "_due",
         "_loop",
         "_reads_sampled",
+        "_since",
         "_timer",
         "lag_max_s",
         "lag_total_s",
@@ -57,11 +65,18 @@ class ReadLag:
     )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, delay: ReadDelay, clock: Callable[[], float] = time.monotonic
+        self,
+        loop: asyncio.AbstractEventLoop,
+        delay: ReadDelay,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self._loop = loop
         self._delay = delay
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._since = 0.0  # when the current sample interval began
+        self._cpu = 0.0  # the loop thread's CPU time then
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._reads_sampled = 0  # reads counted at the last sample
@@ -77,12 +92,15 @@ class ReadLag:
             self._arm(self._clock())
 
     def _arm(self, now: float) -> None:
+        self._since, self._cpu = now, self._cpu_clock()
         self._due = now + _SAMPLE_S
         self._timer = self._loop.call_later(_SAMPLE_S, self._sample)
 
     def _sample(self) -> None:
         now = self._clock()
-        lag = max(0.0, now - self._due)
+        elapsed = now - self._since
+        on_cpu = (self._cpu_clock() - self._cpu) / elapsed if elapsed > 0 else 1.0
+        lag = max(0.0, now - self._due) * min(1.0, on_cpu)
         self.samples += 1
         self.lag_total_s += lag
         if lag > self.lag_max_s:
