@@ -7,18 +7,27 @@ from pathlib import Path
 import click
 
 from ortserve import __version__
-from ortserve.cli.errors import CleanErrorsGroup, show_envvars
-from ortserve.cli.hotword import hotword
-from ortserve.cli.loadtest import bench, replay
-from ortserve.cli.quantize import quantize
+from ortserve.cli.errors import show_envvars
+from ortserve.cli.lazy import LazyGroup
 from ortserve.cli.serve import serve
-from ortserve.cli.signing import keygen, sign
 
 __all__ = ["main"]
 
 
+# Imported when run: ``ortserve serve`` starts without the load generator or the quantizer.
+_LAZY = {
+    "bench": "ortserve.cli.loadtest:bench",
+    "replay": "ortserve.cli.loadtest:replay",
+    "keygen": "ortserve.cli.signing:keygen",
+    "sign": "ortserve.cli.signing:sign",
+    "quantize": "ortserve.cli.quantize:quantize",
+    "hotword": "ortserve.cli.hotword:hotword",
+}
+
+
 @click.group(
-    cls=CleanErrorsGroup,
+    cls=LazyGroup,
+    lazy=_LAZY,
     context_settings={
         "auto_envvar_prefix": "ORTSERVE",
         "show_default": True,
@@ -44,10 +53,4 @@ def demo(directory: Path) -> None:
     click.echo(f"wrote {', '.join(names)} to {directory}")
 
 
-main.add_command(bench)
-main.add_command(replay)
-main.add_command(keygen)
-main.add_command(sign)
-main.add_command(quantize)
-main.add_command(hotword)
 show_envvars(main)
