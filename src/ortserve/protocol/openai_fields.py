@@ -46,13 +46,10 @@ _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
 }
 
-_NOT_YET: dict[str, str] = {}
-"""Named fields whose support lands later: refused by name meanwhile, never ignored."""
-
 
 def refusal_reasons() -> dict[str, str]:
     """Every field refused by name, with why (the docs' table)."""
-    return {**_REFUSED, **_NOT_YET}
+    return dict(_REFUSED)
 
 
 def _check_value(name: str, value: object) -> None:
@@ -74,21 +71,6 @@ def _check_value(name: str, value: object) -> None:
             raise InvalidField(name, "stream_options.include_usage must be a boolean")
 
 
-def _harmless(name: str, value: object) -> bool:
-    """A value of a not-yet-supported field that asks for nothing (the default)."""
-    return (
-        (name == "response_format" and value == {"type": "text"})
-        or (name == "tools" and value == [])
-        or (name == "tool_choice" and value == "none")
-        or (name == "logit_bias" and value == {})
-        or (name == "logprobs" and value is False)
-        or (name == "top_logprobs" and value == 0)
-        or (name == "best_of" and value == 1)
-        or (name == "min_p" and value == 0)
-        or (name == "repetition_penalty" and value == 1)
-    )
-
-
 def check_fields(fields: Mapping[str, object], honoured: frozenset[str]) -> None:
     """Refuse (400 naming it) the first field that is not honoured.
 
@@ -99,8 +81,6 @@ def check_fields(fields: Mapping[str, object], honoured: frozenset[str]) -> None
     for name, value in fields.items():
         if value is None and name not in ("model", "messages", "prompt"):
             continue  # the openai client's NOT_GIVEN never arrives; an explicit null means "default"
-        if name in _NOT_YET and name in honoured and not _harmless(name, value):
-            raise InvalidField(name, f"{name}: {_NOT_YET[name]}")
         if name == "modalities" and value == ["text"]:
             continue
         if name in _REFUSED:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from ortserve.errors import ModelNotFound, OrtServeError
@@ -100,7 +100,7 @@ class _OpenAiRoutes:
         self,
         request: HttpRequest,
         parse: Callable[[bytes], _Parsed],
-        start: Callable[[LlmVersion, _Parsed, str], Answer],
+        start: Callable[[LlmVersion, _Parsed, str], Awaitable[Answer]],
     ) -> HttpResponse:
         """Parse, route to an LLM version, start the choices, answer whole or as events."""
         exchange = self._exchange
@@ -111,7 +111,7 @@ class _OpenAiRoutes:
         scope = self._begin(request, parsed.model)
         try:
             llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            answer = start(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
+            answer = await start(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
             exchange.mirror(scope, llm, answer.streams[0])
             if parsed.stream:
                 return self._streaming(scope, answer.events())

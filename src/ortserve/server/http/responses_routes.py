@@ -152,7 +152,8 @@ class _ResponsesRoute:
             fields = _fields(request.body)
             parsed = codec.parse_chat(orjson.dumps(_chat_fields(fields)))
             llm = resolve_llm(self._registry, parsed.model)
-            chat = orjson.loads(await start_chat(llm, parsed).body())
+            answer = await start_chat(llm, parsed)
+            chat = orjson.loads(await answer.body())
             choice = chat["choices"][0]
             body = _answer(
                 parsed.model, choice["message"]["content"] or "", choice["finish_reason"], chat["usage"]
