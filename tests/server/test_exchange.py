@@ -1,5 +1,5 @@
 """Every request family passes through the one Exchange: OIP over HTTP, OIP over gRPC, a
-pipeline route and OpenAI chat (plain and streamed) are each counted under the same labels,
+pipeline route, OpenAI chat (plain and streamed) and the generate extension are each counted under the same labels,
 access-logged, traced, captured, and echo their request id; a refused request has the same
 shape as the others of its transport."""
 
@@ -33,6 +33,7 @@ from ortserve.server.exchange import Exchange
 from ortserve.server.grpc.listener import GrpcListener
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.http.app import HttpApp
+from ortserve.server.http.generate_routes import add_generate_routes
 from ortserve.server.http.messages import HttpRequest, HttpResponse, resolve_response
 from ortserve.server.http.openai_routes import add_openai_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
@@ -83,6 +84,7 @@ async def edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Edge]:
     limits = TensorLimits(1 << 20, 8, 1 << 20)
     app = HttpApp(dataplane, limits, exchange=exchange)
     add_openai_routes(app, registry)
+    add_generate_routes(app, registry)
     register_pipeline_routes(registry, app)
     listener = GrpcListener(
         dataplane, limits, GrpcOptions.from_settings(settings), telemetry, exchange=exchange
@@ -192,6 +194,18 @@ FAMILIES = {
         "/v1/chat/completions",
         400,
         lambda e, good, rid: http(e, "/v1/chat/completions", chat_body(good, False), rid),
+    ),
+    "generate": Family(
+        "http",
+        DEMO_LLM_NAME,
+        f"/v2/models/{DEMO_LLM_NAME}/generate",
+        400,
+        lambda e, good, rid: http(
+            e,
+            f"/v2/models/{DEMO_LLM_NAME}/generate",
+            {"text_input": "The lighthouse", "max_tokens": 4} if good else {"max_tokens": 4},
+            rid,
+        ),
     ),
     "openai-stream": Family(
         "http",
