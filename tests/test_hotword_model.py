@@ -17,10 +17,11 @@ from ortserve.apps.hotword.corpus import CORPUS, load_corpus
 from ortserve.apps.hotword.features import ABLATIONS, Featurizer
 from ortserve.apps.hotword.holidays import CHINA
 from ortserve.apps.hotword.pipeline import MIN_SCORE, TAG_DROP, TAG_LABELS, HotwordPipeline
+from ortserve.apps.hotword.regions import NEARBY, locality
 from ortserve.apps.hotword.retrieval import Index
 from ortserve.apps.hotword.text import Segmenter
 from ortserve.apps.hotword.training import OUTPUT, examples
-from ortserve.apps.hotword.world import PROVINCES, generate_log, province_of
+from ortserve.apps.hotword.world import PROVINCES, generate_log
 from ortserve.apps.mlp import train_mlp
 from ortserve.errors import ConfigError
 from ortserve.pipeline.contract import PipelineContext
@@ -140,9 +141,8 @@ def test_a_tag_is_given_exactly_when_switching_its_feature_off_costs_the_score(
     entries = load_corpus(ranker.version_dir / CORPUS)
     index = Index(entries, Segmenter(ranker.version_dir).search)
     featurizer = Featurizer(entries)
-    province = province_of(region)
-    matches = index.match(query, province)
-    rows = featurizer.rows(matches, province, day).matrix[: len(matches.index)]
+    matches = index.match(query, region)
+    rows = featurizer.rows(matches, region, day).matrix[: len(matches.index)]
     full = ranker.score(rows)
     by_word = {entries[int(e)].word: i for i, e in enumerate(matches.index)}
     answer = ranker.ask(query, region, day, top_k=20)
@@ -273,3 +273,27 @@ def test_a_season_in_its_window_earns_the_holiday_tag(
     found = {h["word"]: h for h in answer["hotwords"]}
     assert expected in found and "节假日" in found[expected]["tags"]
     assert all("节假日" not in h["tags"] for h in ranker.ask(query, 110000, dt.date(2026, 7, 20))["hotwords"])
+
+
+@pytest.mark.parametrize(
+    ("query", "region", "first"),
+    [
+        ("天气", 440300, "深圳天气预报"),  # a city code: its own city first, not the capital
+        ("天气", 440305, "深圳天气预报"),  # a district code is read as its city
+        ("房价", 440100, "广州房价走势"),
+        ("天气", 510000, "成都天气预报"),  # a province code: the province's cities, capital first
+    ],
+)
+def test_regions_are_city_level_with_the_province_behind(
+    ranker: Ranker, query: str, region: int, first: str
+) -> None:
+    answer = ranker.ask(query, region, dt.date(2026, 3, 11))
+    scores = [h["score"] for h in answer["hotwords"]]
+    assert words(answer)[0] == first and scores[0] > scores[1]
+
+
+def test_locality_is_home_nearby_or_elsewhere() -> None:
+    regions = np.array([440300, 440100, 440000, 110000, 0])
+    assert locality(regions, 440305).tolist() == [1.0, NEARBY, 1.0, 0.0, 0.0]
+    assert locality(regions, 440000).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+    assert locality(regions, 0).tolist() == [0.0] * 5

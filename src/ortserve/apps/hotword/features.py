@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry, SeasonCalendar
+from ortserve.apps.hotword.regions import locality, province_of
 from ortserve.apps.hotword.retrieval import Matches
 
 __all__ = ["ABLATIONS", "FEATURE_NAMES", "TAG_ACTIVE", "Featurizer", "Rows"]
@@ -27,6 +28,7 @@ FEATURE_NAMES = (
     "bigram_query",
     "bigram_entry",
     "region_home",
+    "region_nearby",
     "region_away",
     "region_unplaced",
     "holiday_closeness",
@@ -38,7 +40,12 @@ FEATURE_NAMES = (
 _COLUMN = {name: i for i, name in enumerate(FEATURE_NAMES)}
 ABLATIONS = {
     "holiday": (_COLUMN["holiday_closeness"], _COLUMN["holiday_off"]),
-    "regional": (_COLUMN["region_home"], _COLUMN["region_away"], _COLUMN["region_unplaced"]),
+    "regional": (
+        _COLUMN["region_home"],
+        _COLUMN["region_nearby"],
+        _COLUMN["region_away"],
+        _COLUMN["region_unplaced"],
+    ),
     "trending": (_COLUMN["event_closeness"], _COLUMN["event_off"]),
 }
 """Tag -> the feature columns switched off to measure what the tag's feature added."""
@@ -57,7 +64,7 @@ class Rows:
 
 
 class Featurizer:
-    """Feature rows of a corpus's candidates for a searcher's province and day.
+    """Feature rows of a corpus's candidates for a searcher's region and day.
 
     Args:
         entries: the corpus.
@@ -71,13 +78,19 @@ class Featurizer:
         self._holiday = np.array([e.season is not None and e.season[0] == "holiday" for e in entries])
         self._event = np.array([e.season is not None and e.season[0] == "event" for e in entries])
 
-    def rows(self, matches: Matches, province: int | None, day: dt.date) -> Rows:
-        """The candidates' rows and, for each tag whose feature is on, an ablated copy."""
+    def rows(self, matches: Matches, region_id: int, day: dt.date) -> Rows:
+        """The candidates' rows and, for each tag whose feature is on, an ablated copy.
+
+        ``region_home`` is the searcher's city (or province, where either side names only
+        that), ``region_nearby`` another city of the searcher's province (see
+        :func:`~ortserve.apps.hotword.regions.locality`)."""
         index = matches.index
         region = self._regions[index]
         regional = region != 0
-        home = regional & (region == province) if province is not None else np.zeros(len(index), bool)
-        away = regional & ~home & (province is not None)
+        province = province_of(region_id)
+        local = locality(region, region_id)
+        home, nearby = local == 1.0, (local > 0) & (local < 1.0)
+        away = regional & (local == 0) & (province is not None)
         closeness = self.calendar.closeness(day)[index]
         holiday, event = self._holiday[index], self._event[index]
         columns = (
@@ -87,6 +100,7 @@ class Featurizer:
             matches.bigram_query,
             matches.bigram_entry,
             home,
+            nearby,
             away,
             regional & (province is None),
             np.where(holiday, closeness, 0.0),

@@ -94,9 +94,10 @@ def _dates() -> dict[str, list[dt.date]]:
 HOLIDAYS = _dates()
 LEAD_DAYS = 21
 """Interest in a season builds over the three weeks before its peak."""
-PEAK_DAYS = {"spring": 15, "national_day": 7, "labour_day": 7, "mid_autumn": 5, "dragon_boat": 5}
-"""Days before a holiday that already are its peak: 国庆 and 五一 trips are booked the week
-before, 春节's two weeks before (the first days of 春运). Others peak on the day."""
+PEAK_DAYS = {"spring": 15, "national_day": 7, "labour_day": 7, "mid_autumn": 7, "dragon_boat": 7}
+"""Days before a holiday that already are its peak: trips for 国庆, 五一 and the three-day
+holidays are booked the week before, 春节's two weeks before (the first days of 春运). Others
+peak on the day."""
 STAY_DAYS = {"chunyun": 39}
 """Days a season lasts after it starts: 春运 40 days in all; a holiday 3 (its first days)."""
 _STAY_DEFAULT = 3

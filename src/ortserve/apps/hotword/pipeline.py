@@ -22,11 +22,10 @@ from ortserve.apps.hotword.request import HotwordRequest, parse_hotword_request
 from ortserve.apps.hotword.retrieval import Index, Matches
 from ortserve.apps.hotword.text import Segmenter
 from ortserve.apps.hotword.training import ARTEFACTS, INPUT, OUTPUT
-from ortserve.apps.hotword.world import province_of
 from ortserve.errors import ConfigError
 from ortserve.pipeline.contract import JsonObject, ModelCall, ModelOutputs, PipelineContext
 
-__all__ = ["MIN_SCORE", "TAG_DROP", "TAG_LABELS", "HotwordPipeline"]
+__all__ = ["MIN_SCORE", "MIN_SHARE", "TAG_DROP", "TAG_LABELS", "HotwordPipeline"]
 
 TAG_DROP = 0.25
 """A tag holds when its feature switched off costs at least this share of the score."""
@@ -34,6 +33,9 @@ MIN_SCORE = 0.01
 """Hotwords the ranker scores under this are not answered: they filled places 2-5 with
 noise (冰雪大世界 for 世界杯 at 0.0, 大庆旅游攻略 for 国庆旅游攻略 at 0.008). An exact match
 is always answered."""
+MIN_SHARE = 0.2
+"""... nor those under this share of the best other hotword's score: the floor follows the
+ranker's calibration for the query (大庆旅游攻略 at 0.011 beside 中秋旅游攻略 at 0.082)."""
 TAG_LABELS = {"holiday": "节假日", "regional": "地域热点", "trending": "热门趋势"}
 """Each tag's label (``tags``) by its English alias (``tag_ids``)."""
 
@@ -75,12 +77,11 @@ class HotwordPipeline:
 
     def preprocess(self, prepared: _Prepared) -> list[ModelCall]:
         request = prepared.request
-        province = province_of(request.region_id)
-        prepared.matches = self._index.match(request.query, province)
+        prepared.matches = self._index.match(request.query, request.region_id)
         if not len(prepared.matches.index):
             return []
         day = china_time(request.timestamp_ms).date()
-        prepared.rows = self._featurizer.rows(prepared.matches, province, day)
+        prepared.rows = self._featurizer.rows(prepared.matches, request.region_id, day)
         return [ModelCall(self._model, {INPUT: prepared.rows.matrix})]
 
     def postprocess(self, outputs: Sequence[ModelOutputs], prepared: _Prepared) -> JsonObject:
@@ -118,11 +119,12 @@ class HotwordPipeline:
 
 def _relevant(scores: np.ndarray, matches: Matches, ranked: np.ndarray) -> np.ndarray:
     """Which ranked candidates to answer: an exact match always; others scoring at least
-    ``MIN_SCORE``, and never one related by character pairs alone (冰雪大世界 to 世界杯) while
-    another shares a whole word with the query."""
+    ``MIN_SCORE`` and ``MIN_SHARE`` of the best other, and never one related by character pairs
+    alone (冰雪大世界 to 世界杯) while another shares a whole word with the query."""
     exact = matches.exact[ranked] > 0
     worded = matches.word_query[ranked] > 0
-    keep = scores >= MIN_SCORE
+    best_other = float(scores[~exact].max()) if (~exact).any() else 0.0
+    keep = scores >= max(MIN_SCORE, MIN_SHARE * best_other)
     if worded.any():
         keep &= worded
     return np.asarray(exact | keep)

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry
+from ortserve.apps.hotword.regions import locality
 from ortserve.apps.hotword.variants import QueryVariants
 
 __all__ = ["MATCH_THRESHOLD", "MAX_CANDIDATES", "STOPWORDS", "Index", "Matches", "normalise"]
@@ -162,7 +163,7 @@ class Index:
         """The entry whose word is the query, if any."""
         return self._exact.get(self.read(query))
 
-    def match(self, query: str, province: int | None) -> Matches:
+    def match(self, query: str, region_id: int) -> Matches:
         """Entries covering at least ``MATCH_THRESHOLD`` of the query (by words or bigrams),
         at most ``MAX_CANDIDATES``: by relevance, then home region, then corpus order; an
         exact match always among them."""
@@ -173,7 +174,7 @@ class Index:
         exact = self._exact.get(text)
         if exact is not None:
             priority[exact] = 2.0
-        home = (self.regions == province) if province is not None else np.zeros(len(priority), dtype=bool)
+        home = locality(self.regions, region_id) > 0
         related = np.flatnonzero(priority >= MATCH_THRESHOLD)
         order = np.lexsort((related, ~home[related], -np.round(priority[related], 6)))
         chosen = related[order][:MAX_CANDIDATES]

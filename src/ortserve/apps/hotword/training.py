@@ -16,7 +16,7 @@ from ortserve.apps.hotword.features import FEATURE_NAMES, Featurizer
 from ortserve.apps.hotword.holidays import china_time
 from ortserve.apps.hotword.retrieval import Index
 from ortserve.apps.hotword.text import Segmenter, write_dictionary
-from ortserve.apps.hotword.world import FILLERS, LogRecord, generate_log, province_of
+from ortserve.apps.hotword.world import FILLERS, LogRecord, generate_log
 from ortserve.apps.mlp import MlpWeights, export_mlp, train_mlp
 
 __all__ = ["ARTEFACTS", "INPUT", "OUTPUT", "domain_words", "examples", "train_hotword"]
@@ -40,12 +40,11 @@ def examples(
     rng = np.random.default_rng(seed)
     rows, labels = [], []
     for record in log:
-        province = province_of(record.region_id)
-        matches = index.match(record.query, province)
+        matches = index.match(record.query, record.region_id)
         hit = np.flatnonzero(matches.index == record.clicked)
         if not len(hit):
             continue
-        matrix = featurizer.rows(matches, province, china_time(record.timestamp_ms).date()).matrix
+        matrix = featurizer.rows(matches, record.region_id, china_time(record.timestamp_ms).date()).matrix
         others = np.delete(np.arange(len(matches.index)), hit[0])
         half = _NEGATIVES // 2
         chosen = np.concatenate([others[:half], rng.permutation(others[half:])[:half]]).astype(np.int64)
@@ -54,7 +53,7 @@ def examples(
     return np.concatenate(rows), np.concatenate(labels).astype(np.float32)[:, None]
 
 
-def train_hotword(version_dir: Path, seed: int = 7, samples: int = 4000, epochs: int = 12) -> MlpWeights:
+def train_hotword(version_dir: Path, seed: int = 7, samples: int = 6000, epochs: int = 12) -> MlpWeights:
     """Copy the corpus, generate the log, fit the ranker, write ``model.onnx`` and artefacts."""
     version_dir.mkdir(parents=True, exist_ok=True)
     entries = load_corpus(copy_seed_corpus(version_dir))

@@ -17,28 +17,19 @@ import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry, SeasonCalendar
 from ortserve.apps.hotword.holidays import CHINA
+from ortserve.apps.hotword.regions import NEARBY, PROVINCES, city_of, locality, province_of
 from ortserve.apps.hotword.retrieval import normalise
 
 __all__ = ["PROVINCES", "LogRecord", "context_weights", "generate_log", "province_of"]
 
-PROVINCES = (
-    110000, 120000, 130000, 140000, 150000, 210000, 220000, 230000, 310000, 320000, 330000, 340000,
-    350000, 360000, 370000, 410000, 420000, 430000, 440000, 450000, 460000, 500000, 510000, 520000,
-    530000, 540000, 610000, 620000, 630000, 640000, 650000, 710000, 810000, 820000,
-)  # fmt: skip
-"""Province-level administrative codes; a city or district code maps to its province."""
 FILLERS = ("怎么", "最新", "哪里", "今天", "多少钱", "2025")
 _OFF_SEASON = 0.05
 _IN_SEASON = 10.0
 _AWAY = 0.15
 _HOME = 12.0
+_CITY_SEARCHERS = 0.6
+"""Share of a province's searchers the log places in one of its cities (the rest: province only)."""
 _UNPLACED = 0.6
-
-
-def province_of(region_id: int) -> int | None:
-    """The province code of an administrative code (0, national, has none)."""
-    code = region_id // 10000 * 10000
-    return code if code in PROVINCES else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +47,17 @@ def context_weights(
     base: npt.NDArray[np.float64],
     closeness: npt.NDArray[np.float64],
     seasonal: npt.NDArray[np.bool_],
-    province: int,
+    region_id: int,
 ) -> npt.NDArray[np.float64]:
-    """Every entry's intent weight in one context (province 0: national)."""
+    """Every entry's intent weight in one context (region 0: national; a province or a city)."""
     region_factor = np.ones(len(regions))
     regional = regions != 0
-    if province == 0:
+    if region_id == 0:
         region_factor[regional] = _UNPLACED
     else:
-        region_factor[regional] = np.where(regions[regional] == province, _HOME, _AWAY)
+        local = locality(regions, region_id)[regional]
+        # At home 12x, nearby (another city of the province) NEARBY of that, elsewhere 0.15x.
+        region_factor[regional] = np.where(local > 0, _HOME * np.where(local < 1, NEARBY, 1.0), _AWAY)
     season_factor = np.where(seasonal, _OFF_SEASON + _IN_SEASON * closeness, 1.0)
     return base * region_factor * season_factor
 
@@ -99,6 +92,10 @@ def generate_log(
     rng = np.random.default_rng(seed)
     start = dt.date(2024, 1, 1)
     regions = np.array([e.region for e in entries], dtype=np.int64)
+    cities = {
+        p: sorted({int(r) for r in regions if city_of(int(r)) and province_of(int(r)) == p})
+        for p in PROVINCES
+    }
     base = np.array([e.base for e in entries])
     seasonal = np.array([e.season is not None for e in entries])
     exact = {normalise(e.word): i for i, e in enumerate(entries)}
@@ -107,12 +104,15 @@ def generate_log(
     for _ in range(size):
         offset = int(rng.integers(days))
         province = 0 if rng.random() < 0.3 else int(PROVINCES[int(rng.integers(len(PROVINCES)))])
+        region = province
+        if province and cities[province] and rng.random() < _CITY_SEARCHERS:
+            region = cities[province][int(rng.integers(len(cities[province])))]
         closeness = calendar.closeness(start + dt.timedelta(days=offset))
-        weights = context_weights(regions, base, closeness, seasonal, province)
+        weights = context_weights(regions, base, closeness, seasonal, region)
         intent = int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
         intent = min(intent, len(entries) - 1)
         query = _query(rng, entries[intent])
         clicked = exact.get(normalise(query), intent)
         stamp = (origin + offset * 86400 + int(rng.integers(86400))) * 1000
-        records.append(LogRecord(query, province, int(stamp), clicked))
+        records.append(LogRecord(query, region, int(stamp), clicked))
     return records
