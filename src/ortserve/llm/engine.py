@@ -372,18 +372,21 @@ class GenerationEngine:
         """Prompt tokens to prefill in a step whose decode took ``decode_s``.
 
         ``prefill_chunk_tokens`` when configured. Otherwise: with nobody decoding, up to
-        ``prefill_tokens_per_step`` (no stream to protect); else what costs about two decode
-        steps (so a step with a chunk takes at most three times one without: ITL p99 within
-        three times its median), within the latency target, at least 32 tokens.
+        ``prefill_tokens_per_step`` (no stream to protect); with one prompt to read, what costs
+        about two decode steps (a step with a chunk takes at most three times one without: ITL
+        p99 within three times its median); with more prompts waiting, all the latency target
+        leaves (their time to first token grows with every step they wait); at least 32 tokens.
         """
         if self.limits.prefill_chunk_tokens:
             return self.limits.prefill_chunk_tokens
         most = self.limits.prefill_tokens_per_step
         if decode_s <= 0:
             return most
-        room = max(2.0 * decode_s, 0.0)
+        room = 2.0 * decode_s
         target = self.itl_target_s()
-        if target > decode_s:
+        if len(self._waiting) + len(self._prefilling) > 1:
+            room = max(room, target - decode_s)
+        elif target > decode_s:
             room = min(room, target - decode_s)
         return max(32, min(most, int(room / self.prefill_token_s)))
 
