@@ -22,12 +22,10 @@ from typing import Protocol
 
 from ortserve.core.model import ModelState, Servable
 from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
-from ortserve.llm.loader import SMALL_FILE_BYTES, VerifiedFiles, load_llm_version
-from ortserve.pipeline.runtime import pipeline_model_name
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
+from ortserve.repository.kinds import ModelKinds, standard_kinds
 from ortserve.repository.layout import is_model_name, select_versions
 from ortserve.repository.loader import LoadInputs, load_version
-from ortserve.repository.pipeline_versions import follow_model
 from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
 from ortserve.repository.signature import TrustedKeys, VerifiedVersion, verify_and_read
 from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
@@ -76,8 +74,11 @@ class LifecycleManager:
         settings: ServerSettings,
         events: LifecycleEvents | None = None,
         trusted: TrustedKeys | None = None,
+        kinds: ModelKinds | None = None,
     ) -> None:
         self.registry = registry
+        self.kinds = standard_kinds() if kinds is None else kinds
+        """The loader of each model kind beyond ONNX, and the pipelines' follower (the server's)."""
         self.trusted = trusted
         self.settings = settings
         self.events = events
@@ -149,8 +150,9 @@ class LifecycleManager:
         async with self._lock(name):
             self._withdraw_all(name, "unloaded by request")
             self._loaded.pop(name, None)
-        if dependents and self.registry.find(pipeline_model_name(name)) is not None:
-            await self.unload(pipeline_model_name(name))
+        pipelines = self.kinds.pipelines
+        if dependents and pipelines is not None and self.registry.find(pipelines.name_of(name)) is not None:
+            await self.unload(pipelines.name_of(name))
         self._notify()
 
     async def sync(
@@ -285,12 +287,12 @@ class LifecycleManager:
         if not entry.versions:
             reason = "; ".join(failures) or "no complete version folder matches the version policy"
             self._model_failed(name, snapshot, reason)
-        elif config.pipeline is not None:
+        elif config.pipeline is not None and (pipelines := self.kinds.pipelines) is not None:
             newest = max(entry.versions)
-            pipeline = self.registry.find(pipeline_model_name(name))
+            pipeline = self.registry.find(pipelines.name_of(name))
             if newest in attempted or pipeline is None or newest not in pipeline.versions:
                 folder = snapshot.versions[newest].folder
-                await follow_model(
+                await pipelines.follow(
                     self.registry, name, newest, folder, config.pipeline, self._drain, self._retire
                 )
         return failures
@@ -305,13 +307,13 @@ class LifecycleManager:
         observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
         try:
             model_file = snapshot.model_file(number, config.default_model_filename)
-            keep = SMALL_FILE_BYTES if config.kind == "llm" else 0
+            loader = self.kinds.loaders.get(config.kind)  # None: an ONNX model
+            keep = 0 if loader is None else loader.keep_bytes
             folder = snapshot.versions[number].folder
             verified = await self._verify(name, number, folder, model_file, keep, source.digests)
             served: Servable
-            if config.kind == "llm":  # generation is another servable, with its own engine
-                checked = None if verified.files is None else VerifiedFiles(verified.files, verified.kept)
-                served = await load_llm_version(name, number, model_file, config, self.settings, checked)
+            if loader is not None:  # another kind (an LLM: its own engine), by its own loader
+                served = await loader.load(name, number, model_file, config, self.settings, verified)
             else:
                 served = await load_version(
                     name,

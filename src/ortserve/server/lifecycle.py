@@ -23,6 +23,7 @@ from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
 from ortserve.llm.stats import LlmCollector
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.repository.kinds import standard_kinds
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.signature import load_trusted_keys
@@ -103,7 +104,9 @@ class Server:
                 settings.trusted_keys, settings.require_signed, settings.min_signed_version
             )
         )
-        self.manager = LifecycleManager(self.registry, settings, self.observability.lifecycle_events, trusted)
+        self.manager = LifecycleManager(
+            self.registry, settings, self.observability.lifecycle_events, trusted, standard_kinds()
+        )
         # A released session frees its arena and weights into glibc's heap: give the pages back.
         self._released_heap = HeapTrimmer(threshold=1)
         self.manager.released.append(lambda: self._released_heap.freed(1))
@@ -142,7 +145,7 @@ class Server:
             registry = self.registry
             self.observability.metrics.registry.register(LlmCollector(lambda: llm_versions(registry)))
         add_generate_routes(self.http_app, self.registry)
-        add_llm_tool_routes(self.http_app, self.registry, self.dataplane.ready)
+        add_llm_tool_routes(self.http_app, self.registry, self.dataplane.ready, settings.model_repository)
         self.control = ModelControl(self.manager, settings.model_control_mode)
         http_restricted = (
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}
