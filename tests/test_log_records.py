@@ -76,6 +76,19 @@ def test_configuring_logging_never_imports_onnxruntime() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_warnings_and_uncaught_thread_exceptions_are_json_records_too() -> None:
+    code = (
+        "import threading, warnings; from ortserve.logs import configure_logging; "
+        "configure_logging('INFO', 'json'); "
+        "thread = threading.Thread(target=lambda: 1 / 0, name='worker-x'); thread.start(); thread.join(); "
+        "warnings.warn('a user warning')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    records = [json.loads(line) for line in run.stderr.splitlines()]  # every line is one
+    assert [r["logger"] for r in records] == ["ortserve.threads", "py.warnings"]
+    assert "ZeroDivisionError" in records[0]["exception"]
+
+
 @pytest.mark.e2e
 def test_json_logs_stay_json_when_onnxruntime_fails_and_carry_trace_ids_and_access_fields(
     tmp_path: Path,

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
 from contextvars import ContextVar
 from types import TracebackType
@@ -172,3 +173,16 @@ def configure_logging(level: str = "INFO", fmt: str = "text", onnxruntime: bool 
     root.setLevel(level.upper())
     if onnxruntime:
         quiet_onnxruntime(level, fmt)
+    # What Python itself would print to stderr goes through the log too (one JSON object per
+    # line under json): warnings, and exceptions no thread caught.
+    logging.captureWarnings(True)
+    threading.excepthook = _log_thread_exception
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("ortserve.threads").error(
+        "uncaught exception in thread %s", name, exc_info=args.exc_value or True
+    )
