@@ -89,7 +89,7 @@ def main() -> None:
                 "median_on": on,
                 "lost_percent": round(100 * (off - on) / off, 2),
                 "idle_server_cpu_share_no_page": round(baseline, 4),
-        "idle_server_cpu_share_10_pages": round(idle_cpu, 4),
+                "idle_server_cpu_share_10_pages": round(idle_cpu, 4),
                 "documents_requested": documents,
             },
             indent=2,
