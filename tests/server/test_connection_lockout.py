@@ -216,3 +216,35 @@ async def test_a_grpc_call_left_without_its_request_ends_deadline_exceeded_and_f
         assert status[b"grpc-status"] == b"4"  # DEADLINE_EXCEEDED
         assert b"not received in time" in status[b"grpc-message"]
         await until(lambda: site.cap.open == 1 and site.cap.evictable == 1)  # quiet again, evictable
+
+
+# -- one peer's share ----------------------------------------------------------------------
+
+
+async def test_a_peer_past_its_share_is_refused_on_both_transports_and_others_are_not_counted() -> None:
+    cap = ConnectionLimit(CAP, per_peer=2)
+    http = HttpListener(answer, ConnectionLimits(), cap)
+    dataplane = DataPlane(NoModels(), ServerMetadata("ortserve", "test", ()))
+    grpc_listener = GrpcListener(dataplane, TensorLimits(), grpc_options(), connection_limit=cap)
+    site = Site(cap, await http.start("127.0.0.1", 0), await grpc_listener.start("127.0.0.1", 0))
+    try:
+        await stall_http_body(site)
+        await stall_grpc_call(site)
+        reader, _ = await site.connect(site.http_port)
+        reply = await asyncio.wait_for(reader.read(), 5)
+        assert reply.startswith(b"HTTP/1.1 503 ") and b"too many connections from this address" in reply
+        reader, _ = await site.connect(site.grpc_port)
+        refused = await asyncio.wait_for(reader.read(), 5)
+        assert b"too many connections from this address" in refused  # GOAWAY's debug data
+        first = site.opened.pop(0)
+        first.transport.abort()  # one of its connections closes: its share is back
+        first.close()
+        await until(lambda: cap.open == 1)
+        assert await http_get(site.http_port, b"/v2/health/live") == 200
+    finally:
+        for writer in site.opened:
+            writer.transport.abort()
+        http.stop_accepting()
+        grpc_listener.stop_accepting(0.5)
+        await http.wait_closed(0.5)
+        await grpc_listener.wait_closed()
