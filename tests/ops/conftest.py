@@ -78,7 +78,7 @@ def ops_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     (broken / "model.onnx").write_bytes(b"not an onnx file")
     log = tmp_path_factory.mktemp("ops-logs") / "server.log"
     args = ["--no-strict-readiness", "--intra-op-threads", "1", "--model-control-mode", "explicit"]
-    args += ["--load-model", "*"]
+    args += ["--load-model", "*", "--tenant-quota", "requests=100000"]
     with run_server(root, log, args) as server:
         drive_traffic(server)
         yield server

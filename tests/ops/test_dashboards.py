@@ -74,7 +74,7 @@ def test_the_boards_hold_what_operators_look_for() -> None:
     assert "heatmap" in kinds["ortserve-model"]
     titles = {board.uid: " ".join(p.title for p in board.panels).lower() for board in dashboards()}
     for uid, words in {
-        "ortserve-overview": ["requests/s", "error", "queue", "event-loop"],
+        "ortserve-overview": ["requests/s", "error", "queue", "event-loop", "tenant", "gc pauses"],
         "ortserve-model": ["p99", "queue wait vs compute", "batch", "refusals by reason"],
         "ortserve-llm": ["tokens/s", "first token", "inter-token", "kv"],
         "ortserve-lifecycle": ["loads", "fallback", "breakers", "routed", "rollout"],

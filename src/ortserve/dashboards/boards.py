@@ -94,6 +94,17 @@ def _overview() -> Dashboard:
                 "reqps",
             ),
             Panel(
+                "Requests/s by tenant (admitted, refused by its quota)",
+                (
+                    (
+                        "sum by (tenant, outcome) (rate(ortserve_tenant_requests_total" + _RATE + "))",
+                        "{{tenant}} {{outcome}}",
+                    ),
+                ),
+                "reqps",
+                description="Empty unless --api-key or --tenant-quota is set.",
+            ),
+            Panel(
                 "Queue depth and busy instances",
                 (
                     ("sum by (model) (ortserve_queue_depth)", "{{model}} queued"),
