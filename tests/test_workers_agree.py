@@ -35,13 +35,20 @@ def workers(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def _post(server: ServerProcess, path: str, body: object) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection(server.host, server.http_port, timeout=120)
-    try:
-        connection.request("POST", path, json.dumps(body), {"Connection": "close"})
-        reply = connection.getresponse()
-        return reply.status, reply.read()
-    finally:
-        connection.close()
+    # The workers share the port (SO_REUSEPORT): a connection the kernel queued on the worker
+    # just killed is reset before any byte is read, and a client tries again, as this does.
+    for attempt in range(3):
+        connection = http.client.HTTPConnection(server.host, server.http_port, timeout=120)
+        try:
+            connection.request("POST", path, json.dumps(body), {"Connection": "close"})
+            reply = connection.getresponse()
+            return reply.status, reply.read()
+        except ConnectionResetError:
+            if attempt == 2:
+                raise
+        finally:
+            connection.close()
+    raise AssertionError("unreachable")
 
 
 def _load(server: ServerProcess, max_batch_size: int) -> int:
