@@ -124,7 +124,7 @@ def test_health_answers_200_when_ready(llm_server: ServerProcess) -> None:
     with urllib.request.urlopen(f"{llm_server.http_url}/health", timeout=10) as reply:
         assert reply.status == 200 and reply.read() == b""
     status, answer = _post(llm_server, "/v1/embeddings", {"model": DEMO_LLM_NAME, "input": "x"})
-    assert status == 501 and "embedding" in answer["error"]["message"]  # type: ignore[index]
+    assert status == 404 and "not an embedding model" in answer["error"]["message"]  # type: ignore[index]
 
 
 def test_tokenize_and_detokenize_round_trip_in_vllm_shapes(

@@ -145,7 +145,7 @@ class Server:
             registry = self.registry
             self.observability.metrics.registry.register(LlmCollector(lambda: llm_versions(registry)))
         add_generate_routes(self.http_app, self.registry)
-        add_llm_tool_routes(self.http_app, self.registry, self.dataplane.ready)
+        add_llm_tool_routes(self.http_app, self.registry, self.dataplane.ready, settings.model_repository)
         self.control = ModelControl(self.manager, settings.model_control_mode)
         http_restricted = (
             parse_restriction(settings.http_restricted_api) if settings.http_restricted_api else {}

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 
-from ortserve.errors import InternalError, InvalidField, InvalidInput, NotImplementedByServer, OrtServeError
+from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
 from ortserve.llm.servable import LlmVersion
 from ortserve.llm.tools import template_variables, tool_request
 from ortserve.protocol.openai_codec import parse_messages
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, Operation
+from ortserve.server.http.embeddings_routes import add_embeddings_route
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openai_routes import llm_versions, resolve_llm
@@ -71,12 +73,6 @@ class _ToolRoutes:
         if not isinstance(name, str):
             raise InvalidField("model", "model must be a string")
         return resolve_llm(self._registry, name)
-
-    async def embeddings(self, request: HttpRequest) -> HttpResponse:
-        """Not built yet: a 501 that says so, rather than a 404 a client may take for a wrong URL."""
-        return openai_error_response(
-            NotImplementedByServer("/v1/embeddings: this server serves no embedding models yet (issue 29)")
-        )
 
     async def health(self, request: HttpRequest) -> HttpResponse:
         """200 with an empty body when every model is ready, else 503 (as vLLM answers)."""
@@ -163,14 +159,15 @@ def _operation(operation_id: str, summary: str, body: bool) -> Operation:
     return operation
 
 
-def add_llm_tool_routes(app: HttpApp, registry: ModelRegistry, ready: Callable[[], bool]) -> None:
-    """Add ``/health``, ``/tokenize``, ``/detokenize`` and ``/v1/responses``; ``ready`` is the
-    server's readiness."""
+def add_llm_tool_routes(
+    app: HttpApp, registry: ModelRegistry, ready: Callable[[], bool], repository: Path | None = None
+) -> None:
+    """Add ``/health``, ``/tokenize``, ``/detokenize``, ``/v1/responses`` and, with the model
+    ``repository`` folder, ``/v1/embeddings``; ``ready`` is the server's readiness."""
     routes = _ToolRoutes(registry, ready)
     add_responses_route(app, registry)
-    embeddings = _operation("openai_embeddings", "Embeddings (not served yet: 501)", True)
-    embeddings["responses"] = {"501": {"description": "no embedding models are served yet"}}
-    app.add_route("POST", "/v1/embeddings", routes.embeddings, embeddings)
+    if repository is not None:
+        add_embeddings_route(app, registry, repository)
     app.add_route("GET", "/health", routes.health, _operation("vllm_health", "Ready (vLLM's probe)", False))
     app.add_route(
         "POST", "/tokenize", routes.tokenize, _operation("vllm_tokenize", "Text or chat to token ids", True)
