@@ -49,7 +49,11 @@ _APPS_POOL = (
     "POOL = _descriptor_pool.DescriptorPool()\n"
     "DESCRIPTOR = POOL.AddSerializedFile("
 )
-_POOLS = {"model_config_pb2.py": _PRIVATE_POOL, "grpc_service_pb2.py": _SHARED_POOL, "apps_pb2.py": _APPS_POOL}
+_POOLS = {
+    "model_config_pb2.py": _PRIVATE_POOL,
+    "grpc_service_pb2.py": _SHARED_POOL,
+    "apps_pb2.py": _APPS_POOL,
+}
 
 
 def generate(out_dir: Path) -> dict[str, str]:
