@@ -24,14 +24,17 @@ _SAMPLING = frozenset(
     }
 )  # fmt: skip
 _INFORMATIONAL = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key"})
+_ROUTING = frozenset({"ab_tag", "user_id"})
+"""A model's routing policy reads these (its default override parameter and sticky field):
+they choose the version, not the output."""
 
-CHAT = _SAMPLING | _INFORMATIONAL | {
+CHAT = _SAMPLING | _INFORMATIONAL | _ROUTING | {
     "messages", "max_completion_tokens", "top_logprobs", "store", "service_tier",
     "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
 }  # fmt: skip
 """Fields of ``POST /v1/chat/completions`` that are honoured (some values may still be refused)."""
 
-COMPLETION = _SAMPLING | _INFORMATIONAL | {"prompt", "echo", "best_of"}
+COMPLETION = _SAMPLING | _INFORMATIONAL | _ROUTING | {"prompt", "echo", "best_of"}
 """Fields of ``POST /v1/completions`` that are honoured."""
 
 _REFUSED = {
