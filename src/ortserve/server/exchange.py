@@ -173,7 +173,14 @@ class Exchange:
             ModelNotFound, ModelNotReady, InvalidInput, Overloaded; the future may fail with
             DeadlineExceeded, ModelNotReady or InferenceError.
         """
-        scope.identify(request)
+        # RequestScope.identify, inlined (once per request: the OIP path makes no call more than
+        # before the Exchange): the OIP ``id`` wins over the header, and the answer carries it.
+        if request.id:
+            scope.request_id = request.id
+        elif scope.request_id is not None:
+            request.id = scope.request_id
+        if scope.trace is not None:
+            scope.trace.decoded = time.monotonic()
         request.headers = headers
         if self.gate is not None:
             self.gate.admit(headers)
