@@ -9,10 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
+from ortserve.apps.dispatch.constraints import MAX_VERTICES
 from ortserve.apps.dispatch.decoding import DEADLINE_PASSED, NO_DEADLINE
 from ortserve.apps.dispatch.pipeline import DispatchPipeline
 from ortserve.apps.dispatch.training import train_dispatch
 from ortserve.apps.seeds import SEED_APPS
+from ortserve.errors import InvalidInput
 from ortserve.pipeline.contract import Pipeline, PipelineContext
 from ortserve.pipeline.runtime import PipelineRunner
 from ortserve.testing import PipelineHarness, pipeline_harness
@@ -252,3 +254,58 @@ async def test_pareto_filter_leaves_out_dominated_candidates_but_keeps_the_assig
     filtered: Any = await harness.post("/v1/route", orjson.dumps(document | {"pareto": "filter"}))
     [result] = filtered["orders"]
     assert result["courier_id"] == "near" and [c["courier_id"] for c in result["candidates"]] == ["near"]
+
+
+MORNING_PEAK = {"kind": "peak", "name": "morning", "start": "07:30", "end": "09:30", "speed_factor": 0.5}
+"""NOW is 08:00 China time: the whole trip falls in this window."""
+
+
+def without_floor(document: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in document.items() if key != "min_on_time"}
+
+
+async def test_a_rush_hour_peak_lowers_the_on_time_probability_and_is_named(harness: PipelineHarness) -> None:
+    couriers = [{"id": "c1", "lat": 39.96, "lon": 116.40, "capacity": 5}]
+    document: dict[str, Any] = {"orders": [order("o1", 39.92, 116.44, 40)], "couriers": couriers, "now": NOW}
+    document["min_on_time"] = 0.0
+    plain: Any = await harness.post("/v1/route", orjson.dumps(document))
+    peak: Any = await harness.post("/v1/route", orjson.dumps(document | {"constraints": [MORNING_PEAK]}))
+    evening = MORNING_PEAK | {"start": "17:00", "end": "19:00"}
+    later: Any = await harness.post("/v1/route", orjson.dumps(document | {"constraints": [evening]}))
+    [before], [during], [outside] = plain["orders"], peak["orders"], later["orders"]
+    assert during["candidates"][0]["on_time"] < before["candidates"][0]["on_time"] - 0.1
+    assert during["constraints"] == ["morning"] and "constraints" not in before
+    assert outside["candidates"] == before["candidates"] and "constraints" not in outside
+    # At the default floor (min_on_time 0.5) the slowed courier is no longer eligible.
+    strict: Any = await harness.call("dispatch", without_floor(document) | {"constraints": [MORNING_PEAK]})
+    assert strict["orders"][0]["courier_id"] is None and strict["unassigned"][0]["reason"] == NO_DEADLINE
+
+
+async def test_a_forbidden_zone_unassigns_its_orders_with_the_zones_name_and_a_walk_costs_time(
+    harness: PipelineHarness,
+) -> None:
+    square = [[39.915, 116.435], [39.915, 116.445], [39.925, 116.445], [39.925, 116.435]]
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 5}]
+    orders = [order("inside", 39.92, 116.44, 20), order("outside", 39.93, 116.44, 20)]
+    walk = {"kind": "no_stopping", "name": "mall", "polygon": square, "walk_minutes": 10}
+    document: dict[str, Any] = {"orders": orders, "couriers": couriers, "now": NOW}
+    plain: Any = await harness.post("/v1/route", orjson.dumps(document))
+    walked: Any = await harness.post("/v1/route", orjson.dumps(document | {"constraints": [walk]}))
+    assert walked["orders"][0]["constraints"] == ["mall"] and "constraints" not in walked["orders"][1]
+    assert walked["orders"][0]["candidates"][0]["on_time"] < plain["orders"][0]["candidates"][0]["on_time"]
+    assert walked["orders"][1]["candidates"] == plain["orders"][1]["candidates"]
+    barred = walk | {"forbidden": True}
+    answer: Any = await harness.post("/v1/route", orjson.dumps(document | {"constraints": [barred]}))
+    assert [o["courier_id"] for o in answer["orders"]] == [None, "c1"]
+    assert answer["orders"][0]["candidates"] == []
+    [unassigned] = answer["unassigned"]
+    assert unassigned["order_id"] == "inside" and "no-stopping zone 'mall'" in unassigned["reason"]
+
+
+async def test_a_bad_constraint_fails_the_request_naming_its_field(harness: PipelineHarness) -> None:
+    couriers = [{"id": "c1", "lat": 39.921, "lon": 116.441, "capacity": 5}]
+    bad = {"kind": "no_stopping", "polygon": [[39.9, 116.4]] * (MAX_VERTICES + 1)}
+    document = {"orders": [order("o1", 39.92, 116.44)], "couriers": couriers, "constraints": [bad]}
+    with pytest.raises(InvalidInput, match=r"constraints\[0\]\.polygon") as raised:
+        await harness.post("/v1/route", orjson.dumps(document))
+    assert raised.value.http_status == 400

@@ -98,12 +98,19 @@ def _top_k(
 
 
 def _reason(
-    o: int, courier: int, pairs: PairScores, expired: npt.NDArray[np.bool_], eligible: npt.NDArray[np.bool_]
+    o: int,
+    courier: int,
+    pairs: PairScores,
+    expired: npt.NDArray[np.bool_],
+    eligible: npt.NDArray[np.bool_],
+    blocked: list[str | None],
 ) -> str | None:
     if courier >= 0:
         return None
     if expired[o]:
         return DEADLINE_PASSED
+    if blocked[o] is not None:
+        return blocked[o]
     nearest = float(pairs.distance[o].min()) if pairs.distance.shape[1] else 0.0
     if nearest > SERVICE_RADIUS_KM:
         return f"outside the service area: the nearest courier is {nearest:,.0f} km away"
@@ -125,6 +132,7 @@ def decode(
     min_on_time: float,
     time_budget_s: float = MIP_TIME_BUDGET_S,
     values: list[float] | None = None,
+    blocked: list[str | None] | None = None,
 ) -> Assignment:
     """Assign each order at most once and no courier beyond its remaining capacity, serving the
     most order value (the most orders without values), then the highest total score.
@@ -138,9 +146,13 @@ def decode(
         min_on_time: the on-time probability below which a courier is not eligible.
         values: each order's value (multiples of ``VALUE_STEP``), served first by total value;
             None serves the most orders.
+        blocked: per order, why no courier may take it (a forbidden zone), or None; the
+            reason is the order's in the answer.
     """
     expired_mask = np.asarray(expired, dtype=bool)
-    eligible = pairs.fits & (pairs.on_time >= min_on_time) & ~expired_mask[:, None]
+    blocked = blocked or [None] * len(order_ids)
+    barred = np.array([b is not None for b in blocked], dtype=bool).reshape(-1)
+    eligible = pairs.fits & (pairs.on_time >= min_on_time) & ~(expired_mask | barred)[:, None]
     by_order = np.argsort(np.asarray(order_ids), kind="stable")
     by_courier = np.argsort(np.asarray(courier_ids), kind="stable")
     problem = Problem(
@@ -161,5 +173,5 @@ def decode(
         if c >= 0 and c not in candidates[o]:
             candidates[o].append(c)  # capacity forced a courier outside the top K: show it too
     pareto = pareto_front(pairs, eligible, candidates)
-    reason = [_reason(o, int(c), pairs, expired_mask, eligible) for o, c in enumerate(courier)]
+    reason = [_reason(o, int(c), pairs, expired_mask, eligible, blocked) for o, c in enumerate(courier)]
     return Assignment(courier.tolist(), candidates, pareto, reason, solution.method, solution.optimal)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ortserve.apps.dispatch.constraints import travel_minutes, zone_effects
 from ortserve.apps.dispatch.geo import haversine_km, same_neighbourhood
 from ortserve.apps.dispatch.request import DispatchRequest
 
@@ -33,6 +34,24 @@ class PairFeatures:
     distance_km: npt.NDArray[np.float64]
     fits: npt.NDArray[np.bool_]
     """[orders, couriers]: the courier has room for the order's weight."""
+    blocked: tuple[str | None, ...] = ()
+    """Per order: why no courier may take it (a forbidden no-stopping zone), or None."""
+    applied: tuple[tuple[str, ...], ...] = ()
+    """Per order: the names of the request's constraints that lengthened its trip or walk."""
+
+
+def _applied(
+    request: DispatchRequest, trip_km: npt.NDArray[np.float64], zones: tuple[tuple[str, ...], ...]
+) -> tuple[tuple[str, ...], ...]:
+    """Each order's constraints that cost it time: its zones, and the peaks its longest trip
+    meets (every trip leaves now, so the longest overlaps whatever window a shorter one does)."""
+    longest = trip_km.max(axis=1)
+    nominal = longest / NOMINAL_KMH * 60.0
+    met = [
+        (peak.name, travel_minutes(longest, NOMINAL_KMH, (peak,), request.now) > nominal + 1e-6)
+        for peak in request.constraints.peaks
+    ]
+    return tuple(tuple(name for name, slowed in met if slowed[o]) + named for o, named in enumerate(zones))
 
 
 def pair_features(request: DispatchRequest) -> PairFeatures:
@@ -50,13 +69,24 @@ def pair_features(request: DispatchRequest) -> PairFeatures:
     weight = np.array([[o.weight] for o in orders])
     capacity = np.array([[c.capacity for c in couriers]])
     load = np.array([[c.load for c in couriers]])
+    # A rush-hour peak slows the part of the trip inside its window; an order in a
+    # no-stopping zone costs the walk from outside it. Both shorten the slack the scorer reads.
+    constraints = request.constraints
+    travel = travel_minutes(distance + uncertain, NOMINAL_KMH, constraints.peaks, request.now)
+    zones = zone_effects(olat, olon, constraints.zones)
     columns = (
         distance / 10.0,
-        (minutes - (distance + uncertain) / NOMINAL_KMH * 60.0) / 60.0,
+        (minutes - travel - zones.walk_minutes[:, None]) / 60.0,
         np.broadcast_to(load / capacity, distance.shape),
         (load + weight) / capacity,
         same_neighbourhood(olat, olon, clat, clon).astype(np.float64),
         np.broadcast_to(weight / 10.0, distance.shape),
     )
     rows = np.stack([np.asarray(c, dtype=np.float32).ravel() for c in columns], axis=1)
-    return PairFeatures(rows, distance, (load + weight) <= capacity + 1e-9)
+    return PairFeatures(
+        rows,
+        distance,
+        (load + weight) <= capacity + 1e-9,
+        zones.blocked,
+        _applied(request, distance + uncertain, zones.names),
+    )

@@ -140,6 +140,7 @@ class _DispatchSteps:
             request.top_k,
             request.min_on_time,
             values=[o.value for o in request.orders] if any(o.value != 1.0 for o in request.orders) else None,
+            blocked=list(features.blocked) or None,
         )
         answer["orders"] = [
             self._order_answer(
@@ -147,6 +148,7 @@ class _DispatchSteps:
                 result.courier[o],
                 _filtered(candidates, result.courier[o], courier_ids, request),
                 courier_ids,
+                features.applied[o] if features.applied else (),
             )
             for o, (order, candidates) in enumerate(
                 zip(request.orders, _candidates(pairs, features, result, courier_ids), strict=True)
@@ -162,13 +164,19 @@ class _DispatchSteps:
 
     @staticmethod
     def _order_answer(
-        order: Order, chosen: int, candidates: list[JsonObject], courier_ids: list[str]
+        order: Order,
+        chosen: int,
+        candidates: list[JsonObject],
+        courier_ids: list[str],
+        constraints: tuple[str, ...],
     ) -> JsonObject:
         answer: JsonObject = {
             "order_id": order.id,
             "courier_id": courier_ids[chosen] if chosen >= 0 else None,
             "candidates": candidates,
         }
+        if constraints:
+            answer["constraints"] = list(constraints)
         if order.ignored:
             answer["ignored_fields"] = list(order.ignored)
         if order.placed_by:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
+from ortserve.apps.dispatch.constraints import Constraints, parse_constraints
 from ortserve.apps.dispatch.coords import COORD_SYSTEMS, CoordSystem, to_wgs84
 from ortserve.apps.dispatch.gazetteer import Place, place_address
 from ortserve.errors import InvalidInput, PayloadTooLarge
@@ -32,7 +34,18 @@ DEFAULT_MIN_ON_TIME = 0.5
 """A courier is eligible for an order only when its on-time probability reaches this; a
 request may ask for another floor with ``min_on_time`` (0 to 1)."""
 _TOP = frozenset(
-    {"orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "pareto", "user_id", "ab_tag"}
+    {
+        "orders",
+        "couriers",
+        "now",
+        "top_k",
+        "min_on_time",
+        "coord_system",
+        "pareto",
+        "constraints",
+        "user_id",
+        "ab_tag",
+    }
 )
 """``user_id`` and ``ab_tag`` are routing's (docs/traffic.md): accepted and ignored here when the model
 has no routing policy to strip them."""
@@ -114,6 +127,9 @@ class DispatchRequest:
     pareto_filter: bool = False
     """``pareto: "filter"``: candidates off the Pareto front are left out (the assigned courier
     stays, marked); the default ``"mark"`` lists them with ``pareto: false``."""
+    constraints: Constraints = dataclasses.field(default_factory=Constraints)
+    """Rush-hour peaks and no-stopping zones (``constraints.py``): they lengthen the trips and
+    walks the on-time estimate counts, and a forbidden zone's orders go to no courier."""
 
 
 def _name(field: str, key: str) -> str:
@@ -293,6 +309,7 @@ def parse_dispatch_request(document: object, default_now: int) -> DispatchReques
         raise PayloadTooLarge(
             f"{len(raw_orders)} orders x {len(raw_couriers)} couriers exceeds {MAX_PAIRS} pairs per request"
         )
+    constraints = parse_constraints(top.get("constraints"))
     seen_orders: set[str] = set()
     seen_couriers: set[str] = set()
     system = top.get("coord_system", "wgs84")
@@ -309,5 +326,10 @@ def parse_dispatch_request(document: object, default_now: int) -> DispatchReques
     if pareto not in ("mark", "filter"):
         raise InvalidInput("field 'pareto' must be 'mark' or 'filter'")
     return DispatchRequest(
-        orders, rejected, couriers, *_settings(top, default_now), pareto_filter=pareto == "filter"
+        orders,
+        rejected,
+        couriers,
+        *_settings(top, default_now),
+        pareto_filter=pareto == "filter",
+        constraints=constraints,
     )
