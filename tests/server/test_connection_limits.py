@@ -19,12 +19,14 @@ from click.testing import CliRunner
 from ortserve.cli.main import main
 from ortserve.metrics import ServerMetrics
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
+from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.http import listener as http_listener_module
 from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.responder import Handler
 from ortserve.server.metrics_listener import MetricsListener
+from ortserve.settings import ServerSettings
 
 FAST = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.3, header_timeout_s=0.3)
 SLOW = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=30.0, header_timeout_s=30.0)
@@ -161,6 +163,29 @@ def test_the_cap_is_lowered_to_what_the_open_file_limit_allows(caplog: pytest.Lo
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert "raise ulimit -n" in caplog.text
+
+
+def test_the_request_deadline_and_per_peer_flags_reach_both_transports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ortserve.server.lifecycle
+
+    seen: list[ServerSettings] = []
+
+    async def capture(settings: ServerSettings) -> None:
+        seen.append(settings)
+
+    monkeypatch.setattr(ortserve.server.lifecycle, "serve", capture)
+    monkeypatch.setenv("ORTSERVE_MAX_CONNECTIONS_PER_PEER", "7")
+    args = ["serve", "--model-repository", str(tmp_path), "--request-timeout", "30"]
+    result = CliRunner().invoke(main, [*args, "--request-min-rate", "2000"])
+    assert result.exit_code == 0, result.output
+    (settings,) = seen
+    assert (settings.request_timeout_s, settings.request_min_rate) == (30.0, 2000.0)
+    assert settings.max_connections_per_peer == 7
+    engine = GrpcOptions.from_settings(settings).engine()
+    assert (engine.request_timeout_s, engine.request_min_rate) == (30.0, 2000.0)
+    assert engine.request_grace_s == settings.header_timeout_s
 
 
 def test_the_byte_budget_must_leave_room_for_a_body_being_joined(tmp_path: Path) -> None:
