@@ -133,5 +133,5 @@ class ServerSettings:
     api_key_file: Path | None = None
     """``<tenant> <token>`` lines: more keys, each naming its tenant."""
     tenant_quota: str | None = None
-    """Every tenant's token buckets, ``requests=R,burst=B,tokens=T,token_burst=TB`` (per
-    second); None: no quota. Without keys the tenant is the ``X-Tenant-Id`` header."""
+    """Every tenant's token bucket, ``requests=R,burst=B`` (per second); None: no quota.
+    Without keys the tenant is the ``X-Tenant-Id`` header."""

@@ -411,9 +411,8 @@ _OPTIONS = [
         envvar="ORTSERVE_TENANT_QUOTA",
         default=None,
         callback=_check_quota,
-        help="Each tenant's token bucket: requests=R,burst=B (per second), tokens=T,token_burst=TB "
-        "for generation; past it 429 + Retry-After. The tenant is the API key's, else the "
-        "X-Tenant-Id header. Default: no quota.",
+        help="Each tenant's token bucket: requests=R,burst=B (per second); past it 429 + "
+        "Retry-After. The tenant is the API key's, else the X-Tenant-Id header. Default: no quota.",
     ),
 ]
 
