@@ -443,6 +443,15 @@ def test_the_responses_api_answers_through_the_official_client(client: openai.Op
     assert response.output_text == chat.choices[0].message.content
     assert response.status == "incomplete" and response.usage is not None
     assert response.usage.output_tokens == 12
+    events = list(
+        client.responses.create(
+            model=DEMO_LLM_NAME, input=_PROMPT, max_output_tokens=12, temperature=0, stream=True
+        )
+    )
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == response.output_text
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    final = events[-1]
+    assert final.type == "response.incomplete" and final.response.output_text == response.output_text
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
               "additionalProperties": False}  # fmt: skip
     shaped = client.responses.create(

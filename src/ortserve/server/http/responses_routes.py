@@ -2,19 +2,23 @@
 ``input`` (a string or messages) and ``instructions`` become a conversation, the sampling and
 ``text.format`` fields map onto chat's, and the answer comes back as one ``output`` message.
 
-Nothing is stored (no ``previous_response_id``, ``store`` false only) and there is no streaming
-here yet: those fields are refused by name, as is every field this route does not honour.
+Nothing is stored (no ``previous_response_id``, ``store`` false only): those fields are refused
+by name, as is every field this route does not honour. ``stream`` sends the Responses API's
+events (created, output_text deltas, completed).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import orjson
 
 from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
+from ortserve.llm.servable import GenerationStream
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.http.app import HttpApp, Operation
@@ -28,11 +32,10 @@ __all__ = ["add_responses_route"]
 logger = logging.getLogger(__name__)
 
 _HONOURED = frozenset(
-    {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "text", "store",
+    {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "text", "store", "stream",
      "metadata", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls"}
 )  # fmt: skip
 _REFUSED = {
-    "stream": "streaming /v1/responses is not supported; use /v1/chat/completions with stream",
     "previous_response_id": "responses are not stored, so there is no previous response",
     "conversation": "responses are not stored, so there is no conversation",
     "tools": "tools are supported on /v1/chat/completions",
@@ -111,36 +114,80 @@ def _chat_fields(fields: dict[str, object]) -> dict[str, object]:
     return chat
 
 
-def _answer(model: str, text: str, finish: str | None, usage: dict[str, object]) -> dict[str, object]:
-    complete = finish != "length"
-    message = {
-        "type": "message",
-        "id": f"msg_{uuid.uuid4().hex}",
-        "status": "completed" if complete else "incomplete",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-    prompt, completion = int(usage["prompt_tokens"]), int(usage["completion_tokens"])  # type: ignore[call-overload]
+def _message(message_id: str, text: str | None, status: str) -> dict[str, object]:
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "id": message_id, "status": status, "role": "assistant", "content": content}
+
+
+def _response(
+    response_id: str, created: int, model: str, status: str, output: list[object], usage: codec.Usage | None
+) -> dict[str, object]:
+    """The response object; ``usage`` None while it is in progress."""
+    counted = None
+    if usage is not None:
+        counted = {
+            "input_tokens": usage.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "output_tokens": usage.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        }
     return {
-        "id": f"resp_{uuid.uuid4().hex}",
+        "id": response_id,
         "object": "response",
-        "created_at": int(time.time()),
-        "status": "completed" if complete else "incomplete",
-        "incomplete_details": None if complete else {"reason": "max_output_tokens"},
+        "created_at": created,
+        "status": status,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "error": None,
         "model": model,
-        "output": [message],
+        "output": output,
         "parallel_tool_calls": True,
         "tool_choice": "none",
         "tools": [],
-        "usage": {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},  # type: ignore[index]
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion,
-        },
+        "usage": counted,
     }
+
+
+def _usage(stream: GenerationStream) -> codec.Usage:
+    return codec.Usage(stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens)
+
+
+async def _events(model: str, stream: GenerationStream) -> AsyncIterator[bytes]:
+    """The Responses API's streamed events for one message: created, the text's deltas, done."""
+    number = itertools.count()
+    response_id, message_id, created = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}", int(time.time())
+    where = {"item_id": message_id, "output_index": 0, "content_index": 0}
+
+    def event(kind: str, **payload: object) -> bytes:
+        body = orjson.dumps({"type": kind, "sequence_number": next(number), **payload})
+        return b"event: " + kind.encode() + b"\ndata: " + body + b"\n\n"
+
+    started = _response(response_id, created, model, "in_progress", [], None)
+    yield event("response.created", response=started)
+    yield event("response.in_progress", response=started)
+    yield event("response.output_item.added", output_index=0, item=_message(message_id, None, "in_progress"))
+    yield event(
+        "response.content_part.added", **where, part={"type": "output_text", "text": "", "annotations": []}
+    )
+    text, finish = "", None
+    try:
+        async for piece in stream.events():
+            if piece.text:
+                text += piece.text
+                yield event("response.output_text.delta", **where, delta=piece.text, logprobs=[])
+            finish = piece.finish_reason
+    except OrtServeError as error:
+        yield event("error", code=None, message=error.message, param=None)
+        return
+    status = "incomplete" if finish == "length" else "completed"
+    yield event("response.output_text.done", **where, text=text, logprobs=[])
+    yield event(
+        "response.content_part.done", **where, part={"type": "output_text", "text": text, "annotations": []}
+    )
+    item = _message(message_id, text, status)
+    yield event("response.output_item.done", output_index=0, item=item)
+    final = _response(response_id, created, model, status, [item], _usage(stream))
+    yield event(f"response.{status}", response=final)
 
 
 class _ResponsesRoute:
@@ -153,10 +200,18 @@ class _ResponsesRoute:
             parsed = codec.parse_chat(orjson.dumps(_chat_fields(fields)))
             llm = resolve_llm(self._registry, parsed.model)
             answer = await start_chat(llm, parsed)
+            stream = answer.streams[0]
+            if fields.get("stream") is True:
+                headers = [(b"cache-control", b"no-cache")]
+                return HttpResponse(
+                    200, [], b"text/event-stream", headers, stream=_events(parsed.model, stream)
+                )
             chat = orjson.loads(await answer.body())
             choice = chat["choices"][0]
-            body = _answer(
-                parsed.model, choice["message"]["content"] or "", choice["finish_reason"], chat["usage"]
+            status = "incomplete" if choice["finish_reason"] == "length" else "completed"
+            item = _message(f"msg_{uuid.uuid4().hex}", choice["message"]["content"] or "", status)
+            body = _response(
+                f"resp_{uuid.uuid4().hex}", int(time.time()), parsed.model, status, [item], _usage(stream)
             )
             return json_response(200, orjson.dumps(body))
         except OrtServeError as error:
@@ -170,7 +225,7 @@ def add_responses_route(app: HttpApp, registry: ModelRegistry) -> None:
     """Add ``POST /v1/responses``."""
     operation: Operation = {
         "operationId": "openai_responses",
-        "summary": "OpenAI response (text; not stored, not streamed)",
+        "summary": "OpenAI response (text; not stored; events when stream is true)",
         "tags": ["openai"],
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
         "responses": {
