@@ -129,7 +129,7 @@ def _responses(server: ServerProcess) -> str:
         server, "/v1/responses", {"model": DEMO_LLM_NAME, "input": _PROMPT, "max_output_tokens": 8}
     )
     output = answer["output"][0]["content"][0]["text"]  # type: ignore[index]
-    return "yes (text; not stored, not streamed: refused by name)" if output else "no"
+    return "yes (text, streamed too; not stored: refused by name)" if output else "no"
 
 
 def _unknown(server: ServerProcess) -> str:
