@@ -169,19 +169,27 @@ class GenerationEngine:
         prompt_tokens = max(2, min(prompt_tokens, self.limits.max_context_len - steps - 1))
         ids = np.ones((1, prompt_tokens), dtype=np.int64)
         positions = np.arange(prompt_tokens, dtype=np.int64)[None]
-        times = []
+        times, wide = [], []
+        rows = 8
         if layout.shared_buffer:
-            shape = (1, layout.kv_heads, prompt_tokens + steps + 1, layout.head_dim)
+            shape = (rows, layout.kv_heads, prompt_tokens + steps + 1, layout.head_dim)
             buffers = [np.zeros(shape, dtype=np.float32) for _ in range(decoder.parts)]
             for _ in range(2):
                 started = time.perf_counter()
-                decoder.run_in_place(ids, positions, [prompt_tokens], buffers)
+                decoder.run_in_place(ids, positions, [prompt_tokens], [b[:1] for b in buffers])
                 prefill_s = time.perf_counter() - started
             for step in range(steps):
                 total = prompt_tokens + step + 1
                 started = time.perf_counter()
-                decoder.run_in_place(ids[:, :1], positions[:, :1] + total - 1, [total], buffers)
+                decoder.run_in_place(
+                    ids[:, :1], positions[:, :1] + total - 1, [total], [b[:1] for b in buffers]
+                )
                 times.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                decoder.run_in_place(
+                    np.ones((rows, 1), np.int64), np.full((rows, 1), total - 1), [total] * rows, buffers
+                )
+                wide.append(time.perf_counter() - started)
         else:
             for _ in range(2):
                 started = time.perf_counter()
@@ -194,21 +202,31 @@ class GenerationEngine:
                     ids[:, :1], positions[:, :1] + total - 1, np.ones((1, total), dtype=np.int64), past
                 )
                 times.append(time.perf_counter() - started)
+                tiled = [np.repeat(part, rows, axis=0) for part in past]
+                started = time.perf_counter()
+                decoder.run(
+                    np.ones((rows, 1), np.int64),
+                    np.full((rows, 1), total),
+                    np.ones((rows, total + 1), np.int64),
+                    tiled,
+                )
+                wide.append(time.perf_counter() - started)
         # Warm-up is no engine step: its model time must not count in the steps' share of
         # ONNX Runtime (it made model_run_seconds exceed engine_step_seconds on a fresh server).
         decoder.run_seconds = 0.0
-        self.tune(float(np.median(times)), prefill_s / prompt_tokens)
+        one_row = float(np.median(times))
+        self.tune(one_row, prefill_s / prompt_tokens, (float(np.median(wide)) - one_row) / (rows - 1))
 
     def itl_target_s(self) -> float:
-        """``max_itl_ms``, or ten times the one-row step the cost model predicts now: it follows
-        the machine (a target fixed at load starved the running set once a shared machine slowed)."""
-        if self.limits.max_itl_ms:
-            return self.max_itl_s
-        return max(10.0 * self.cost.predict(1, 256), self.max_itl_s)
+        """``max_itl_ms``, or ten times the one-row step measured at load. Fixed: a target that
+        followed the fitted step grew with the batch it was meant to bound (the fit put the
+        rows' cost in its intercept, the target rose, more rows came in)."""
+        return self.max_itl_s
 
-    def tune(self, one_row_s: float, prefill_token_s: float) -> None:
-        """Set the cost model's prior and the automatic defaults from measured costs."""
-        self.cost = StepCostModel(one_row_s, prefill_token_s)
+    def tune(self, one_row_s: float, prefill_token_s: float, row_s: float | None = None) -> None:
+        """Set the cost model's prior and the automatic defaults from measured costs
+        (``row_s``: what one more decoding row adds to a step)."""
+        self.cost = StepCostModel(one_row_s, prefill_token_s, row_s)
         self.prefill_token_s = prefill_token_s
         if not self.limits.max_itl_ms:
             self.max_itl_s = max(10.0 * one_row_s, 0.02)

@@ -41,17 +41,24 @@ class StepCostModel:
         decay: weight kept by old observations at each new one.
     """
 
-    def __init__(self, one_row_s: float, prefill_token_s: float, decay: float = 0.995) -> None:
+    def __init__(
+        self, one_row_s: float, prefill_token_s: float, row_s: float | None = None, decay: float = 0.995
+    ) -> None:
         self.decay = decay
-        # A weak prior: most of a one-row step is reading the weights, paid once per step
-        # whatever the rows; prefill costs prefill_token_s per token.
-        prior = np.array([0.7 * one_row_s, 0.3 * one_row_s, 0.0, 0.0, prefill_token_s * 1000.0])
+        # The prior: what a row adds (measured at warm-up, else 0.3 of a one-row step), the rest
+        # of a one-row step paid once per step whatever the rows (reading the weights);
+        # prefill costs prefill_token_s per token.
+        per_row = min(max(row_s if row_s is not None else 0.3 * one_row_s, 0.02 * one_row_s), one_row_s)
+        prior = np.array([one_row_s - per_row, per_row, 0.0, 0.0, prefill_token_s * 1000.0])
         self._strength = np.diag([1.0, 1.0, 1.0, 1.0, 1.0]) * 0.5
         self._gram = self._strength.copy()
         self._moment = self._strength @ prior
-        # A lasting pull of the rows-squared term toward 0: a peak of tokens/s must be seen again
-        # and again before it stops the running set (one noisy step on a shared machine must not).
-        self._ridge = np.diag([1e-3, 1e-3, 1e-3, 5.0, 1e-3])
+        # Lasting pulls: the intercept and per-row cost toward the prior (a batch that keeps one
+        # width cannot tell them apart, and a fit with all in the intercept admits without end);
+        # the rows-squared term toward 0 (a peak of tokens/s must be seen again and again before
+        # it stops the running set; one noisy step on a shared machine must not).
+        self._ridge = np.diag([2.0, 2.0, 1e-3, 5.0, 1e-3])
+        self._anchor = self._ridge @ prior
         self.coef = prior
         # Every term costs time, and a step reads the weights whatever its rows: without these
         # bounds a noisy machine fits a negative intercept, and tokens/s seems to fall with rows.
@@ -64,7 +71,7 @@ class StepCostModel:
         self._gram = self.decay * self._gram + np.outer(x, x)
         self._moment = self.decay * self._moment + x * seconds
         self.observed += 1
-        self.coef = _bounded_solve(self._gram + self._ridge, self._moment, self._lower)
+        self.coef = _bounded_solve(self._gram + self._ridge, self._moment + self._anchor, self._lower)
 
     def predict(self, rows: int, tokens: int, prefill: int = 0) -> float:
         floor = self.one_row_s * 0.5 if rows else 0.0
