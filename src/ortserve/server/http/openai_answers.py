@@ -106,8 +106,9 @@ def _token_logprobs(llm: LlmVersion, event: GenerationEvent) -> list[TokenLogpro
     ]
 
 
-async def _collect(llm: LlmVersion, stream: GenerationStream, logprobs: bool) -> _Choice:
+async def _collect(llm: LlmVersion, stream: GenerationStream) -> _Choice:
     choice = _Choice()
+    logprobs = stream.sequence.params.logprobs  # asked for, or forced on to rank best_of
     async for event in stream.events():
         choice.text += event.text
         choice.finish = event.finish_reason
@@ -116,11 +117,9 @@ async def _collect(llm: LlmVersion, stream: GenerationStream, logprobs: bool) ->
     return choice
 
 
-async def _collect_all(
-    llm: LlmVersion, streams: list[GenerationStream], n: int, logprobs: bool
-) -> list[_Choice]:
+async def _collect_all(llm: LlmVersion, streams: list[GenerationStream], n: int) -> list[_Choice]:
     try:
-        done = await asyncio.gather(*(_collect(llm, s, logprobs) for s in streams))
+        done = await asyncio.gather(*(_collect(llm, s) for s in streams))
     except BaseException:
         for stream in streams:
             stream.sequence.cancel()
@@ -234,7 +233,7 @@ async def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str
                    parsed.fields.get("logprobs") is True)  # fmt: skip
 
     async def whole() -> bytes:
-        done = await _collect_all(llm, streams, n, reply.logprobs)
+        done = await _collect_all(llm, streams, n)
         body = []
         for i, c in enumerate(done):
             message, finish = chat_message(c.text, c.finish, tools)
@@ -301,7 +300,7 @@ async def start_completion(llm: LlmVersion, parsed: codec.CompletionRequest, cac
     reply = _Reply(f"cmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage, logprobs)
 
     async def whole() -> bytes:
-        done = await _collect_all(llm, streams, n, logprobs)
+        done = await _collect_all(llm, streams, n)
         body = [
             {
                 "index": i,
