@@ -194,7 +194,9 @@ def timed(call: Callable[[], bool]) -> tuple[bool, float]:
 
 def summary(results: list[tuple[bool, float]]) -> dict[str, object]:
     times = sorted(ms for _, ms in results)
+    slow = [(i, round(ms)) for i, (_, ms) in enumerate(results) if ms > 500]
     return {
+        "slow_probes": slow[:20],  # (index, ms): when, in the run, the tail happened
         "answered": sum(ok for ok, _ in results),
         "of": len(results),
         "p50_ms": round(statistics.median(times), 2),
