@@ -138,10 +138,6 @@ class TokenSampler:
 I64 = npt.NDArray[np.int64]
 
 
-def _rows(samplers: Sequence[TokenSampler], wanted: Callable[[TokenSampler], bool]) -> I64:
-    return np.array([i for i, s in enumerate(samplers) if wanted(s)], dtype=np.int64)
-
-
 def _apply_bias(samplers: Sequence[TokenSampler], scores: F32) -> None:
     rows, ids, values = [], [], []
     for index, sampler in enumerate(samplers):
@@ -191,29 +187,33 @@ def _apply_constraints(samplers: Sequence[TokenSampler], scores: F32) -> None:
             scores[index, ~allowed] = -np.inf
 
 
-def _draw(samplers: Sequence[TokenSampler], rows: I64, scores: F32) -> I64:
-    """Temperature, top-k, top-p and min-p for the sampled rows, then one draw per row from
-    its own generator (inverse CDF over the kept probabilities)."""
-    params = [samplers[i].params for i in rows]
+def _draw(samplers: Sequence[TokenSampler], scores: F32) -> I64:
+    """Temperature, top-k, top-p and min-p for the sampled rows (``scores``: theirs, one per
+    sampler, a copy), then one draw per row from its own generator (inverse CDF over the kept
+    probabilities). Sorting and min-p touch only the rows that ask for them."""
+    params = [s.params for s in samplers]
     temperature = np.array([p.temperature for p in params], dtype=np.float32)[:, None]
-    logits = scores[rows] / temperature
+    logits = scores / temperature
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    cut = np.array([0 < p.top_k < probs.shape[1] or p.top_p < 1.0 for p in params])
+    vocab = probs.shape[1]
+    cut = np.array([0 < p.top_k < vocab or p.top_p < 1.0 for p in params])
     if cut.any():
         sub = probs[cut]
         ordered = -np.sort(-sub, axis=1)
-        top_k = np.array([p.top_k if 0 < p.top_k < probs.shape[1] else probs.shape[1] for p in params])[cut]
+        top_k = np.array([p.top_k if 0 < p.top_k < vocab else vocab for p in params])[cut]
         top_p = np.array([p.top_p for p in params])[cut]
         cumulative = np.cumsum(ordered, axis=1) / ordered.sum(axis=1, keepdims=True)
         keep = np.minimum((cumulative < top_p[:, None]).sum(axis=1) + 1, top_k)
         threshold = ordered[np.arange(sub.shape[0]), keep - 1]
         probs[cut] = np.where(sub >= threshold[:, None], sub, 0.0)
     min_p = np.array([p.min_p for p in params], dtype=np.float32)
-    if min_p.any():
-        probs = np.where(probs >= min_p[:, None] * probs.max(axis=1, keepdims=True), probs, 0.0)
+    floor = min_p > 0
+    if floor.any():
+        sub = probs[floor]
+        probs[floor] = np.where(sub >= min_p[floor, None] * sub.max(axis=1, keepdims=True), sub, 0.0)
     cumulative = np.cumsum(probs, axis=1, dtype=np.float64)
-    uniform = np.array([samplers[i]._rng.random() for i in rows]) * cumulative[:, -1]
-    chosen: I64 = np.minimum((cumulative < uniform[:, None]).sum(axis=1), probs.shape[1] - 1)
+    uniform = np.array([s._rng.random() for s in samplers]) * cumulative[:, -1]
+    chosen: I64 = np.minimum((cumulative < uniform[:, None]).sum(axis=1), vocab - 1)
     return chosen
 
 
@@ -241,18 +241,39 @@ def _logprobs(samplers: Sequence[TokenSampler], logits: F32, tokens: I64) -> lis
     return draws
 
 
+def _processed(samplers: Sequence[TokenSampler], logits: F32) -> tuple[list[int], F32 | None]:
+    """The rows whose logits a bias, a penalty or a constraint changes, and their changed copy
+    (the other rows are read in place: one request's features copy nothing of the others')."""
+    touched = [
+        i
+        for i, s in enumerate(samplers)
+        if s.params.logit_bias or s.penalised or s._seen or s.constraint is not None
+    ]
+    if not touched:
+        return touched, None
+    group = [samplers[i] for i in touched]
+    scores: F32 = logits[touched].astype(np.float32)  # a copy: the raw logits stay for the logprobs
+    _apply_bias(group, scores)
+    _apply_penalties(group, scores)
+    _apply_constraints(group, scores)
+    return touched, scores
+
+
 def sample_batch(samplers: Sequence[TokenSampler], logits: F32) -> list[Draw]:
     """The next token of every row of ``logits`` [rows, vocab], row i for ``samplers[i]``."""
-    scores = logits
-    if any(s.params.logit_bias or s.penalised or s._seen or s.constraint is not None for s in samplers):
-        scores = np.array(logits, dtype=np.float32)  # the raw logits stay for the logprobs
-        _apply_bias(samplers, scores)
-        _apply_penalties(samplers, scores)
-        _apply_constraints(samplers, scores)
-    tokens = np.argmax(scores, axis=1)
-    sampled = _rows(samplers, lambda s: s.params.temperature > 0.0)
-    if sampled.size:
-        tokens[sampled] = _draw(samplers, sampled, scores)
+    touched, processed = _processed(samplers, logits)
+    tokens = np.argmax(logits, axis=1)
+    if processed is not None:
+        tokens[touched] = np.argmax(processed, axis=1)
+    sampled = [i for i, s in enumerate(samplers) if s.params.temperature > 0.0]
+    if sampled:
+        scores = logits[sampled]  # a copy of the sampled rows (their own work)
+        if processed is not None:
+            changed = {row: j for j, row in enumerate(touched)}
+            for k, row in enumerate(sampled):
+                if row in changed:
+                    scores[k] = processed[changed[row]]
+        tokens[sampled] = _draw([samplers[i] for i in sampled], scores)
     draws = _logprobs(samplers, logits, tokens)
     for sampler, draw in zip(samplers, draws, strict=True):
         sampler._chose(draw.token)
