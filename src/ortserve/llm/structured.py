@@ -95,19 +95,21 @@ def _checked(grammar: str) -> str:
 class GuidedTokens(TokenConstraint):
     """One choice's constraint: an llguidance matcher fed the tokens chosen."""
 
-    __slots__ = ("_matcher", "_vocab")
+    __slots__ = ("_end", "_matcher", "_vocab")
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab: int) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, vocab: int, end: list[int]) -> None:
         self._matcher = matcher
         self._vocab = vocab
+        self._end = [t for t in end if 0 <= t < vocab]
 
     def allowed(self, vocab_size: int) -> npt.NDArray[np.bool_]:
-        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
         mask = np.zeros(vocab_size, dtype=np.bool_)
-        known = min(vocab_size, self._vocab)
-        mask[:known] = np.unpackbits(bits, bitorder="little")[:known].astype(np.bool_)
-        if not mask.any():  # the matcher failed (an error state): let the row end, not spin
-            mask[:] = True
+        if not self._matcher.is_stopped():
+            bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+            known = min(vocab_size, self._vocab)
+            mask[:known] = np.unpackbits(bits, bitorder="little")[:known].astype(np.bool_)
+        if not mask.any():  # done (ignore_eos goes on), or an error state: only the end remains
+            mask[[t for t in self._end if t < vocab_size] or slice(None)] = True
         return mask
 
     def advance(self, token: int) -> None:
@@ -148,7 +150,7 @@ class Grammars:
         if template.is_error():
             raise InvalidField("response_format", f"response_format: {template.get_error()}")
         vocab = tokenizer.vocab_size
-        return lambda: GuidedTokens(template.deep_copy(), vocab)
+        return lambda: GuidedTokens(template.deep_copy(), vocab, self._eos)
 
 
 _BY_TOKENIZER: weakref.WeakKeyDictionary[TextTokenizer, Grammars] = weakref.WeakKeyDictionary()
