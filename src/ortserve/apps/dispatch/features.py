@@ -72,21 +72,23 @@ def pair_features(request: DispatchRequest) -> PairFeatures:
     # A rush-hour peak slows the part of the trip inside its window; an order in a
     # no-stopping zone costs the walk from outside it. Both shorten the slack the scorer reads.
     constraints = request.constraints
-    travel = travel_minutes(distance + uncertain, NOMINAL_KMH, constraints.peaks, request.now)
-    zones = zone_effects(olat, olon, constraints.zones)
+    trip = distance + uncertain
+    slack = minutes - travel_minutes(trip, NOMINAL_KMH, constraints.peaks, request.now)
+    zones = zone_effects(olat, olon, constraints.zones) if constraints.zones else None
+    if zones is not None:
+        slack -= zones.walk_minutes[:, None]
     columns = (
         distance / 10.0,
-        (minutes - travel - zones.walk_minutes[:, None]) / 60.0,
+        slack / 60.0,
         np.broadcast_to(load / capacity, distance.shape),
         (load + weight) / capacity,
         same_neighbourhood(olat, olon, clat, clon).astype(np.float64),
         np.broadcast_to(weight / 10.0, distance.shape),
     )
     rows = np.stack([np.asarray(c, dtype=np.float32).ravel() for c in columns], axis=1)
-    return PairFeatures(
-        rows,
-        distance,
-        (load + weight) <= capacity + 1e-9,
-        zones.blocked,
-        _applied(request, distance + uncertain, zones.names),
-    )
+    fits = (load + weight) <= capacity + 1e-9
+    if zones is None and not constraints.peaks:
+        return PairFeatures(rows, distance, fits)
+    names = zones.names if zones is not None else ((),) * len(orders)
+    blocked = zones.blocked if zones is not None else ()
+    return PairFeatures(rows, distance, fits, blocked, _applied(request, trip, names))
