@@ -466,3 +466,24 @@ def test_the_responses_api_answers_through_the_official_client(client: openai.Op
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model=DEMO_LLM_NAME, input="x", previous_response_id="resp_1")
     assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "previous_response_id"
+
+
+def test_the_responses_api_calls_function_tools_and_takes_their_output_back(client: openai.OpenAI) -> None:
+    function = _WEATHER["function"]
+    tool = {"type": "function", "name": "get_weather", "parameters": function["parameters"]}  # type: ignore[index]
+    called = client.responses.create(  # type: ignore[call-overload]
+        model=DEMO_LLM_NAME, input="Weather?", tools=[tool], tool_choice="required",
+        parallel_tool_calls=False, max_output_tokens=80, temperature=0.5,
+    )  # fmt: skip
+    calls = [item for item in called.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].arguments), function["parameters"])  # type: ignore[index]
+    answered = client.responses.create(
+        model=DEMO_LLM_NAME, max_output_tokens=5, temperature=0,
+        input=[
+            {"role": "user", "content": "Weather?"},
+            {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather", "arguments": calls[0].arguments},
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "The river"},
+        ],
+    )  # fmt: skip
+    assert answered.output_text

@@ -4,7 +4,9 @@
 
 Nothing is stored (no ``previous_response_id``, ``store`` false only): those fields are refused
 by name, as is every field this route does not honour. ``stream`` sends the Responses API's
-events (created, output_text deltas, completed).
+events (created, output_text deltas, completed). Function ``tools`` map onto chat's (calls come
+back as ``function_call`` output items; ``function_call`` and ``function_call_output`` input
+items become the conversation's assistant and tool messages), not streamed.
 """
 
 from __future__ import annotations
@@ -33,13 +35,11 @@ logger = logging.getLogger(__name__)
 
 _HONOURED = frozenset(
     {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "text", "store", "stream",
-     "metadata", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls"}
+     "metadata", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls", "tools", "tool_choice"}
 )  # fmt: skip
 _REFUSED = {
     "previous_response_id": "responses are not stored, so there is no previous response",
     "conversation": "responses are not stored, so there is no conversation",
-    "tools": "tools are supported on /v1/chat/completions",
-    "tool_choice": "tools are supported on /v1/chat/completions",
     "reasoning": "this server runs no reasoning models",
     "background": "background responses are not supported",
     "include": "include is not supported",
@@ -63,6 +63,45 @@ def _fields(body: bytes) -> dict[str, object]:
     return fields
 
 
+def _tool_item(item: dict[str, object], index: int) -> dict[str, object]:
+    """A function call the model made, or its output, as the chat's assistant or tool message."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str):
+        raise InvalidField("input", f"input[{index}].call_id must be a string")
+    if item["type"] == "function_call_output":
+        return {"role": "tool", "tool_call_id": call_id, "content": str(item.get("output", ""))}
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _tools(fields: dict[str, object], chat: dict[str, object]) -> None:
+    """Function tools (flat here, nested in chat) and tool_choice, into the chat request."""
+    tools = fields.get("tools")
+    if tools:
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" for t in tools
+        ):
+            raise InvalidField("tools", "tools: only function tools are supported")
+        chat["tools"] = [
+            {
+                "type": "function",
+                "function": {k: v for k, v in t.items() if k in ("name", "description", "parameters")},
+            }
+            for t in tools
+        ]
+    choice = fields.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        chat["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    elif choice is not None:
+        chat["tool_choice"] = choice
+    if fields.get("parallel_tool_calls") is not None:
+        chat["parallel_tool_calls"] = fields["parallel_tool_calls"]
+
+
 def _messages(fields: dict[str, object]) -> list[object]:
     raw = fields.get("input")
     messages: list[object] = []
@@ -76,8 +115,11 @@ def _messages(fields: dict[str, object]) -> list[object]:
     if not isinstance(raw, list) or not raw:
         raise InvalidField("input", "input must be a string or a non-empty list of messages")
     for index, item in enumerate(raw):
+        if isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output"):
+            messages.append(_tool_item(item, index))
+            continue
         if not isinstance(item, dict) or item.get("type", "message") != "message":
-            raise InvalidField("input", f"input[{index}]: only messages are supported")
+            raise InvalidField("input", f"input[{index}]: only messages and function calls are supported")
         content = item.get("content")
         if isinstance(content, list):  # input_text / output_text parts
             texts = [
@@ -94,6 +136,7 @@ def _messages(fields: dict[str, object]) -> list[object]:
 
 def _chat_fields(fields: dict[str, object]) -> dict[str, object]:
     chat: dict[str, object] = {"model": fields.get("model"), "messages": _messages(fields)}
+    _tools(fields, chat)
     for source, target in (
         ("max_output_tokens", "max_tokens"),
         ("temperature", "temperature"),
@@ -201,6 +244,10 @@ class _ResponsesRoute:
             llm = resolve_llm(self._registry, parsed.model)
             answer = await start_chat(llm, parsed)
             stream = answer.streams[0]
+            if fields.get("stream") is True and fields.get("tools"):
+                raise InvalidField(
+                    "stream", "stream: tool calls on /v1/responses come whole (stream on chat)"
+                )
             if fields.get("stream") is True:
                 headers = [(b"cache-control", b"no-cache")]
                 return HttpResponse(
@@ -209,9 +256,17 @@ class _ResponsesRoute:
             chat = orjson.loads(await answer.body())
             choice = chat["choices"][0]
             status = "incomplete" if choice["finish_reason"] == "length" else "completed"
-            item = _message(f"msg_{uuid.uuid4().hex}", choice["message"]["content"] or "", status)
+            output: list[object] = [
+                {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
+                 "name": call["function"]["name"], "arguments": call["function"]["arguments"], "status": "completed"}
+                for call in choice["message"].get("tool_calls") or []
+            ]  # fmt: skip
+            if choice["message"]["content"] or not output:
+                output.insert(
+                    0, _message(f"msg_{uuid.uuid4().hex}", choice["message"]["content"] or "", status)
+                )
             body = _response(
-                f"resp_{uuid.uuid4().hex}", int(time.time()), parsed.model, status, [item], _usage(stream)
+                f"resp_{uuid.uuid4().hex}", int(time.time()), parsed.model, status, output, _usage(stream)
             )
             return json_response(200, orjson.dumps(body))
         except OrtServeError as error:
