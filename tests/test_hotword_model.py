@@ -297,3 +297,13 @@ def test_locality_is_home_nearby_or_elsewhere() -> None:
     assert locality(regions, 440305).tolist() == [1.0, NEARBY, 1.0, 0.0, 0.0]
     assert locality(regions, 440000).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
     assert locality(regions, 0).tolist() == [0.0] * 5
+
+
+@pytest.mark.parametrize(
+    ("query", "first"), [("兰州地铁多少钱", "兰州地铁线路"), ("长春攻略多少钱", "长春旅游攻略")]
+)
+def test_the_score_floor_trims_padding_but_never_the_best_answer(
+    ranker: Ranker, query: str, first: str
+) -> None:
+    answer = ranker.ask(query, 110000, dt.date(2026, 3, 11))
+    assert answer["matched"] is True and words(answer)[0] == first

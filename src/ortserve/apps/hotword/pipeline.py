@@ -118,7 +118,7 @@ class HotwordPipeline:
 
 
 def _relevant(scores: np.ndarray, matches: Matches, ranked: np.ndarray) -> np.ndarray:
-    """Which ranked candidates to answer: an exact match always; others scoring at least
+    """Which ranked candidates to answer: an exact match and the best one always; others scoring at least
     ``MIN_SCORE`` and ``MIN_SHARE`` of the best other, and never one related by character pairs
     alone (冰雪大世界 to 世界杯) while another shares a whole word with the query."""
     exact = matches.exact[ranked] > 0
@@ -127,7 +127,11 @@ def _relevant(scores: np.ndarray, matches: Matches, ranked: np.ndarray) -> np.nd
     keep = scores >= max(MIN_SCORE, MIN_SHARE * best_other)
     if worded.any():
         keep &= worded
-    return np.asarray(exact | keep)
+    # The floor trims padding, never the answer itself: a query that relates to something
+    # (兰州地铁多少钱, its filler lowering every score) still gets its best hotword.
+    first = np.zeros(len(ranked), dtype=bool)
+    first[: 1 if len(ranked) else 0] = True
+    return np.asarray(exact | keep | (first & (worded | ~worded.any())))
 
 
 def _attributions(scores: np.ndarray, count: int, probes: list[tuple[str, int]]) -> dict[int, list[str]]:
