@@ -111,3 +111,25 @@ def test_reflection_lists_and_describes_the_typed_services(channel: grpc.Channel
     names = {service.name for service in listed.list_services_response.service}
     assert {"ortserve.apps.v1.HotwordService", "ortserve.apps.v1.DispatchService"} <= names
     assert described.file_descriptor_response.file_descriptor_proto
+
+
+def test_route_constraints_travel_as_messages(server: ServerProcess, channel: grpc.Channel) -> None:
+    route = _unary(channel, "/ortserve.apps.v1.DispatchService/Route", apb.RouteResponse)
+    request = apb.RouteRequest(now=NOW)
+    request.orders.add(id="inside", lat=39.92, lon=116.44, created_at=NOW, deadline=NOW + 3_600_000)
+    request.couriers.add(id="c1", lat=39.921, lon=116.441, capacity=3)
+    zone = request.constraints.add(kind="no_stopping", name="square", forbidden=True)
+    for lat, lon in ((39.91, 116.43), (39.91, 116.45), (39.93, 116.45), (39.93, 116.43)):
+        zone.polygon.add(lat=lat, lon=lon)
+    document = message_document(request)
+    assert document["constraints"] == [
+        {
+            "kind": "no_stopping",
+            "name": "square",
+            "polygon": [[39.91, 116.43], [39.91, 116.45], [39.93, 116.45], [39.93, 116.43]],
+            "forbidden": True,
+        }
+    ]
+    typed = _as_json(route(request, timeout=30))
+    expected = _post(server, "/v1/route", document)
+    assert typed["unassigned"] == expected["unassigned"] and "square" in typed["unassigned"][0]["reason"]

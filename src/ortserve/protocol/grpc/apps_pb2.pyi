@@ -83,7 +83,7 @@ class Courier(_message.Message):
     def __init__(self, id: _Optional[str] = ..., lat: _Optional[float] = ..., lon: _Optional[float] = ..., capacity: _Optional[float] = ..., load: _Optional[float] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
-    __slots__ = ("orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "pareto", "user_id", "ab_tag")
+    __slots__ = ("orders", "couriers", "now", "top_k", "min_on_time", "coord_system", "pareto", "user_id", "ab_tag", "constraints")
     ORDERS_FIELD_NUMBER: _ClassVar[int]
     COURIERS_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class RouteRequest(_message.Message):
     PARETO_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     AB_TAG_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     orders: _containers.RepeatedCompositeFieldContainer[Order]
     couriers: _containers.RepeatedCompositeFieldContainer[Courier]
     now: int
@@ -102,7 +103,36 @@ class RouteRequest(_message.Message):
     pareto: str
     user_id: str
     ab_tag: str
-    def __init__(self, orders: _Optional[_Iterable[_Union[Order, _Mapping]]] = ..., couriers: _Optional[_Iterable[_Union[Courier, _Mapping]]] = ..., now: _Optional[int] = ..., top_k: _Optional[int] = ..., min_on_time: _Optional[float] = ..., coord_system: _Optional[str] = ..., pareto: _Optional[str] = ..., user_id: _Optional[str] = ..., ab_tag: _Optional[str] = ...) -> None: ...
+    constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
+    def __init__(self, orders: _Optional[_Iterable[_Union[Order, _Mapping]]] = ..., couriers: _Optional[_Iterable[_Union[Courier, _Mapping]]] = ..., now: _Optional[int] = ..., top_k: _Optional[int] = ..., min_on_time: _Optional[float] = ..., coord_system: _Optional[str] = ..., pareto: _Optional[str] = ..., user_id: _Optional[str] = ..., ab_tag: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ...) -> None: ...
+
+class Point(_message.Message):
+    __slots__ = ("lat", "lon")
+    LAT_FIELD_NUMBER: _ClassVar[int]
+    LON_FIELD_NUMBER: _ClassVar[int]
+    lat: float
+    lon: float
+    def __init__(self, lat: _Optional[float] = ..., lon: _Optional[float] = ...) -> None: ...
+
+class Constraint(_message.Message):
+    __slots__ = ("kind", "name", "start", "end", "speed_factor", "polygon", "walk_minutes", "forbidden")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    POLYGON_FIELD_NUMBER: _ClassVar[int]
+    WALK_MINUTES_FIELD_NUMBER: _ClassVar[int]
+    FORBIDDEN_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    start: str
+    end: str
+    speed_factor: float
+    polygon: _containers.RepeatedCompositeFieldContainer[Point]
+    walk_minutes: float
+    forbidden: bool
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., start: _Optional[str] = ..., end: _Optional[str] = ..., speed_factor: _Optional[float] = ..., polygon: _Optional[_Iterable[_Union[Point, _Mapping]]] = ..., walk_minutes: _Optional[float] = ..., forbidden: _Optional[bool] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("courier_id", "score", "on_time", "distance_km", "pareto")
@@ -119,7 +149,7 @@ class Candidate(_message.Message):
     def __init__(self, courier_id: _Optional[str] = ..., score: _Optional[float] = ..., on_time: _Optional[float] = ..., distance_km: _Optional[float] = ..., pareto: _Optional[bool] = ...) -> None: ...
 
 class OrderAnswer(_message.Message):
-    __slots__ = ("order_id", "courier_id", "candidates", "placed_in", "placed_by", "city", "road", "number", "precision", "ignored_fields")
+    __slots__ = ("order_id", "courier_id", "candidates", "placed_in", "placed_by", "city", "road", "number", "precision", "ignored_fields", "uncertainty_km", "constraints")
     ORDER_ID_FIELD_NUMBER: _ClassVar[int]
     COURIER_ID_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +160,8 @@ class OrderAnswer(_message.Message):
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     IGNORED_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    UNCERTAINTY_KM_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     order_id: str
     courier_id: str
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
@@ -140,7 +172,9 @@ class OrderAnswer(_message.Message):
     number: str
     precision: str
     ignored_fields: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, order_id: _Optional[str] = ..., courier_id: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., placed_in: _Optional[str] = ..., placed_by: _Optional[str] = ..., city: _Optional[str] = ..., road: _Optional[str] = ..., number: _Optional[str] = ..., precision: _Optional[str] = ..., ignored_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+    uncertainty_km: float
+    constraints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, order_id: _Optional[str] = ..., courier_id: _Optional[str] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., placed_in: _Optional[str] = ..., placed_by: _Optional[str] = ..., city: _Optional[str] = ..., road: _Optional[str] = ..., number: _Optional[str] = ..., precision: _Optional[str] = ..., ignored_fields: _Optional[_Iterable[str]] = ..., uncertainty_km: _Optional[float] = ..., constraints: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Unassigned(_message.Message):
     __slots__ = ("order_id", "reason")

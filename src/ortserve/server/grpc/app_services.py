@@ -39,19 +39,26 @@ _MAX_MODEL_NAME = 256
 
 def message_document(message: Message) -> dict[str, object]:
     """The JSON document a message mirrors: only the fields it sets (proto3 defaults left to the
-    pipeline's own), integers kept integers (protobuf's JSON mapping writes int64 as strings)."""
+    pipeline's own), integers kept integers (protobuf's JSON mapping writes int64 as strings),
+    and a ``Point`` as the JSON's ``[lat, lon]`` pair."""
     document: dict[str, object] = {}
     for field, value in message.ListFields():
         if field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.label == FieldDescriptor.LABEL_REPEATED:
-                document[field.name] = [message_document(item) for item in value]
+                document[field.name] = [_json_value(item) for item in value]
             else:
-                document[field.name] = message_document(value)
+                document[field.name] = _json_value(value)
         elif field.label == FieldDescriptor.LABEL_REPEATED:
             document[field.name] = list(value)
         else:
             document[field.name] = value
     return document
+
+
+def _json_value(message: Message) -> object:
+    if isinstance(message, apb.Point):
+        return [message.lat, message.lon]
+    return message_document(message)
 
 
 class AppServices:
