@@ -223,7 +223,7 @@ def _logprobs(samplers: Sequence[TokenSampler], logits: F32, tokens: I64) -> lis
     rows = [i for i, s in enumerate(samplers) if s.params.logprobs]
     if not rows:
         return draws
-    raw = logits[rows].astype(np.float64)
+    raw = logits[rows]  # float32, as vLLM reports them: half the work of float64, ~1e-6 apart
     top = raw.max(axis=1, keepdims=True)
     normal = top + np.log(np.exp(raw - top).sum(axis=1, keepdims=True))
     chosen = (np.take_along_axis(raw, tokens[rows][:, None], axis=1) - normal)[:, 0].tolist()

@@ -4,6 +4,7 @@ the chat shape (``logprobs.content[]`` with ``top_logprobs``) or the legacy comp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,8 +32,14 @@ class TokenLogprob:
     top: tuple[tuple[str, float], ...] = ()
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _utf8(text: str) -> list[int]:
+    """A token's bytes, built once per token text (shared, never changed: only serialised)."""
+    return list(text.encode())
+
+
 def _entry(text: str, logprob: float) -> dict[str, object]:
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    return {"token": text, "logprob": logprob, "bytes": _utf8(text)}
 
 
 def chat_logprobs(tokens: Sequence[TokenLogprob]) -> dict[str, object]:
