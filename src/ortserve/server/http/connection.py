@@ -19,20 +19,17 @@ when the connection closes, so neither waits for the cyclic garbage collector).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import unquote
 
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet, peer_address
+from ortserve.server.http.deadlines import ARRIVING, BODY, BUSY, HEAD, IDLE, ConnectionLimits, Deadlines
 from ortserve.server.http.messages import HttpRequest, HttpResponse
-from ortserve.server.http.responder import Handler, Responder
+from ortserve.server.http.responder import Handler
 from ortserve.server.http.wire import CannedResponse
 
 __all__ = ["Admission", "ConnectionLimits", "HttpConnection"]
@@ -43,8 +40,6 @@ Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "CannedResponse | None"
 """``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_RESET = struct.pack("ii", 1, 0)
-"""SO_LINGER on with a zero timeout: closing the socket resets it and drops what it holds."""
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _DISCARD_TIMEOUT_S = 5.0
 _MAX_DISCARD = 256 * 1024 * 1024
@@ -54,34 +49,6 @@ _TOO_MANY_FROM_PEER = (
     b"retry-after: 1\r\nconnection: close\r\n\r\n%s" % (len(_PEER_BODY), _PEER_BODY)
 )
 _RETRY_AFTER = [(b"retry-after", b"1"), (b"connection", b"close")]
-
-# What a connection is waiting for, and so what its deadline means.
-_IDLE = 0  # the next request head: close quietly at the deadline
-_HEAD = 1  # the rest of a request head: 408 at the deadline
-_BODY = 2  # the rest of a request body: 408 at the deadline
-_BUSY = 3  # our answer: no deadline
-
-# What the connection limit was last told (ConnectionLimit: idle, receiving, busy).
-_AT_REST = 0
-_ARRIVING = 1
-_SERVING = 2
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """Bounds on what one connection may make the server hold."""
-
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 100
-    keepalive_timeout_s: float = 75.0
-    header_timeout_s: float = 10.0
-    min_body_rate: float = 500.0
-    """A body may take ``header_timeout_s`` plus one second per this many bytes (Apache's
-    mod_reqtimeout rule): a slow link still uploads, a trickle cannot hold a connection."""
-    request_timeout_s: float = 120.0
-    """A whole request, head and body, must arrive within this of its first byte, whatever its
-    rate: a trickle just above ``min_body_rate`` held a place for hours (64 MiB at 600 B/s)."""
 
 
 class _TooLarge(Exception):
@@ -100,8 +67,10 @@ class _UnknownCoding(Exception):
     """A transfer coding other than chunked (RFC 9112 6.1: 501)."""
 
 
-class HttpConnection(Responder):
-    """Parses requests within the limits and deadlines; :class:`Responder`, its base, answers them."""
+class HttpConnection(Deadlines):
+    """Parses requests within the limits; :class:`~ortserve.server.http.deadlines.Deadlines`,
+    its base, keeps its clocks and its standing with the connection cap, and
+    :class:`~ortserve.server.http.responder.Responder`, below that, answers them."""
 
     def __init__(
         self,
@@ -127,13 +96,13 @@ class HttpConnection(Responder):
         self._intake = state.intake
         self._timer: asyncio.TimerHandle | None = None
         self._tick = min(limits.header_timeout_s, limits.keepalive_timeout_s, limits.request_timeout_s)
-        self._phase = _IDLE
+        self._phase = IDLE
         self._now = loop.time()
         self._deadline = self._now + limits.header_timeout_s
         self._body_started = 0.0
         self._request_started = 0.0  # of the request arriving (request_timeout_s counts from it)
         self._received = 0
-        self._told = _ARRIVING  # a new connection: its first request is to come
+        self._told = ARRIVING  # a new connection: its first request is to come
         self._discard_left: int | None = None
         self._upgrade_offered = False
         # Member and evictable from the listener's accept on: a loop may accept a burst of
@@ -156,22 +125,6 @@ class HttpConnection(Responder):
             self._close()
             return
         self._timer = self._loop.call_later(self._tick, self._on_timer)
-
-    def park(self) -> None:
-        self._parked = True
-        self._parked_at = self._loop.time()
-        if self._transport is not None and self._reading and not self._closed:
-            self._transport.pause_reading()
-            self._reading = False
-
-    def unpark(self) -> None:
-        self._parked = False
-        # Time parked was the server's, not the client's: the request clocks skip it.
-        parked = self._loop.time() - self._parked_at
-        self._body_started += parked
-        self._request_started += parked
-        if not self._busy:
-            self._resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -234,7 +187,7 @@ class HttpConnection(Responder):
     # -- httptools callbacks ----------------------------------------------------------
     def on_message_begin(self) -> None:
         self._receiving = True
-        self._phase = _HEAD
+        self._phase = HEAD
         self._request_started = self._now
         self._deadline = self._now + self._limits.header_timeout_s
         self._url = b""
@@ -275,7 +228,7 @@ class HttpConnection(Responder):
                 raise _TooLarge()
             if not self._budget.fits(size):
                 raise _OverBudget()
-        self._phase = _BODY
+        self._phase = BODY
         self._body_started = self._now
         self._deadline = self._now + self._limits.header_timeout_s
         if self._admission is not None:
@@ -321,7 +274,7 @@ class HttpConnection(Responder):
         if self._upgrade_offered:  # the head is read again, with the body (data_received)
             return
         self._receiving = False
-        self._phase = _BUSY
+        self._phase = BUSY
         if self._parser is None:
             return
         if self._refusal is not None and self._refusal_sent:
@@ -401,111 +354,4 @@ class HttpConnection(Responder):
         assert self._discard_left is not None
         self._discard_left -= received
         if self._discard_left <= 0 or self._discard_left > _MAX_DISCARD:
-            self._close()
-
-    # -- deadlines and idle connections -------------------------------------------------
-    def _to_idle(self) -> None:
-        """Nothing is owed: wait for the next request head, evictable by the connection cap
-        (or, when the next request is arriving already, by its progress).
-
-        The deadline is a stamp, not a timer: one timer per connection ticks at most every
-        ``min(header, keep-alive timeout)`` and re-arms for the remainder, so a request costs
-        no timer operations, and every deadline set is at least one tick ahead.
-        """
-        if self._receiving:  # pipelined: the next request's own deadline runs already
-            self._tell()
-            return
-        self._phase = _IDLE
-        self._deadline = self._loop.time() + self._limits.keepalive_timeout_s
-        if self._told == _AT_REST:
-            self._limit.touch(self)  # idle again after a request: the back of the idle line
-        else:
-            self._told = _AT_REST
-            self._limit.idle(self)
-
-    def _tell(self) -> None:
-        """Tell the connection cap what this connection is doing: serving a whole request
-        (never closed for a newcomer), receiving one (closed by its progress), or idle.
-
-        At the end of a read that leaves a request arriving or being answered, and when the
-        answers run out (``_to_idle``): the cap acts only between callbacks (at an accept), so a
-        request read and answered within one read costs it one move in the idle line, not a
-        round trip through its states.
-        """
-        told = self._told
-        if self._busy or self._queue:
-            if told != _SERVING:
-                self._told = _SERVING
-                self._limit.busy(self)
-        elif self._receiving:
-            if told != _ARRIVING:
-                self._told = _ARRIVING
-                self._limit.receiving(self)
-        elif told != _AT_REST:
-            self._told = _AT_REST
-            self._limit.idle(self)
-        else:
-            self._limit.touch(self)  # idle again after a request: the back of the idle line
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        if self._closed:
-            return
-        now = self._loop.time()
-        remaining = self._deadline - now
-        if self._phase == _HEAD or self._phase == _BODY:
-            # Whatever its rate, a request arrives whole within request_timeout_s (checked
-            # here, not per byte: the timer ticks at least every header timeout).
-            remaining = min(remaining, self._request_started + self._limits.request_timeout_s - now)
-        if (
-            self._write_paused
-            and self._loop.time() - self._write_paused_at >= self._limits.keepalive_timeout_s
-        ):
-            # The client has read none of our answers for a keep-alive timeout: reset it. A
-            # close, even an abort, left the unsent answers (megabytes) in the kernel's send
-            # queue for as long as the client kept its window shut (FIN-WAIT-1).
-            if self._transport is not None:
-                with contextlib.suppress(OSError, AttributeError):
-                    self._transport.get_extra_info("socket").setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, _RESET
-                    )
-            self.abort()
-            return
-        if self._parked:  # the server stopped reading, not the client: its clock restarts
-            self._deadline = self._loop.time() + self._tick
-            remaining = self._tick
-        if self._phase == _BUSY or remaining > 0:
-            self._timer = self._loop.call_later(min(max(remaining, 0.001), self._tick), self._on_timer)
-        elif self._phase == _IDLE:
-            self._close()
-        else:
-            self._reject(408, "the request was not received in time")
-
-    @property
-    def received(self) -> int:
-        """Bytes read from the client so far (the connection cap ranks progress by it)."""
-        return self._received
-
-    def evict(self) -> None:
-        """The connection cap needs this place (the connection is idle, or its request is
-        arriving slower than the others'): leave it now and close."""
-        self._state.discard(self)
-        self._closed = True
-        if self._transport is not None:
-            self._transport.close()
-
-    @property
-    def idle(self) -> bool:
-        """No request is being received, handled or waiting on this connection."""
-        return not self._busy and not self._queue and not self._receiving
-
-    def abort(self) -> None:
-        """Shutdown grace ran out: drop the connection."""
-        if self._transport is not None and not self._closed:
-            self._closed = True
-            self._transport.abort()
-
-    def close_if_idle(self) -> None:
-        """Shutdown: close now if idle; a busy connection closes after its response."""
-        if self.idle:
             self._close()
