@@ -124,12 +124,15 @@ class Admission:
         return self._admitted[lane] == self._backlog.changes
 
     # -- the arithmetic (under the lock) -----------------------------------------------
-    def refusal(self, now: float, rows: int, lane: int, deadline: float | None) -> Overloaded | None:
-        """The refusal a request of ``rows`` rows ending by ``deadline`` gets now, or None."""
-        return self.refusal_and_slack(now, rows, lane, deadline)[0]
+    def refusal(
+        self, now: float, rows: int, lane: int, deadline: float | None, tenant: str | None = None
+    ) -> Overloaded | None:
+        """The refusal a request of ``rows`` rows ending by ``deadline`` gets now, or None;
+        ``tenant``: its tenant's key while the backlog keeps shares (:mod:`~ortserve.core.fairness`)."""
+        return self.refusal_and_slack(now, rows, lane, deadline, tenant)[0]
 
     def refusal_and_slack(
-        self, now: float, rows: int, lane: int, deadline: float | None
+        self, now: float, rows: int, lane: int, deadline: float | None, tenant: str | None = None
     ) -> tuple[Overloaded | None, float]:
         """The refusal, and how long it stays right if the queue does not change.
 
@@ -157,9 +160,19 @@ class Admission:
                 retry_after_s=self._drain_estimate(now, backlog.queued_rows),
             )
             return held, math.inf
+        shares = backlog.shares if tenant is not None else None
+        if shares is not None and tenant is not None and shares.over_share(tenant, policy.max_queue_size):
+            over = Overloaded(
+                f"this tenant holds its share of the queue ({shares.requests[tenant]} of "
+                f"{policy.max_queue_size} requests, {len(shares.requests)} tenants queued)",
+                retry_after_s=self._drain_estimate(now, shares.rows_ahead(tenant, 0)),
+            )
+            return over, math.inf
         if not self._cost_model.fitted:
             return None, 0.0
         ahead = sum(backlog.lanes[i].rows for i in range(lane + 1))
+        if shares is not None and tenant is not None:
+            ahead = min(ahead, shares.rows_ahead(tenant, rows))  # round-robin: its turns only
         queued = self._drain_estimate(now, ahead)
         batch_s = full_batch_s(policy, self._cost_model) * backlog.service.slowdown
         target = queue_wait_target(policy, batch_s)
@@ -203,6 +216,10 @@ class Admission:
         if backlog.busy < backlog.instances:
             return 0.0
         return max(0.0, min(backlog.busy_until, default=now) - now)
+
+    def drain_estimate(self, now: float, rows: int) -> float:
+        """How long until ``rows`` queued rows would be done (a Retry-After)."""
+        return self._drain_estimate(now, rows)
 
     def _drain_estimate(self, now: float, rows: int, absolute: bool = False) -> float:
         """When ``rows`` queued rows would be done, given the batches running now, at the

@@ -12,6 +12,7 @@ from ortserve.core.admission import in_flight_capacity, wait_target
 from ortserve.core.batch import Pending, Run
 from ortserve.core.clock import TimerHandle
 from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.fairness import TenantShares
 from ortserve.core.policy import SchedulingPolicy, StandingQueue
 from ortserve.errors import DeadlineExceeded, ModelNotReady, OrtServeError, Overloaded
 
@@ -58,6 +59,7 @@ class Backlog:
         "running_requests",
         "running_rows",
         "service",
+        "shares",
         "stale_timers",
     )
 
@@ -85,6 +87,17 @@ class Backlog:
         self._capacity = in_flight_capacity(policy, instances)
         self.service = ServiceMeter()
         """The measured service time per predicted run time (see :class:`ServiceMeter`)."""
+        self.shares: TenantShares | None = None
+        """Each tenant's queued work, once a request named a tenant (see :meth:`share_by_tenant`)."""
+
+    def share_by_tenant(self) -> TenantShares:
+        """Keep each tenant's share of the queue from now on (tenancy is on: a request named its
+        tenant); the requests already queued are counted too."""
+        if self.shares is None:
+            self.shares = TenantShares(len(self.lanes))
+            for lane in self.lanes:
+                self.shares.add_all(lane.queue)
+        return self.shares
 
     # -- joining and leaving the queue ---------------------------------------------------
     def add(self, pending: Pending) -> None:
@@ -94,6 +107,8 @@ class Backlog:
         lane.rows += pending.rows
         self.queued_requests += 1
         self.queued_rows += pending.rows
+        if self.shares is not None:
+            self.shares.add(pending)
 
     def remove(self, pending: Pending) -> None:
         """Take a request off the books; its timer is cancelled on the loop."""
@@ -102,6 +117,8 @@ class Backlog:
         self.queued_requests -= 1
         self.queued_rows -= pending.rows
         self.lanes[pending.lane].rows -= pending.rows
+        if self.shares is not None:
+            self.shares.remove(pending)
         if pending.timer is not None:
             self.stale_timers.append(pending.timer)
             pending.timer = None
@@ -196,6 +213,8 @@ class Backlog:
         )
         shed_before = now - target if shedding else -math.inf
         late_before = self._late_before(now)
+        if self.shares is not None and self.shares.contended:
+            return self._take_fair(now, shed_before, late_before)
         batch: list[Pending] = []
         rows = 0
         for lane in self.lanes:
@@ -231,6 +250,31 @@ class Backlog:
             queue.extendleft(reversed(skipped))
             if batch and (not max_rows or rows >= max_rows):
                 break
+        return batch
+
+    def _take_fair(self, now: float, shed_before: float, late_before: float) -> list[Pending]:
+        """:meth:`_take_batch` while two or more tenants have queued work: round-robin over
+        the tenants (:meth:`TenantShares.take`), with the same requests leaving unrun."""
+
+        def usable(pending: Pending) -> bool:
+            if pending.future.done():
+                self.remove(pending)
+            elif pending.deadline is not None and pending.deadline <= now:
+                self.drop(pending, DeadlineExceeded("deadline passed while the request was queued"))
+            elif pending.arrival < shed_before:
+                self.drop(pending, Overloaded("shed: waited too long in an overloaded queue", 0.0))
+            elif pending.arrival < late_before:
+                self.drop(
+                    pending, Overloaded("shed: it could no longer finish within the latency budget", 0.0)
+                )
+            else:
+                return True
+            return False
+
+        assert self.shares is not None
+        batch = self.shares.take(self._policy.max_batch_size, usable)
+        for pending in batch:
+            self.remove(pending)
         return batch
 
     def _late_before(self, now: float) -> float:

@@ -37,6 +37,8 @@ class Pending:
     timer: TimerHandle | None = None
     live: bool = True
     """Still counted in the queue (False once it left, for a batch or otherwise)."""
+    tenant: str | None = None
+    """Who sent it, when tenancy is on (see :mod:`ortserve.core.fairness`)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -160,7 +160,7 @@ class ServedVersion:
             self.guard.check_usable()  # ModelNotReady: no level can answer now (503)
         if self._shapes is not None:
             self._shapes.check_shapes(feeds)  # InvalidInput: over an input's max_shape
-        queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s)
+        queued = self.scheduler.submit(feeds, rows, request.priority, request.timeout_s, request.tenant)
         answer: asyncio.Future[InferResponse] = queued.get_loop().create_future()
         queued.add_done_callback(functools.partial(self._answer, answer, selected, request.id))
         answer.add_done_callback(functools.partial(_withdraw, queued))

@@ -28,13 +28,14 @@ from ortserve.core.backlog import Backlog
 from ortserve.core.batch import Pending, Run, assemble, fail, report
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
+from ortserve.core.fairness import tenant_key
 from ortserve.core.inlining import InlineGate
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import NullObserver, SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.read_delay import read_delay_of
 from ortserve.core.screening import BatchScreen, split_refused
-from ortserve.errors import DeadlineExceeded, InvalidInput, ModelNotReady, OrtServeError
+from ortserve.errors import DeadlineExceeded, InvalidInput, ModelNotReady, OrtServeError, Overloaded
 
 __all__ = ["BatchExecutor", "Scheduler"]
 
@@ -116,7 +117,12 @@ class Scheduler:
         return self._delay_timer is not None
 
     def submit(
-        self, feeds: Feeds, rows: int, priority: int = 0, timeout_s: float | None = None
+        self,
+        feeds: Feeds,
+        rows: int,
+        priority: int = 0,
+        timeout_s: float | None = None,
+        tenant: str | None = None,
     ) -> asyncio.Future[list[Array]]:
         """Admit a validated request; the future resolves to its own rows of every output.
 
@@ -125,6 +131,8 @@ class Scheduler:
             rows: the request's size along dim 0 (1 when batching is off).
             priority: 0 for the default lane, else 1 (most urgent) .. priority_levels.
             timeout_s: time allowed from now; None uses the policy's default.
+            tenant: who sent it, when tenancy is on: from then on the queue is shared fairly
+                between tenants (:mod:`~ortserve.core.fairness`); None: tenancy off.
 
         Raises:
             ModelNotReady: the scheduler is draining.
@@ -151,7 +159,10 @@ class Scheduler:
         pending = Pending(feeds, rows, signature, now - self._read_delay.unread_s, deadline, future, lane)
         backlog = self._backlog
         with self._lock:
-            if as_at_edge and self._admission.still_admitted(lane):
+            if tenant is not None or backlog.shares is not None:
+                pending.tenant = tenant
+                error = self._fair_refusal(pending, now, deadline)
+            elif as_at_edge and self._admission.still_admitted(lane):
                 error = None  # the edge's verdict for this request (refusal()) still holds
             else:
                 error = self._admission.refusal(now, rows, lane, deadline)
@@ -171,6 +182,28 @@ class Scheduler:
             self._dispatch()
         return future
 
+    def _fair_refusal(self, pending: Pending, now: float, deadline: float | None) -> Overloaded | None:
+        """Admission with the queue shared by tenants (under the lock): a full queue first
+        makes room for a tenant under its share, pushing out the newest request of the tenant
+        holding the most (answered 429 on the loop)."""
+        backlog = self._backlog
+        shares = backlog.share_by_tenant()
+        tenant = tenant_key(pending)
+        bound = self._policy.max_queue_size
+        if backlog.queued_requests >= bound and shares.requests.get(tenant, 0) < max(
+            1, bound // shares.tenants_with(tenant)
+        ):
+            victim = shares.newest_of_largest()
+            if victim is not None and tenant_key(victim) != tenant:
+                backlog.drop(
+                    victim,
+                    Overloaded(
+                        "pushed out of a full queue: its tenant held more than its share",
+                        retry_after_s=self._admission.drain_estimate(now, backlog.queued_rows),
+                    ),
+                )
+        return self._admission.refusal(now, pending.rows, pending.lane, deadline, tenant)
+
     def refusal(self, priority: int = 0) -> OrtServeError | None:
         """The refusal a one-row request would get now, or None; nothing is queued.
 
@@ -186,6 +219,8 @@ class Scheduler:
         Returns:
             ModelNotReady (draining), InvalidInput (priority out of range), Overloaded (the
             queue, the concurrency limit, the queue-wait target or the budget refuses it).
+            With tenancy on, no Overloaded: the verdict depends on the tenant, which the
+            request's own ``submit`` knows (a refusal then costs the request's decoding).
         """
         if self._closing:
             return ModelNotReady("model is shutting down")
@@ -193,6 +228,8 @@ class Scheduler:
             lane = self._lane_index(priority)
         except InvalidInput as invalid:
             return invalid
+        if self._backlog.shares is not None:
+            return None
         error = self._admission.verdict(lane)
         if error is not None:
             self.observer.on_rejected(error)

@@ -74,6 +74,9 @@ class InferRequest:
     timeout_s: float | None = None
     headers: Callable[[str], str | None] | None = None
     """The transport's header (gRPC metadata) lookup by lowercase name, for routing."""
+    tenant: str | None = None
+    """Who sent it, when tenancy is on (the request edge's gate names it): the scheduler
+    shares a model's queue fairly between tenants. None: tenancy off."""
 
 
 @dataclass(slots=True)  # per request: frozen dataclasses cost ~1 µs more to build

@@ -183,7 +183,7 @@ class Exchange:
             scope.trace.decoded = time.monotonic()
         request.headers = headers
         if self.gate is not None:
-            self.gate.admit(headers)
+            request.tenant = self.gate.admit(headers)  # the scheduler shares queues by tenant
         sample = scope.sample
         if sample is not None and not sample.body:  # a gRPC call: recorded in its HTTP form
             sample.request = request
