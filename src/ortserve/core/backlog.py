@@ -60,6 +60,7 @@ class Backlog:
         "running_rows",
         "service",
         "shares",
+        "solo",
         "stale_timers",
     )
 
@@ -88,11 +89,14 @@ class Backlog:
         self.service = ServiceMeter()
         """The measured service time per predicted run time (see :class:`ServiceMeter`)."""
         self.shares: TenantShares | None = None
-        """Each tenant's queued work, once a request named a tenant (see :meth:`share_by_tenant`)."""
+        """Each tenant's queued work, while two or more tenants have some (see
+        :meth:`share_by_tenant`); None: tenancy off, or one tenant's work (``solo``) queued."""
+        self.solo = ""
+        """With tenancy on and no shares kept, the tenant whose work is queued (if any is)."""
 
     def share_by_tenant(self) -> TenantShares:
-        """Keep each tenant's share of the queue from now on (tenancy is on: a request named its
-        tenant); the requests already queued are counted too."""
+        """Keep each tenant's share of the queue (a second tenant's request came); the requests
+        already queued, all ``solo``'s, are counted too (once: bounded by the queue)."""
         if self.shares is None:
             self.shares = TenantShares(len(self.lanes))
             for lane in self.lanes:
@@ -117,8 +121,12 @@ class Backlog:
         self.queued_requests -= 1
         self.queued_rows -= pending.rows
         self.lanes[pending.lane].rows -= pending.rows
-        if self.shares is not None:
-            self.shares.remove(pending)
+        shares = self.shares
+        if shares is not None:
+            shares.remove(pending)
+            if not shares.contended:  # one tenant left: back to the plain FIFO, nothing kept
+                self.solo = next(iter(shares.requests), "")
+                self.shares = None
         if pending.timer is not None:
             self.stale_timers.append(pending.timer)
             pending.timer = None

@@ -91,6 +91,7 @@ class Scheduler:
             self._backlog, policy, self.cost_model, self.concurrency, clock, self._lock, self._read_delay
         )
         self._inline = InlineGate()
+        self._tenancy = False  # a request named its tenant: the queue is shared by tenants
         # Loop thread only:
         self._delay_timer: TimerHandle | None = None
         self._delay_at = math.inf
@@ -159,9 +160,8 @@ class Scheduler:
         pending = Pending(feeds, rows, signature, now - self._read_delay.unread_s, deadline, future, lane)
         backlog = self._backlog
         with self._lock:
-            if tenant is not None or backlog.shares is not None:
-                pending.tenant = tenant
-                error = self._fair_refusal(pending, now, deadline)
+            if tenant is not None or self._tenancy:
+                error = self._tenant_refusal(pending, tenant, as_at_edge, now, deadline)
             elif as_at_edge and self._admission.still_admitted(lane):
                 error = None  # the edge's verdict for this request (refusal()) still holds
             else:
@@ -181,6 +181,24 @@ class Scheduler:
         else:
             self._dispatch()
         return future
+
+    def _tenant_refusal(
+        self, pending: Pending, tenant: str | None, as_at_edge: bool, now: float, deadline: float | None
+    ) -> Overloaded | None:
+        """Admission with tenancy on (under the lock). While the queue holds one tenant's work
+        and this request is that tenant's, as without tenancy (nothing more is kept: see
+        ``Backlog.solo``); else with the queue's shares (:meth:`_fair_refusal`)."""
+        self._tenancy = True
+        pending.tenant = tenant
+        backlog = self._backlog
+        if backlog.shares is None:
+            key = tenant_key(pending)
+            if backlog.queued_requests == 0 or backlog.solo == key:
+                backlog.solo = key
+                if as_at_edge and self._admission.still_admitted(pending.lane):
+                    return None  # the edge's verdict (refusal()) still holds
+                return self._admission.refusal(now, pending.rows, pending.lane, deadline)
+        return self._fair_refusal(pending, now, deadline)
 
     def _fair_refusal(self, pending: Pending, now: float, deadline: float | None) -> Overloaded | None:
         """Admission with the queue shared by tenants (under the lock): a full queue first
@@ -219,7 +237,7 @@ class Scheduler:
         Returns:
             ModelNotReady (draining), InvalidInput (priority out of range), Overloaded (the
             queue, the concurrency limit, the queue-wait target or the budget refuses it).
-            With tenancy on, no Overloaded: the verdict depends on the tenant, which the
+            With tenancy on, no Overloaded: the verdict depends on the tenant, which only the
             request's own ``submit`` knows (a refusal then costs the request's decoding).
         """
         if self._closing:
@@ -228,9 +246,9 @@ class Scheduler:
             lane = self._lane_index(priority)
         except InvalidInput as invalid:
             return invalid
-        if self._backlog.shares is not None:
-            return None
         error = self._admission.verdict(lane)
+        if error is not None and self._tenancy:
+            return None  # maybe not for this request's tenant: its submit decides
         if error is not None:
             self.observer.on_rejected(error)
         return error

@@ -1,0 +1,107 @@
+"""Tenants sharing a model's queue (issue 32.5): what the shares cost per request, and the quiet
+tenant's p99 beside a flooding one.
+
+1. ``cost``: CPU per request through the HTTP app, codec, scheduler and ONNX Runtime (no
+   sockets, as ``bench_hot_path.py``), small_mlp, bursts of 32: tenancy off; tenancy on with one
+   tenant (a quota too large to refuse anything: the gate names the tenant, the scheduler keeps
+   shares); tenancy on with two tenants alternating (``X-Tenant-Id``).
+2. ``fairness``: ``bench_tenants.py``'s quiet tenant (one request at a time) alone, then beside
+   ``ortserve bench -c 32`` (tenant ``default``), with tenancy on (the same large quota).
+
+Run old against new by pointing ``PYTHONPATH`` at the old tree's ``src`` (the server
+subprocesses inherit it), server on CPU 0, clients on CPU 1:
+
+    taskset -c 1 .venv/bin/python benchmarks/bench_fairness.py cost
+    taskset -c 1 .venv/bin/python benchmarks/bench_fairness.py fairness --seconds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_tenants import fairness
+
+from ortserve.demo import write_demo_repository
+from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
+from ortserve.server.lifecycle import Server
+from ortserve.settings import ServerSettings
+
+UNLIMITED = "requests=1e9,burst=1e9"
+"""A quota that refuses nothing: tenancy on, admission as without a quota."""
+
+
+async def cpu_per_request(models: Path, quota: str | None, tenants: int, requests: int) -> float:
+    settings = ServerSettings(
+        model_repository=models,
+        http_port=0,
+        grpc_port=-1,
+        metrics_port=-1,
+        intra_op_threads=1,
+        tenant_quota=quota,
+    )
+    server = Server(settings)
+    await server.load()  # no ports: requests go to the HTTP app directly
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.1] * 64}]}
+    )
+    heads = [
+        {b"content-type": b"application/json", b"x-tenant-id": f"t{i}".encode()} for i in range(tenants)
+    ] or [{b"content-type": b"application/json"}]
+    request_of = [HttpRequest("POST", "/v2/models/small_mlp/infer", "", h, body.encode()) for h in heads]
+
+    async def one(index: int) -> HttpResponse:
+        result = server.http_app(request_of[index % len(request_of)])
+        assert isinstance(result, Deferred)
+        with contextlib.suppress(Exception):
+            await result.future
+        return result.finish(result.future)
+
+    for i in range(200):
+        await one(i)
+    start = time.process_time()
+    done = 0
+    while done < requests:
+        responses = await asyncio.gather(*(one(done + i) for i in range(32)))
+        assert all(r.status == 200 for r in responses)
+        done += 32
+    cpu = time.process_time() - start
+    with contextlib.suppress(Exception):
+        await server.stop()
+    return cpu / done * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("part", choices=["cost", "fairness"])
+    parser.add_argument("--requests", type=int, default=10000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        write_demo_repository(root / "models")
+        if args.part == "fairness":
+            print(json.dumps(fairness(root, UNLIMITED, args.seconds), indent=2))
+            return
+        os.sched_setaffinity(0, {0})
+        import uvloop
+
+        arms = {"tenancy off": (None, 0), "one tenant": (UNLIMITED, 0), "two tenants": (UNLIMITED, 2)}
+        found: dict[str, list[float]] = {arm: [] for arm in arms}
+        for _ in range(args.repeats):  # arms interleaved, round by round
+            for arm, (quota, tenants) in arms.items():
+                found[arm].append(uvloop.run(cpu_per_request(root / "models", quota, tenants, args.requests)))
+        print(json.dumps({arm: sorted(round(v, 1) for v in runs) for arm, runs in found.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
