@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
+from typing import Any
 
 import click
 
 from ortserve.cli.errors import StartupFailure
+from ortserve.cli.flag_settings import settings_from_flags
 from ortserve.cli.serve_options import serve_options
 
 __all__ = ["serve"]
@@ -18,65 +19,27 @@ logger = logging.getLogger("ortserve.cli")
 
 @click.command()
 @serve_options
-def serve(
-    model_repository: Path,
-    model_name: str | None,
-    host: str,
-    http_port: int,
-    grpc_port: int,
-    metrics_port: int,
-    max_body_bytes: int,
-    max_inflight_bytes: int,
-    max_connections: int,
-    header_timeout: float,
-    intake_lag_ms: float,
-    keepalive_timeout: float,
-    request_timeout: float,
-    request_min_rate: float,
-    max_connections_per_peer: int,
-    grpc_max_message_bytes: int | None,
-    grpc_keepalive_time: float,
-    grpc_keepalive_timeout: float,
-    grpc_max_concurrent_streams: int,
-    intra_op_threads: int | None,
-    inter_op_threads: int | None,
-    shutdown_grace: float,
-    shutdown_delay: float,
-    workers: int,
-    log_level: str,
-    log_format: str,
-    access_log: bool,
-    metrics: bool,
-    metrics_buckets: tuple[float, ...] | None,
-    trace_sampling_ratio: float,
-    trace_exporter: str,
-    ort_telemetry: bool,
-    strict_readiness: bool,
-    demo: bool,
-    capture_dir: Path | None,
-    capture_rate: float,
-    capture_redact: Path | None,
-    shared_memory_regions: int,
-    model_control_mode: str,
-    repository_poll_secs: float,
-    require_complete_marker: bool,
-    load_models: tuple[str, ...],
-    http_restricted_api: str | None,
-    grpc_restricted_protocol: str | None,
-    trusted_keys: Path | None,
-    require_signed: bool,
-    min_signed_version: int,
-    enable_fault_injection: bool,
-    api_key: tuple[str, ...],
-    api_key_file: Path | None,
-    tenant_quota: str | None,
-) -> None:
+def serve(**flags: Any) -> None:
     """Serve a model repository until SIGTERM/SIGINT, then drain and exit 0."""
     from ortserve.errors import RepositoryError
     from ortserve.logs import configure_logging
     from ortserve.ort_runtime import prepare_onnxruntime
     from ortserve.server.startup import StartupError
-    from ortserve.settings import ServerSettings
+
+    # What the command reads itself; every flag goes on to the settings as it is.
+    model_repository = flags["model_repository"]
+    model_name = flags["model_name"]
+    max_body_bytes = flags["max_body_bytes"]
+    max_inflight_bytes = flags["max_inflight_bytes"]
+    workers = flags["workers"]
+    log_level = flags["log_level"]
+    log_format = flags["log_format"]
+    ort_telemetry = flags["ort_telemetry"]
+    demo = flags["demo"]
+    shared_memory_regions = flags["shared_memory_regions"]
+    trusted_keys = flags["trusted_keys"]
+    require_signed = flags["require_signed"]
+    min_signed_version = flags["min_signed_version"]
 
     if require_signed and trusted_keys is None:
         raise click.BadParameter("needs --trusted-keys", param_hint="--require-signed")
@@ -106,55 +69,7 @@ def serve(
             model_repository = single_model_view(model_repository, model_name)
         except RepositoryError as exc:
             raise StartupFailure(str(exc)) from None
-    settings = ServerSettings(
-        model_repository=model_repository,
-        host=host,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        max_body_bytes=max_body_bytes,
-        max_inflight_bytes=max_inflight_bytes,
-        max_connections=max_connections,
-        header_timeout_s=header_timeout,
-        intake_lag_ms=intake_lag_ms,
-        keepalive_timeout_s=keepalive_timeout,
-        request_timeout_s=request_timeout,
-        request_min_rate=request_min_rate,
-        max_connections_per_peer=max_connections_per_peer,
-        grpc_max_message_bytes=grpc_max_message_bytes,
-        grpc_keepalive_time_s=grpc_keepalive_time,
-        grpc_keepalive_timeout_s=grpc_keepalive_timeout,
-        grpc_max_concurrent_streams=grpc_max_concurrent_streams,
-        intra_op_threads=intra_op_threads,
-        inter_op_threads=inter_op_threads,
-        shutdown_grace_s=shutdown_grace,
-        shutdown_delay_s=shutdown_delay,
-        log_level=log_level,
-        log_format=log_format,
-        access_log=access_log,
-        metrics=metrics,
-        metrics_buckets=metrics_buckets,
-        trace_sampling_ratio=trace_sampling_ratio,
-        trace_exporter=trace_exporter,
-        strict_readiness=strict_readiness,
-        capture_dir=capture_dir,
-        capture_rate=capture_rate,
-        capture_redact=capture_redact,
-        shared_memory_regions=shared_memory_regions,
-        model_control_mode=model_control_mode,
-        repository_poll_secs=repository_poll_secs,
-        require_complete_marker=require_complete_marker,
-        load_models=load_models,
-        http_restricted_api=http_restricted_api,
-        grpc_restricted_protocol=grpc_restricted_protocol,
-        trusted_keys=trusted_keys,
-        require_signed=require_signed,
-        min_signed_version=min_signed_version,
-        enable_fault_injection=enable_fault_injection,
-        api_keys=api_key,
-        api_key_file=api_key_file,
-        tenant_quota=tenant_quota,
-    )
+    settings = settings_from_flags({**flags, "model_repository": model_repository})
     try:
         if workers > 1:
             from ortserve.supervisor import exec_supervisor
