@@ -20,20 +20,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import numpy as np
 from bench_tenants import fairness
 
 from ortserve.demo import write_demo_repository
 from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse
 from ortserve.server.lifecycle import Server
 from ortserve.settings import ServerSettings
+from ortserve.testing import run_server
 
 UNLIMITED = "requests=1e9,burst=1e9"
 """A quota that refuses nothing: tenancy on, admission as without a quota."""
@@ -79,9 +83,63 @@ async def cpu_per_request(models: Path, quota: str | None, tenants: int, request
     return cpu / done * 1e6
 
 
+def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float, int]:
+    """The quiet tenant, one request at a time: its p99 (ms) and how many it got answered."""
+    body = json.dumps(
+        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.5] * width}]}
+    )
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Content-Type": "application/json", "X-Tenant-Id": "quiet"}
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        connection.request("POST", f"/v2/models/{model}/infer", body, headers)
+        reply = connection.getresponse()
+        reply.read()
+        if reply.status == 200:
+            latencies.append(time.perf_counter() - started)
+    connection.close()
+    return float(np.percentile(latencies, 99) * 1e3), len(latencies)
+
+
+def deep_flood(root: Path, model: str, width: int, connections: int, seconds: float) -> dict[str, float]:
+    """As ``bench_tenants.fairness``, with a flood deep enough to queue batches ahead (tenancy on)."""
+    args = ["--intra-op-threads", "1", "--tenant-quota", UNLIMITED]
+    with run_server(root / "models", root / "server.log", args, pin_cpu=0) as server:
+        quiet_p99(server.http_port, model, width, 1.0)  # warm
+        solo, solo_n = quiet_p99(server.http_port, model, width, seconds)
+        command = [
+            sys.executable,
+            "-m",
+            "ortserve",
+            "bench",
+            server.http_url,
+            "-m",
+            model,
+            "-c",
+            str(connections),
+        ]
+        command += ["-d", str(seconds + 3), "--warmup", "0.5", "--no-progress"]
+        flooding = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.5)
+        shared, shared_n = quiet_p99(server.http_port, model, width, seconds)
+        flooding.wait()
+    return {
+        "solo_p99_ms": round(solo, 2),
+        "with_flood_p99_ms": round(shared, 2),
+        "ratio": round(shared / solo, 2),
+        "quiet_requests_solo": solo_n,
+        "quiet_requests_flood": shared_n,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("part", choices=["cost", "fairness"])
+    parser.add_argument("part", choices=["cost", "fairness", "deep"])
+    parser.add_argument("--model", default="heavy_mlp")
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--connections", type=int, default=128)
     parser.add_argument("--requests", type=int, default=10000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -91,6 +149,10 @@ def main() -> None:
         write_demo_repository(root / "models")
         if args.part == "fairness":
             print(json.dumps(fairness(root, UNLIMITED, args.seconds), indent=2))
+            return
+        if args.part == "deep":
+            found = deep_flood(root, args.model, args.width, args.connections, args.seconds)
+            print(json.dumps(found, indent=2))
             return
         os.sched_setaffinity(0, {0})
         import uvloop

@@ -147,16 +147,35 @@ async def test_the_wait_that_refuses_the_flood_admits_the_quiet_tenant() -> None
     assert not quiet.done()
 
 
-async def test_with_tenancy_on_the_edge_leaves_load_refusals_to_the_tenants_submit() -> None:
+async def test_with_tenancy_on_an_edge_refusal_is_checked_against_the_requests_tenant() -> None:
     scheduler, _, _ = make(max_queue_size=2)
     scheduler.submit(rows(1), 1, tenant="flood")
     await settle()
     for i in range(2):
         scheduler.submit(rows(1, 1 + i), 1, tenant="flood")
-    assert scheduler.refusal() is None  # the quiet tenant must reach submit to be admitted
+    assert isinstance(scheduler.refusal(), Overloaded)  # the edge knows no tenant (gRPC)
+    assert isinstance(scheduler.refusal(1, lambda: "flood"), Overloaded)
+    assert scheduler.refusal(1, lambda: "quiet") is None  # a full queue makes room for it
     with pytest.raises(Overloaded):
         scheduler.submit(rows(1, 9), 1, tenant="flood")
     scheduler.submit(rows(1, QUIET), 1, tenant="quiet")
+    assert isinstance(scheduler.refusal(1, lambda: "flood"), Overloaded)
+
+
+async def test_an_edge_refusal_asks_the_tenant_only_when_tenancy_is_on_and_it_refuses() -> None:
+    asked: list[int] = []
+
+    def tenant_of() -> str:
+        asked.append(1)
+        return "a"
+
+    scheduler, _, _ = make(max_queue_size=1)
+    scheduler.submit(rows(1), 1)
+    await settle()
+    assert scheduler.refusal(1, tenant_of) is None
+    scheduler.submit(rows(1, 1), 1)
+    assert isinstance(scheduler.refusal(1, tenant_of), Overloaded)
+    assert asked == []  # tenancy off: never asked
 
 
 async def _script(tenant: str | None, seed: int) -> tuple[list[np.ndarray], list[str]]:

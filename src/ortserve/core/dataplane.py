@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ortserve.core.model import Servable, ServedVersion
@@ -96,7 +96,13 @@ class DataPlane:
         except ModelNotReady:
             return False
 
-    def refusal(self, name: str, version: str | None, priority: int = 0) -> OrtServeError | None:
+    def refusal(
+        self,
+        name: str,
+        version: str | None,
+        priority: int = 0,
+        tenant_of: Callable[[], str | None] | None = None,
+    ) -> OrtServeError | None:
         """The error an infer request for this model would get now from its name alone, before
         it is decoded, or None: ModelNotFound, ModelNotReady, Overloaded, InvalidInput (a
         priority out of range).
@@ -112,6 +118,8 @@ class DataPlane:
             served = self._resolver.resolve(name, version)
         except OrtServeError as unresolved:
             return unresolved
+        if tenant_of is not None and isinstance(served, ServedVersion):  # its share of the queue
+            return served.refusal(priority, tenant_of)
         return served.refusal(priority)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:

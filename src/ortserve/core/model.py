@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -119,8 +119,11 @@ class ServedVersion:
         """The fallback level and its reason (empty without a fallback chain)."""
         return {} if self.guard is None else self.guard.parameters()
 
-    def refusal(self, priority: int = 0) -> OrtServeError | None:
-        """The refusal a request would get now, from its model name alone, or None.
+    def refusal(
+        self, priority: int = 0, tenant_of: Callable[[], str | None] | None = None
+    ) -> OrtServeError | None:
+        """The refusal a request would get now, from its model name alone, or None
+        (``tenant_of``: names its tenant, asked only if needed; see :meth:`Scheduler.refusal`).
 
         Returns:
             ModelNotReady, Overloaded, InvalidInput (priority out of range); see
@@ -136,7 +139,7 @@ class ServedVersion:
                 self.guard.check_usable()
             except ModelNotReady as error:
                 return error
-        return self.scheduler.refusal(priority)
+        return self.scheduler.refusal(priority, tenant_of)
 
     def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         """Validate and queue one request; the future gives an answer with only its rows.

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import math
 import threading
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -222,7 +223,9 @@ class Scheduler:
                 )
         return self._admission.refusal(now, pending.rows, pending.lane, deadline, tenant)
 
-    def refusal(self, priority: int = 0) -> OrtServeError | None:
+    def refusal(
+        self, priority: int = 0, tenant_of: Callable[[], str | None] | None = None
+    ) -> OrtServeError | None:
         """The refusal a one-row request would get now, or None; nothing is queued.
 
         The transports ask this with only the path and headers read, so that a request that
@@ -237,8 +240,9 @@ class Scheduler:
         Returns:
             ModelNotReady (draining), InvalidInput (priority out of range), Overloaded (the
             queue, the concurrency limit, the queue-wait target or the budget refuses it).
-            With tenancy on, no Overloaded: the verdict depends on the tenant, which only the
-            request's own ``submit`` knows (a refusal then costs the request's decoding).
+            With tenancy on, a refusal of the kept (tenant-blind) verdict is checked against
+            the request's tenant (``tenant_of``, asked only then): its share of the queue
+            decides, as in ``submit``. Without ``tenant_of`` (gRPC) the blind verdict stands.
         """
         if self._closing:
             return ModelNotReady("model is shutting down")
@@ -247,11 +251,32 @@ class Scheduler:
         except InvalidInput as invalid:
             return invalid
         error = self._admission.verdict(lane)
-        if error is not None and self._tenancy:
-            return None  # maybe not for this request's tenant: its submit decides
+        if error is not None and tenant_of is not None and self._tenancy:
+            tenant = tenant_of()
+            if tenant is not None:
+                error = self._tenant_verdict(lane, tenant, error)
         if error is not None:
             self.observer.on_rejected(error)
         return error
+
+    def _tenant_verdict(self, lane: int, tenant: str, blind: Overloaded) -> Overloaded | None:
+        """What ``submit`` would answer a one-row request of ``tenant`` that the tenant-blind
+        verdict refuses: the same while only its own work is queued, else by its share."""
+        backlog = self._backlog
+        if backlog.shares is None and (backlog.queued_requests == 0 or backlog.solo == tenant):
+            return blind
+        now = self._clock.now()
+        timeout_s = self._policy.default_timeout_s
+        bound = self._policy.max_queue_size
+        with self._lock:
+            shares = backlog.share_by_tenant()
+            if backlog.queued_requests >= bound and shares.requests.get(tenant, 0) < max(
+                1, bound // shares.tenants_with(tenant)
+            ):
+                return None  # its submit pushes out the newest of the tenant holding most
+            return self._admission.refusal(
+                now, 1, lane, None if timeout_s is None else now + timeout_s, tenant
+            )
 
     def _dispatch_at_tick_end_once(self) -> None:
         if self._dispatch_soon is None:

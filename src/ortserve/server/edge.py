@@ -21,13 +21,15 @@ _MAX_ANSWERS = 64  # encoded refusals kept (one per model and lane in force)
 _LOAD_REFUSALS = (Overloaded, ModelNotReady)
 
 
-def edge_verdict(dataplane: DataPlane, name: str, version: str | None) -> OrtServeError | bool:
+def edge_verdict(
+    dataplane: DataPlane, name: str, version: str | None, tenant_of: Callable[[], str | None] | None = None
+) -> OrtServeError | bool:
     """The load refusal (Overloaded, ModelNotReady) a request would get now, or whether the
     full path takes it: True when nothing refuses it now (the full path need not ask again
     before decoding it), False when another error will (an unknown model: the full path
     answers it with its own status)."""
     # The most urgent lane: the body may ask for it, and it is refused last.
-    error = dataplane.refusal(name, version, priority=1)
+    error = dataplane.refusal(name, version, 1, tenant_of)
     if error is None:
         return True
     return error if isinstance(error, _LOAD_REFUSALS) else False

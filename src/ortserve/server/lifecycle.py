@@ -185,7 +185,7 @@ class Server:
             ),
             self.connection_limit,
             self.byte_budget,
-            EarlyRefusal(self.dataplane, self.telemetry),
+            EarlyRefusal(self.dataplane, self.telemetry, self.exchange.gate),
             self.intake,
         )
         self._grpc = (

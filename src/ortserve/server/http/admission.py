@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from urllib.parse import unquote
 
 from ortserve.core.dataplane import DataPlane
+from ortserve.errors import OrtServeError
 from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.server.read_lag import ReadLag, read_lag_of
 from ortserve.telemetry import Telemetry, echoable_id
+from ortserve.tenancy.gate import TenantGate
 
 __all__ = ["EarlyRefusal", "infer_target"]
 
@@ -59,9 +62,12 @@ class EarlyRefusal:
     Args:
         dataplane: answers whether a model would admit a request now.
         telemetry: counts the refusal like any other answered request.
+        gate: with tenancy on, names the tenant of a request the model would refuse, so that
+            it is refused by its tenant's share of the queue (None: tenancy off).
     """
 
-    def __init__(self, dataplane: DataPlane, telemetry: Telemetry) -> None:
+    def __init__(self, dataplane: DataPlane, telemetry: Telemetry, gate: TenantGate | None = None) -> None:
+        self._gate = gate
         self._dataplane = dataplane
         self._telemetry = telemetry
         self._targets: dict[bytes, Target | None] = {}
@@ -83,7 +89,9 @@ class EarlyRefusal:
             return None
         name, version = target
         started = time.perf_counter()
-        error = edge_verdict(self._dataplane, name, version)
+        gate = self._gate
+        tenant_of = None if gate is None else partial(_tenant, gate, headers)  # asked on refusals only
+        error = edge_verdict(self._dataplane, name, version, tenant_of)
         if isinstance(error, bool):  # nothing refuses it for load: the full path answers
             return None
         answer = self._answers.answer(error)
@@ -103,3 +111,17 @@ class EarlyRefusal:
             self._targets.clear()
         target = self._targets[url] = infer_target(url)
         return target
+
+
+def _tenant(gate: TenantGate, headers: dict[bytes, bytes]) -> str | None:
+    """The request's tenant as the full path's gate will name it, or None (no valid key: the
+    full path answers it)."""
+
+    def header(name: str) -> str | None:
+        value = headers.get(name.encode("latin-1"))
+        return None if value is None else value.decode("latin-1")
+
+    try:
+        return gate.tenant(header)
+    except OrtServeError:
+        return None
