@@ -83,14 +83,16 @@ async def cpu_per_request(models: Path, quota: str | None, tenants: int, request
     return cpu / done * 1e6
 
 
-def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float, int]:
-    """The quiet tenant, one request at a time: its p99 (ms) and how many it got answered."""
+def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float, float, int, int]:
+    """The quiet tenant, one request at a time: p50 and p99 (ms) of its answered requests,
+    how many were answered and how many refused."""
     body = json.dumps(
         {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.5] * width}]}
     )
     connection = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"Content-Type": "application/json", "X-Tenant-Id": "quiet"}
     latencies: list[float] = []
+    refused = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         started = time.perf_counter()
@@ -99,8 +101,11 @@ def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float,
         reply.read()
         if reply.status == 200:
             latencies.append(time.perf_counter() - started)
+        else:
+            refused += 1
     connection.close()
-    return float(np.percentile(latencies, 99) * 1e3), len(latencies)
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1e3
+    return float(p50), float(p99), len(latencies), refused
 
 
 def deep_flood(root: Path, model: str, width: int, connections: int, seconds: float) -> dict[str, float]:
@@ -108,7 +113,7 @@ def deep_flood(root: Path, model: str, width: int, connections: int, seconds: fl
     args = ["--intra-op-threads", "1", "--tenant-quota", UNLIMITED]
     with run_server(root / "models", root / "server.log", args, pin_cpu=0) as server:
         quiet_p99(server.http_port, model, width, 1.0)  # warm
-        solo, solo_n = quiet_p99(server.http_port, model, width, seconds)
+        solo = quiet_p99(server.http_port, model, width, seconds)
         command = [
             sys.executable,
             "-m",
@@ -123,14 +128,17 @@ def deep_flood(root: Path, model: str, width: int, connections: int, seconds: fl
         command += ["-d", str(seconds + 3), "--warmup", "0.5", "--no-progress"]
         flooding = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.5)
-        shared, shared_n = quiet_p99(server.http_port, model, width, seconds)
+        shared = quiet_p99(server.http_port, model, width, seconds)
         flooding.wait()
     return {
-        "solo_p99_ms": round(solo, 2),
-        "with_flood_p99_ms": round(shared, 2),
-        "ratio": round(shared / solo, 2),
-        "quiet_requests_solo": solo_n,
-        "quiet_requests_flood": shared_n,
+        "solo_p50_ms": round(solo[0], 2),
+        "solo_p99_ms": round(solo[1], 2),
+        "flood_p50_ms": round(shared[0], 2),
+        "flood_p99_ms": round(shared[1], 2),
+        "ratio_p99": round(shared[1] / solo[1], 2),
+        "quiet_answered_solo": solo[2],
+        "quiet_answered_flood": shared[2],
+        "quiet_refused_flood": shared[3],
     }
 
 

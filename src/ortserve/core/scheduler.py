@@ -274,9 +274,12 @@ class Scheduler:
                 1, bound // shares.tenants_with(tenant)
             ):
                 return None  # its submit pushes out the newest of the tenant holding most
-            return self._admission.refusal(
+            error = self._admission.refusal(
                 now, 1, lane, None if timeout_s is None else now + timeout_s, tenant
             )
+        # Answered with the kept verdict's error, encoded once by the edge: a fresh one per
+        # refused request of a flooding tenant cost its encoding each time.
+        return None if error is None else blind
 
     def _dispatch_at_tick_end_once(self) -> None:
         if self._dispatch_soon is None:
