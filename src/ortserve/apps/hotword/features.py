@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry, SeasonCalendar
-from ortserve.apps.hotword.regions import locality, province_of
+from ortserve.apps.hotword.regions import RegionTable, province_of
 from ortserve.apps.hotword.retrieval import Matches
 
 __all__ = ["ABLATIONS", "FEATURE_NAMES", "TAG_ACTIVE", "Featurizer", "Rows"]
@@ -74,6 +74,7 @@ class Featurizer:
     def __init__(self, entries: Sequence[Entry], calendar: SeasonCalendar | None = None) -> None:
         self.calendar = calendar or SeasonCalendar(entries)
         self._regions = np.array([e.region for e in entries], dtype=np.int64)
+        self._localities = RegionTable(self._regions)
         self._log_base = np.log(np.array([e.base for e in entries]))
         self._holiday = np.array([e.season is not None and e.season[0] == "holiday" for e in entries])
         self._event = np.array([e.season is not None and e.season[0] == "event" for e in entries])
@@ -88,7 +89,7 @@ class Featurizer:
         region = self._regions[index]
         regional = region != 0
         province = province_of(region_id)
-        local = locality(region, region_id)
+        local = self._localities.locality(region_id)[index]
         home, nearby = local == 1.0, (local > 0) & (local < 1.0)
         away = regional & (local == 0) & (province is not None)
         closeness = self.calendar.closeness(day)[index]

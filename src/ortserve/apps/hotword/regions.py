@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NEARBY", "PROVINCES", "city_of", "locality", "province_of"]
+__all__ = ["NEARBY", "PROVINCES", "RegionTable", "city_of", "locality", "province_of"]
 
 PROVINCES = (
     110000, 120000, 130000, 140000, 150000, 210000, 220000, 230000, 310000, 320000, 330000, 340000,
@@ -40,14 +40,36 @@ def city_of(region_id: int) -> int | None:
 def locality(regions: npt.NDArray[np.int64], region_id: int) -> npt.NDArray[np.float64]:
     """Per hotword region: 1 at home for the searcher, ``NEARBY`` in another city of the
     searcher's province, 0 elsewhere, national, or for a national searcher."""
-    province = province_of(region_id)
-    levels: npt.NDArray[np.float64] = np.zeros(len(regions))
-    if province is None:
+    return RegionTable(regions).locality(region_id)
+
+
+class RegionTable:
+    """:func:`locality` for a fixed set of hotword regions (the corpus), with each region's
+    province and city worked out once: a query then costs two comparisons over the corpus.
+
+    Args:
+        regions: the hotwords' region codes.
+    """
+
+    __slots__ = ("_city", "_is_city", "_province", "size")
+
+    def __init__(self, regions: npt.NDArray[np.int64]) -> None:
+        self.size = len(regions)
+        self._province = np.where(regions != 0, regions // 10000 * 10000, -1)
+        self._city = regions // 100 * 100
+        self._is_city = regions % 10000 != 0
+
+    def locality(self, region_id: int) -> npt.NDArray[np.float64]:
+        """Every region's locality for a searcher in ``region_id`` (see :func:`locality`)."""
+        levels: npt.NDArray[np.float64] = np.zeros(self.size)
+        province = province_of(region_id)
+        if province is None:
+            return levels
+        same_province = self._province == province
+        city = city_of(region_id)
+        if city is None:
+            levels[same_province] = 1.0
+            return levels
+        levels[same_province] = NEARBY
+        levels[same_province & (~self._is_city | (self._city == city))] = 1.0
         return levels
-    same_province = (regions != 0) & (regions // 10000 * 10000 == province)
-    city = city_of(region_id)
-    entry_city = regions % 10000 != 0
-    home = same_province & (~entry_city | (regions // 100 * 100 == city)) if city else same_province
-    levels[same_province] = NEARBY
-    levels[home] = 1.0
-    return levels

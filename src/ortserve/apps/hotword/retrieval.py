@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.apps.hotword.corpus import Entry
-from ortserve.apps.hotword.regions import locality
+from ortserve.apps.hotword.regions import RegionTable
 from ortserve.apps.hotword.variants import QueryVariants
 
 __all__ = ["MATCH_THRESHOLD", "MAX_CANDIDATES", "STOPWORDS", "Index", "Matches", "normalise"]
@@ -142,6 +142,7 @@ class Index:
         self._bigrams = _Vocabulary([_bigrams(w) for w in words], [_bigrams(w) for w in words])
         self._exact = {w: i for i, w in enumerate(words)}
         self.regions = np.array([e.region for e in entries], dtype=np.int64)
+        self._localities = RegionTable(self.regions)
         self._variants = QueryVariants(term for terms in own for term in terms)
 
     def read(self, query: str) -> str:
@@ -174,7 +175,7 @@ class Index:
         exact = self._exact.get(text)
         if exact is not None:
             priority[exact] = 2.0
-        home = locality(self.regions, region_id) > 0
+        home = self._localities.locality(region_id) > 0
         related = np.flatnonzero(priority >= MATCH_THRESHOLD)
         order = np.lexsort((related, ~home[related], -np.round(priority[related], 6)))
         chosen = related[order][:MAX_CANDIDATES]
