@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ortserve.llm.graph import _IR_VERSION, _OPSET, _Graph, _ints, _mlp, _rms_norm
+from ortserve.llm.graph import _Graph, _ints, _mlp, _rms_norm, finish_decoder
 from ortserve.llm.weights import DecoderWeights
 
 __all__ = ["build_gqa_decoder"]
@@ -92,31 +92,4 @@ def build_gqa_decoder(weights: DecoderWeights, name: str = "decoder") -> onnx.Mo
         hidden = g.op(
             "Add", [hidden, _mlp(g, _rms_norm(g, hidden, lw.mlp_norm, shape.rms_norm_eps), layer, weights)]
         )
-    normed = _rms_norm(g, hidden, weights.final_norm, shape.rms_norm_eps)
-    g.op_to("MatMul", [normed, g.const(weights.lm_head, "lm_head")], "logits")
-    kv: list[str | int | None] = ["batch", kv_heads, "past", hd]
-    kv_out: list[str | int | None] = ["batch", kv_heads, "present", hd]
-    inputs = [
-        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
-        helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]),
-    ]
-    outputs = [
-        helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", shape.vocab_size])
-    ]
-    for layer in range(shape.num_hidden_layers):
-        for part in ("key", "value"):
-            inputs.append(
-                helper.make_tensor_value_info(f"past_key_values.{layer}.{part}", TensorProto.FLOAT, kv)
-            )
-            outputs.append(
-                helper.make_tensor_value_info(f"present.{layer}.{part}", TensorProto.FLOAT, kv_out)
-            )
-    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", _OPSET), helper.make_opsetid("com.microsoft", 1)],
-        producer_name="ortserve",
-    )
-    model.ir_version = _IR_VERSION
-    return model
+    return finish_decoder(g, hidden, weights, name, present="present", domains=("com.microsoft",))

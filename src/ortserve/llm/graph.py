@@ -167,10 +167,26 @@ def build_decoder(weights: DecoderWeights, name: str = "decoder") -> onnx.ModelP
         hidden = g.op(
             "Add", [hidden, _mlp(g, _rms_norm(g, hidden, lw.mlp_norm, shape.rms_norm_eps), layer, weights)]
         )
+    return finish_decoder(g, hidden, weights, name, present="total")
+
+
+def finish_decoder(
+    g: _Graph,
+    hidden: str,
+    weights: DecoderWeights,
+    name: str,
+    present: str,
+    domains: tuple[str, ...] = (),
+) -> onnx.ModelProto:
+    """The decoder's head (final norm, logits) and its declared inputs and outputs: the
+    Optimum names every layout shares. ``present`` names the present KV's length dimension
+    (``total`` when present = past + new; ``present`` for a shared buffer); ``domains`` are
+    the extra operator sets the graph uses (opset 1 each)."""
+    shape = weights.shape
     normed = _rms_norm(g, hidden, weights.final_norm, shape.rms_norm_eps)
     g.op_to("MatMul", [normed, g.const(weights.lm_head, "lm_head")], "logits")
     kv: list[str | int | None] = ["batch", shape.num_key_value_heads, "past", shape.head_dim]
-    kv_out: list[str | int | None] = ["batch", shape.num_key_value_heads, "total", shape.head_dim]
+    kv_out: list[str | int | None] = ["batch", shape.num_key_value_heads, present, shape.head_dim]
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
@@ -188,8 +204,7 @@ def build_decoder(weights: DecoderWeights, name: str = "decoder") -> onnx.ModelP
                 helper.make_tensor_value_info(f"present.{layer}.{part}", TensorProto.FLOAT, kv_out)
             )
     graph = helper.make_graph(g.nodes, name, inputs, outputs, g.initializers)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", _OPSET)], producer_name="ortserve"
-    )
+    opsets = [helper.make_opsetid("", _OPSET), *(helper.make_opsetid(domain, 1) for domain in domains)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="ortserve")
     model.ir_version = _IR_VERSION
     return model
