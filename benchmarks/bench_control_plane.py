@@ -6,7 +6,7 @@ measured and parsed in a worker thread (``server/model_control.py``). This drive
 sleeps 1 ms at a time, and reports the longest gap past 1 ms (the stall every client would
 see): for the parse alone (what ``ModelControl`` runs in a worker thread) and for the whole load
 request (the parse, then a load the manager refuses: the inputs are not the graph's), next to
-the idle loop's own overruns on this machine. Two configurations at the limits of ``repository/bounded_config.py``: the most values
+the idle loop's own overruns on this machine. Two configurations at the limits of ``config/bounded.py``: the most values
 (5,000 nodes of ``ortserve.inputs``), and the most bytes (256 KiB, long scalars). For
 comparison, the same parse run directly on the loop (what the server did before issue 27).
 Usage: ``python benchmarks/bench_control_plane.py --repeats 5``; writes
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from machine import stamp as machine_stamp
 
 from model_builders import scaled_model
+from ortserve.config.bounded import DEFAULT_LIMITS, check_json, check_yaml
 from ortserve.errors import OrtServeError
-from ortserve.repository.bounded_config import DEFAULT_LIMITS, check_json, check_yaml
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.triton_config import parse_json_config

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from model_builders import write_scaled_version
+from ortserve.config.bounded import DEFAULT_LIMITS, check_json, check_yaml, load_yaml
 from ortserve.errors import ConfigError, ModelLoadFailed
 from ortserve.repository import triton_config
-from ortserve.repository.bounded_config import DEFAULT_LIMITS, check_json, check_yaml, load_yaml
 from ortserve.repository.config_source import read_model_source
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry

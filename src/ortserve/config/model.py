@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ortserve.config.bounded import bounded_text, load_yaml, read_bounded
 from ortserve.config.llm import LlmConfig
 from ortserve.config.resilience import FallbackConfig, FaultConfig, InputConstraint
 from ortserve.config.routing import RoutingConfig
@@ -147,18 +147,28 @@ class ModelConfig(_Strict):
 
 
 def load_model_config(model_dir: Path) -> ModelConfig:
-    """Read ``model_dir/config.yaml`` (defaults when absent).
+    """Read ``model_dir/config.yaml`` (defaults when absent), within the bounds of
+    :mod:`ortserve.config.bounded`. The repository reads a model's config with
+    ``repository.config_source.read_model_config`` (config.pbtxt too); this is for the code
+    below the repository (a fallback model's folder) that needs only the YAML.
 
     Raises:
-        ConfigError: unreadable YAML or an invalid field, naming the file and the field.
+        ConfigError: unreadable, too large or invalid YAML, or an invalid field, naming the
+            file and the field.
     """
     path = model_dir / CONFIG_FILE
     if not path.exists():
         return ModelConfig()
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read YAML: {exc}") from exc
+    text = read_bounded(path).decode("utf-8", errors="replace")
+    return validated_config(load_yaml(text, str(path)), path)
+
+
+def validated_config(raw: object, path: Path) -> ModelConfig:
+    """A parsed config.yaml document as a ModelConfig (None: the defaults).
+
+    Raises:
+        ConfigError: naming the file and every field that is wrong (the list bounded).
+    """
     if raw is None:
         return ModelConfig()
     if not isinstance(raw, dict):
@@ -169,4 +179,4 @@ def load_model_config(model_dir: Path) -> ModelConfig:
         problems = "; ".join(
             f"field {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
         )
-        raise ConfigError(f"{path}: {problems}") from exc
+        raise ConfigError(f"{path}: {bounded_text(problems, 4000)}") from None

@@ -23,7 +23,7 @@ from ortserve.quantization.report import (
     session,
     size_bytes,
 )
-from ortserve.repository.config import load_model_config
+from ortserve.repository.config_source import read_model_config
 
 __all__ = ["QuantizeJob", "quantize"]
 
@@ -71,7 +71,7 @@ def quantize(job: QuantizeJob) -> list[Measurement]:
     source = job.source if job.source is not None else versions[-1]
     if source not in versions:
         raise InvalidInput(f"{folder}: no version {source} (versions: {versions})")
-    config = load_model_config(folder)
+    config = read_model_config(folder)
     filename = config.default_model_filename
     source_dir = folder / str(source)
     reference = session(source_dir / filename, job.threads)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from google.protobuf import text_format
-from pydantic import ValidationError
 
+from ortserve.config.bounded import bounded_text, load_yaml, read_bounded
+from ortserve.config.model import validated_config
 from ortserve.core.model import VersionInfo
 from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.bounded_config import DEFAULT_LIMITS, bounded_text, load_yaml
 from ortserve.repository.config import CONFIG_FILE, ModelConfig
 from ortserve.repository.reshape import Reshape
 from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, to_model_config
@@ -61,7 +61,7 @@ class ModelSource:
 def read_model_source(folder: Path) -> ModelSource:
     """The model's configuration from its folder (defaults when it has no file).
 
-    The file is read once, measured (bounded_config.py), parsed from those bytes, and their
+    The file is read once, measured (config/bounded.py), parsed from those bytes, and their
     SHA-256 kept in :attr:`ModelSource.digests` for the signature check: the configuration
     that serves is the one whose digest was checked.
 
@@ -72,7 +72,7 @@ def read_model_source(folder: Path) -> ModelSource:
     if yaml_path.exists() and pbtxt_path.exists():
         raise ConfigError(f"{folder}: has both {CONFIG_FILE} and {PBTXT_FILE}; keep one of them")
     if pbtxt_path.exists():
-        data = _read_bounded(pbtxt_path)
+        data = read_bounded(pbtxt_path)
         try:
             message = text_format.Parse(data.decode("utf-8"), mc.ModelConfig())
         except (UnicodeDecodeError, text_format.ParseError, RecursionError) as exc:
@@ -82,44 +82,13 @@ def read_model_source(folder: Path) -> ModelSource:
         return replace(ModelSource.from_triton(triton, str(pbtxt_path)), digests=_digest(PBTXT_FILE, data))
     if not yaml_path.exists():
         return ModelSource(ModelConfig(), str(yaml_path), digests={})
-    data = _read_bounded(yaml_path)
+    data = read_bounded(yaml_path)
     raw = load_yaml(data.decode("utf-8", errors="replace"), str(yaml_path))
-    return ModelSource(_validated(raw, yaml_path), str(yaml_path), digests=_digest(CONFIG_FILE, data))
+    return ModelSource(validated_config(raw, yaml_path), str(yaml_path), digests=_digest(CONFIG_FILE, data))
 
 
 def _digest(name: str, data: bytes) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest()}
-
-
-def _validated(raw: object, path: Path) -> ModelConfig:
-    """Raises: ConfigError naming the file and every field that is wrong."""
-    if raw is None:
-        return ModelConfig()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    try:
-        return ModelConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"field {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"{path}: {bounded_text(problems, 4000)}") from None
-
-
-def _read_bounded(path: Path) -> bytes:
-    """The file's bytes, refused past the size a configuration may have (bounded_config.py).
-
-    Raises:
-        ConfigError: unreadable or too large.
-    """
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(DEFAULT_LIMITS.max_bytes + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > DEFAULT_LIMITS.max_bytes:
-        raise ConfigError(f"{path}: larger than {DEFAULT_LIMITS.max_bytes} bytes")
-    return data
 
 
 def read_model_config(folder: Path) -> ModelConfig:

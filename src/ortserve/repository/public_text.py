@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ortserve.repository.bounded_config import bounded_text
+from ortserve.config.bounded import bounded_text
 
 __all__ = ["MAX_PUBLIC_CHARS", "public_text"]
 

@@ -19,9 +19,9 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import Message
 from pydantic import ValidationError
 
+from ortserve.config.bounded import bounded_text, load_yaml
 from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.bounded_config import bounded_text, load_yaml
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.single_model import VIEW_PREFIX
 from ortserve.repository.triton_semantics import (
@@ -317,7 +317,7 @@ def _providers(message: mc.ModelConfig) -> list[dict[str, Any]] | None:
 
 
 def _yaml_parameter(message: mc.ModelConfig, key: str, where: str) -> Any:
-    # Bounded (bytes, depth, values) before it is built, by the C loader: see bounded_config.py.
+    # Bounded (bytes, depth, values) before it is built, by the C loader: see config/bounded.py.
     return load_yaml(message.parameters[key].string_value, f"{where}: field parameters.{key}")
 
 

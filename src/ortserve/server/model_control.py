@@ -15,9 +15,9 @@ from dataclasses import replace
 import orjson
 from google.protobuf import json_format
 
+from ortserve.config.bounded import bounded_text, check_json
 from ortserve.errors import ConfigError, ModelControlDisabled, OrtServeError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.bounded_config import bounded_text, check_json
 from ortserve.repository.config_source import ModelSource
 from ortserve.repository.effective_config import effective_config
 from ortserve.repository.index import IndexRow, repository_index
@@ -69,7 +69,7 @@ class ModelControl:
         with self._public_errors():
             if config_json is not None:
                 # In a worker thread, within limits: a request's configuration is parsed while
-                # the event loop keeps serving (bounded_config.py).
+                # the event loop keeps serving (config/bounded.py).
                 override = await asyncio.to_thread(_parse_override, config_json, name)
             await self._manager.load(name, override)
 

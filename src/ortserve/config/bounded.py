@@ -12,6 +12,7 @@ the problem and its line, never an excerpt of the text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -133,3 +134,20 @@ def _problem(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return bounded_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
+
+
+def read_bounded(path: Path, limits: ConfigLimits = DEFAULT_LIMITS) -> bytes:
+    """A configuration file's bytes, refused past the size a configuration may have: a file
+    in a model folder is read with the same bounds as a load request's text.
+
+    Raises:
+        ConfigError: unreadable or too large.
+    """
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limits.max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limits.max_bytes:
+        raise ConfigError(f"{path}: larger than {limits.max_bytes} bytes")
+    return data
