@@ -13,13 +13,28 @@ from collections.abc import Callable
 from ortserve.errors import OrtServeError
 from ortserve.server.exchange import Exchange
 from ortserve.server.http.errors import error_response
-from ortserve.server.http.messages import HttpResponse
+from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.telemetry import RequestScope
 
-__all__ = ["ErrorShape", "answered", "failed", "with_request_id"]
+__all__ = ["ErrorShape", "answered", "begun", "failed", "with_request_id"]
 
 ErrorShape = Callable[[OrtServeError], HttpResponse]
 """A route family's error body: ``error_response`` (OIP) or ``openai_error_response``."""
+
+
+def begun(exchange: Exchange, request: HttpRequest, model: str, version: str | None) -> RequestScope:
+    """The request's scope at the Exchange: its id, trace context, and what capture keeps of
+    an HTTP request. (OIP infer writes this call out in place: it is its hot path.)"""
+    return exchange.begin(
+        "http",
+        model,
+        version,
+        request.header(b"x-request-id"),
+        request.header(b"traceparent"),
+        request.path,
+        request.text_header,
+        request.body,
+    )
 
 
 def answered(

@@ -18,7 +18,7 @@ from ortserve.llm.servable import GenerationStream, LlmVersion, sampling_from
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
-from ortserve.server.http.answers import answered, failed, with_request_id
+from ortserve.server.http.answers import answered, begun, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
 from ortserve.server.http.methods import method_not_allowed
@@ -82,16 +82,7 @@ class _GenerateRoutes:
         self, request: HttpRequest, name: str, version: str | None, streaming: bool
     ) -> HttpResponse:
         exchange = self._exchange
-        scope = exchange.begin(
-            "http",
-            name,
-            version,
-            request.header(b"x-request-id"),
-            request.header(b"traceparent"),
-            request.path,
-            request.text_header,
-            request.body,
-        )
+        scope = begun(exchange, request, name, version)
         try:
             text, fields = _fields(request.body)
             llm = exchange.llm(scope, name, version, request.text_header, fields)

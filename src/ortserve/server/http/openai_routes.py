@@ -19,7 +19,7 @@ from ortserve.llm.servable import LlmVersion
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
-from ortserve.server.http.answers import answered, failed, with_request_id
+from ortserve.server.http.answers import answered, begun, failed, with_request_id
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
@@ -70,16 +70,7 @@ class _OpenAiRoutes:
         self._exchange = exchange
 
     def _begin(self, request: HttpRequest, model: str) -> RequestScope:
-        return self._exchange.begin(
-            "http",
-            model,
-            None,
-            request.header(b"x-request-id"),
-            request.header(b"traceparent"),
-            request.path,
-            request.text_header,
-            request.body,
-        )
+        return begun(self._exchange, request, model, None)
 
     def _refused(self, request: HttpRequest, exc: Exception) -> HttpResponse:
         """A body that does not parse: accounted under no model, in OpenAI's error shape."""

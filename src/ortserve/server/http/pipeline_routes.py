@@ -14,7 +14,7 @@ import logging
 from ortserve.pipeline.runtime import PipelineVersion
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import STEP_PHASES, Exchange
-from ortserve.server.http.answers import answered, failed
+from ortserve.server.http.answers import answered, begun, failed
 from ortserve.server.http.app import HttpApp, RouteHandler
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openapi_routes import pipeline_operation
@@ -26,16 +26,7 @@ logger = logging.getLogger(__name__)
 
 def _handler(exchange: Exchange, name: str) -> RouteHandler:
     async def handle(request: HttpRequest) -> HttpResponse:
-        scope = exchange.begin(
-            "http",
-            name,
-            None,
-            request.header(b"x-request-id"),
-            request.header(b"traceparent"),
-            request.path,
-            request.text_header,
-            request.body,
-        )
+        scope = begun(exchange, request, name, None)
         try:
             served, body = await exchange.pipeline(scope, name, request.text_header, request.body)
         except asyncio.CancelledError:
