@@ -51,19 +51,11 @@ def test_a_record_inside_a_traced_request_carries_its_trace_and_span_ids() -> No
 
 
 @pytest.mark.parametrize(
-    ("level", "fmt", "severity"),
-    [
-        ("INFO", "json", 4),
-        ("DEBUG", "json", 4),
-        ("INFO", "text", 3),
-        ("DEBUG", "text", 2),
-        ("ERROR", "text", 4),
-    ],
+    ("level", "severity"),
+    [("DEBUG", 1), ("INFO", 2), ("WARNING", 2), ("ERROR", 3), ("CRITICAL", 4)],
 )
-def test_onnxruntimes_logger_severity_follows_the_format_and_level(
-    level: str, fmt: str, severity: int
-) -> None:
-    assert ort_log_severity(level, fmt) == severity
+def test_onnxruntimes_logger_threshold_follows_the_level(level: str, severity: int) -> None:
+    assert ort_log_severity(level) == severity
 
 
 def test_configuring_logging_never_imports_onnxruntime() -> None:
@@ -71,9 +63,61 @@ def test_configuring_logging_never_imports_onnxruntime() -> None:
     code = (
         "import sys; from ortserve.logs import configure_logging; configure_logging('INFO', 'json'); "
         "from ortserve.ort_runtime import session_log_severity; "
-        "assert 'onnxruntime' not in sys.modules; assert session_log_severity() == 4"
+        "assert 'onnxruntime' not in sys.modules; assert session_log_severity() == 2"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+_FAILING_RUN = """
+import numpy as np
+from onnx import TensorProto, helper
+import onnxruntime as ort
+from ortserve.ort_runtime import session_log_severity
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+shape = helper.make_tensor("s", TensorProto.INT64, [2], [2, 2])
+graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "g", [x], [y], [shape])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 9
+options = ort.SessionOptions()
+options.log_severity_level = session_log_severity()  # as core/session.py builds each session
+session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+try:
+    session.run(None, {"x": np.zeros((3, 4), np.float32)})
+except Exception:
+    pass
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_onnxruntimes_own_lines_go_through_the_log_with_their_severity(fmt: str) -> None:
+    """Logging is configured before ONNX Runtime is imported (as the zygote of --workers does);
+    the first session built installs the callback, and ONNX Runtime's error line comes out as an
+    ``onnxruntime`` record at ERROR in the log's format, never as its own ANSI text."""
+    code = f"from ortserve.logs import configure_logging; configure_logging('INFO', {fmt!r})\n" + _FAILING_RUN
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "\x1b[" not in run.stderr  # none of ONNX Runtime's colour codes
+    lines = run.stderr.splitlines()
+    if fmt == "json":
+        records = [json.loads(line) for line in lines]  # every line is one
+        assert [(r["logger"], r["level"]) for r in records] == [("onnxruntime", "ERROR")]
+        assert records[0]["code_location"].startswith("sequential_executor.cc")
+        assert "Reshape" in records[0]["message"] and records[0]["ort_category"] == "onnxruntime"
+    else:
+        assert len(lines) == 1 and " ERROR onnxruntime: " in lines[0] and "Reshape" in lines[0]
+
+
+def test_onnxruntimes_warnings_wait_for_their_level() -> None:
+    """At ERROR, ONNX Runtime's errors still come; at CRITICAL nothing does."""
+    for level, expected in (("ERROR", 1), ("CRITICAL", 0)):
+        code = (
+            f"from ortserve.logs import configure_logging; configure_logging({level!r}, 'json')\n"
+            + _FAILING_RUN
+        )
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert len([json.loads(line) for line in run.stderr.splitlines()]) == expected
 
 
 def test_warnings_and_uncaught_thread_exceptions_are_json_records_too() -> None:
@@ -128,7 +172,13 @@ def test_json_logs_stay_json_when_onnxruntime_fails_and_carry_trace_ids_and_acce
     assert all(
         r["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736" and len(r["span_id"]) == 16 for r in access
     )
-    # ONNX Runtime's failure comes as ortserve's JSON record (its own ANSI line is silenced).
+    # ONNX Runtime's own line comes through ortserve's log as a JSON record, severity mapped;
+    # the failed request is also ortserve's record, with the exception.
+    ort_records = [r for r in records if r["logger"] == "onnxruntime"]
+    assert ort_records and all(r["level"] == "ERROR" for r in ort_records)
+    assert all(
+        "Reshape" in r["message"] and r["code_location"] and "\x1b" not in r["message"] for r in ort_records
+    )
     assert any(r["logger"] == "ortserve.core.batch" and "Reshape" in r.get("exception", "") for r in records)
     assert not any("NVML" in r["message"] for r in records)  # a quiet CPU start
     assert not (tmp_path / "home" / ".cache" / "Microsoft").exists()  # no telemetry store

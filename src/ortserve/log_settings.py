@@ -17,7 +17,7 @@ from typing import Any
 
 from ortserve.errors import InvalidInput
 from ortserve.logs import make_formatter
-from ortserve.ort_runtime import quiet_onnxruntime
+from ortserve.ort_runtime import route_onnxruntime_logs
 
 __all__ = ["LOG_KEYS", "LogControl"]
 
@@ -107,7 +107,7 @@ class LogControl:
                 self.format = parsed["log_format"]
             self.install()
             if "log_format" in parsed or "log_verbose_level" in parsed:
-                quiet_onnxruntime("DEBUG" if self.verbose else "INFO", self.format)
+                route_onnxruntime_logs("DEBUG" if self.verbose else "INFO")
         return self.view()
 
     def _apply(self, root: logging.Logger) -> None:

@@ -18,6 +18,8 @@ import time
 from contextvars import ContextVar
 from types import TracebackType
 
+from ortserve.ort_runtime import ORT_LOG_FIELDS
+
 __all__ = [
     "ACCESS_FIELDS",
     "MODEL",
@@ -139,7 +141,7 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": bounded_message(record.getMessage()),
         }
-        for key in ("request_id", "model", "version", *_TRACE_KEYS, *ACCESS_FIELDS):
+        for key in ("request_id", "model", "version", *_TRACE_KEYS, *ACCESS_FIELDS, *ORT_LOG_FIELDS):
             value = getattr(record, key, None)
             if value is not None:
                 entry[key] = value
@@ -159,11 +161,11 @@ def make_formatter(fmt: str) -> logging.Formatter:
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text", onnxruntime: bool = True) -> None:
-    """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers, and sets
-    ONNX Runtime's own logger to match (ort_runtime.py) unless ``onnxruntime`` is False: the
-    supervisor of ``--workers`` must not import ONNX Runtime (it forks the zygote, which
-    refuses to start with ONNX Runtime already imported)."""
-    from ortserve.ort_runtime import quiet_onnxruntime
+    """Send logs to stderr in ``text`` or ``json`` format; replaces earlier handlers, and routes
+    ONNX Runtime's own log messages through them (ort_runtime.py) unless ``onnxruntime`` is
+    False: the supervisor of ``--workers`` must not import ONNX Runtime (it forks the zygote,
+    which refuses to start with ONNX Runtime already imported)."""
+    from ortserve.ort_runtime import route_onnxruntime_logs
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(make_formatter(fmt))
@@ -172,7 +174,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", onnxruntime: bool 
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     if onnxruntime:
-        quiet_onnxruntime(level, fmt)
+        route_onnxruntime_logs(level)
     # What Python itself would print to stderr goes through the log too (one JSON object per
     # line under json): warnings, and exceptions no thread caught.
     logging.captureWarnings(True)
