@@ -116,6 +116,22 @@ async def test_a_failed_reload_leaves_the_serving_version_untouched(
     assert ("failed", "m", "2") in events(manager)
 
 
+async def test_a_load_requests_config_names_the_label_file_its_classification_answers_with(
+    manager: LifecycleManager, tmp_path: Path
+) -> None:
+    """Triton's load API: a configuration given with the request declares an output's
+    ``label_filename`` (a file in the model folder); the rebuilt version labels with it."""
+    from ortserve.repository.triton_config import parse_json_config
+
+    write_scaled_version(tmp_path, "m", 1, 1.0)
+    (tmp_path / "m" / "classes.txt").write_text("w\nx\ny\nz\n")
+    await manager.start()
+    assert manager.registry.resolve("m", None).info.labels == {}
+    config = '{"max_batch_size": 8, "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4], "label_filename": "classes.txt"}]}'
+    await manager.load("m", override=ModelSource.from_triton(parse_json_config(config, "m"), "request"))
+    assert manager.registry.resolve("m", None).info.labels == {"y": ("w", "x", "y", "z", "")}
+
+
 async def test_a_reload_with_a_bad_config_keeps_the_serving_version_and_is_not_remembered(
     manager: LifecycleManager, tmp_path: Path
 ) -> None:

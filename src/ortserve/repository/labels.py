@@ -1,7 +1,8 @@
 """Class labels for the classification extension (core/classification.py), read at load.
 
-An output's labels are, as Triton's, the lines of its config.pbtxt ``label_filename`` (a file
-in the model folder); an output without one takes ``labels.txt`` beside the model (the version
+An output's labels are, as Triton's, the lines of its ``label_filename`` (a file in the model
+folder) as the configuration in force declares it: config.pbtxt's, or the configuration a load
+request gave; an output without one takes ``labels.txt`` beside the model (the version
 folder's, else the model folder's), the file most exporters write. No file: answers carry
 ``score:index`` without a label.
 """
@@ -11,11 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from google.protobuf import text_format
-
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.protocol.grpc import model_config_pb2 as mc
 
 __all__ = ["LABELS_FILE", "MAX_LABEL_BYTES", "output_labels"]
 
@@ -25,15 +23,15 @@ MAX_LABEL_BYTES = 16 * 1024 * 1024
 
 
 def output_labels(
-    model_dir: Path, version_dir: Path, outputs: tuple[TensorSpec, ...]
+    model_dir: Path, version_dir: Path, outputs: tuple[TensorSpec, ...], named: Mapping[str, str]
 ) -> Mapping[str, tuple[str, ...]]:
-    """Each output's labels (outputs without any are left out).
+    """Each output's labels (outputs without any are left out); ``named``: each output's
+    declared ``label_filename``.
 
     Raises:
         ConfigError: a ``label_filename`` that is not a file name in the model folder, missing,
             unreadable, not UTF-8, or larger than ``MAX_LABEL_BYTES``.
     """
-    named = _label_filenames(model_dir)
     shared: tuple[str, ...] | None = None
     for folder in (version_dir, model_dir):
         if (folder / LABELS_FILE).is_file():
@@ -45,24 +43,12 @@ def output_labels(
         if filename is not None:
             if Path(filename).name != filename or filename in ("", ".", ".."):
                 raise ConfigError(
-                    f"{model_dir / 'config.pbtxt'}: output {spec.name!r} label_filename {filename!r} "
-                    "must be a file name in the model folder"
+                    f"output {spec.name!r} label_filename {filename!r} must be a file name in the model folder"
                 )
             labels[spec.name] = _read(model_dir / filename)
         elif shared is not None:
             labels[spec.name] = shared
     return labels
-
-
-def _label_filenames(model_dir: Path) -> dict[str, str]:
-    """config.pbtxt's ``label_filename`` per output ({} without a config.pbtxt; the config's
-    own parse has already refused a broken one)."""
-    path = model_dir / "config.pbtxt"
-    try:
-        message = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
-        return {}
-    return {output.name: output.label_filename for output in message.output if output.label_filename}
 
 
 def _read(path: Path) -> tuple[str, ...]:

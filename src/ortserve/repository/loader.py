@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,8 @@ class LoadInputs:
     """Inputs config.pbtxt marks ``optional`` (see ``optional_inputs.py``)."""
     files: ModelFiles | None = None
     """The graph and its external data as verified (takes precedence over ``model_bytes``)."""
+    label_filenames: Mapping[str, str] = field(default_factory=dict)
+    """Each output's ``label_filename`` as the configuration in force declares it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +217,7 @@ def _prepare(
             logger.warning("%s", message)
             break
     _run_samples(config, inputs, max_batch, path.parent.parent, runner)
-    labels = output_labels(path.parent.parent, path.parent, outputs)  # classification (labels.py)
+    labels = output_labels(path.parent.parent, path.parent, outputs, given.label_filenames)  # labels.py
     info = VersionInfo(
         name,
         str(version),

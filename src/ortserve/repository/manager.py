@@ -328,6 +328,7 @@ class LifecycleManager:
                         verified.model_bytes,
                         source.optional_inputs(),
                         verified.files,
+                        {t.name: t.label_filename for t in source.outputs if t.label_filename},
                     ),
                 )
         except OrtServeError as exc:

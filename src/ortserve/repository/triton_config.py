@@ -126,6 +126,8 @@ class DeclaredTensor:
     """The shape the graph takes (input) or gives (output) instead of ``dims``, if another."""
     optional: bool = False
     """An input requests may omit (the graph's default is used)."""
+    label_filename: str = ""
+    """An output's class labels, a file in the model folder (classification; ``repository/labels.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +215,8 @@ def _with_shape(tensor: mc.ModelInput | mc.ModelOutput) -> DeclaredTensor:
     declared = _declared(tensor.name, tensor.data_type, tensor.dims)
     if isinstance(tensor, mc.ModelInput) and tensor.optional:
         declared = replace(declared, optional=True)
+    if isinstance(tensor, mc.ModelOutput) and tensor.label_filename:
+        declared = replace(declared, label_filename=tensor.label_filename)
     if not tensor.HasField("reshape") or list(tensor.reshape.shape) == list(tensor.dims):
         return declared
     return replace(declared, reshape=tuple(int(d) for d in tensor.reshape.shape))
