@@ -7,10 +7,9 @@ import copy
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, NoReturn
+from typing import Any
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED
 from ortserve.core.types import InferResponse
 from ortserve.errors import InvalidInput, NotImplementedByServer, OrtServeError
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
@@ -24,14 +23,16 @@ from ortserve.protocol.grpc.codec import (
     request_timeout,
 )
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.cuda_shared_memory import cuda_shared_memory_rpcs
 from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.exchange import Deferred, Exchange
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import abort_for
 from ortserve.server.grpc.headers import trailers_only
 from ortserve.server.grpc.peek import peek_infer_target
-from ortserve.server.grpc.rpc import Rpc, UnaryHandler
+from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.grpc.settings_rpcs import SettingsExtensions, settings_rpcs
+from ortserve.server.grpc.stream_infer import GenerationStreams
 from ortserve.server.model_control import ModelControl
 from ortserve.server.read_lag import observe_read
 from ortserve.server.restriction import Restriction
@@ -75,6 +76,7 @@ class InferenceService:
         self._exchange = exchange
         self._telemetry = exchange.telemetry
         self._refusals = EncodedRefusals(_trailers_for)  # each kept verdict's trailers-only block
+        self._generations = GenerationStreams(exchange, limits)  # LLMs: a response per step
         self.control: ModelControl | None = None
         self.statistics_view: StatisticsView | None = None
         """Set in a worker of ``--workers N``: the statistics of every worker, merged."""
@@ -109,9 +111,7 @@ class InferenceService:
             "SystemSharedMemoryUnregister": Rpc(
                 pb.SystemSharedMemoryUnregisterRequest, unary=self.shm_unregister
             ),
-            "CudaSharedMemoryStatus": Rpc(pb.CudaSharedMemoryStatusRequest, unary=_cuda_refused),
-            "CudaSharedMemoryRegister": Rpc(pb.CudaSharedMemoryRegisterRequest, unary=_cuda_refused),
-            "CudaSharedMemoryUnregister": Rpc(pb.CudaSharedMemoryUnregisterRequest, unary=_cuda_refused),
+            **cuda_shared_memory_rpcs(lambda: self._dataplane.shared_memory),
             **settings_rpcs(lambda: self.settings_extensions),
         }
         return {f"/{INFERENCE_SERVICE}/{name}": rpc for name, rpc in methods.items()}
@@ -256,6 +256,9 @@ class InferenceService:
         self, request: pb.ModelInferRequest, call: GrpcCall, slots: asyncio.Semaphore
     ) -> None:
         try:
+            if self._generations.serves(request):
+                await self._generations.answer(request, call)  # writes its own responses
+                return
             answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
         except OrtServeError as error:
             answer = _stream_error(request, error.message)
@@ -344,13 +347,6 @@ def _finished_with(exchange: Exchange, scope: RequestScope, exc: Exception) -> O
     error = exchange.settle(scope, exc)
     exchange.finish(scope, error, error.grpc_code)
     return error
-
-
-def _refuse(message: str, request: object, call: GrpcCall) -> NoReturn:
-    raise NotImplementedByServer(message)
-
-
-_cuda_refused: UnaryHandler = functools.partial(_refuse, CUDA_NOT_SUPPORTED)
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
