@@ -104,6 +104,8 @@ class ServerSettings:
     shared_memory_regions: int = 0
     """Most system shared-memory regions clients may register; 0 turns the extension off, since a
     client that reaches the server could read and overwrite any /dev/shm object it may open."""
+    cuda_shared_memory_regions: int = 0
+    """Most CUDA shared-memory regions (IPC handles) clients may register; 0 turns it off."""
     model_control_mode: str = "none"
     """``none`` (load at start; SIGHUP re-scans), ``poll`` (re-scan every poll period and on
     SIGHUP) or ``explicit`` (only the repository API loads and unloads), as Triton."""

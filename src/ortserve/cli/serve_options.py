@@ -323,6 +323,13 @@ _OPTIONS = [
         help="Let clients register up to N system shared-memory regions (0: the extension is off).",
     ),
     click.option(
+        "--cuda-shared-memory-regions",
+        envvar="ORTSERVE_CUDA_SHARED_MEMORY_REGIONS",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Let clients register up to N CUDA shared-memory regions by IPC handle (0: off; needs CUDA).",
+    ),
+    click.option(
         "--model-control-mode",
         envvar="ORTSERVE_MODEL_CONTROL_MODE",
         type=click.Choice(["none", "poll", "explicit"]),

@@ -23,6 +23,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ortserve.core.datatypes import array_to_binary
 from ortserve.core.types import InferOutput, InferResponse, Parameters, RequestedOutput
@@ -37,6 +38,7 @@ __all__ = [
     "RegionStatus",
     "SharedMemoryRegistry",
     "SharedMemoryWindow",
+    "Window",
     "deliver_to_shared_memory",
     "is_in_shared_memory",
     "write_output",
@@ -49,6 +51,14 @@ SHARED_MEMORY_PARAMETERS = frozenset({REGION, BYTE_SIZE, OFFSET})
 SHM_DIRECTORY = Path("/dev/shm")
 CUDA_NOT_SUPPORTED = "CUDA shared memory is not supported: ortserve serves tensors from CPU memory only"
 _MAX_NAME_LENGTH = 255
+
+
+class Window(Protocol):
+    """Where an output is written: a memoryview of a mapping, or a CUDA region's window."""
+
+    def __len__(self) -> int: ...
+
+    def __setitem__(self, index: slice, value: bytes | memoryview, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +267,9 @@ class SharedMemoryRegistry:
         self._check_enabled()
         return self._window(region, what).view(offset, size, what)
 
-    def output_targets(self, outputs: Sequence[RequestedOutput]) -> dict[str, memoryview] | None:
+    def output_targets(self, outputs: Sequence[RequestedOutput]) -> dict[str, Window] | None:
         """Where requested outputs go, by name; None when every output travels on the wire."""
-        targets = None
+        targets: dict[str, Window] | None = None
         for output in outputs:
             if REGION in output.parameters or BYTE_SIZE in output.parameters:
                 target = self.view(output.parameters, f"output {output.name!r}")
@@ -270,7 +280,7 @@ class SharedMemoryRegistry:
 
 
 def deliver_to_shared_memory(
-    pending: asyncio.Future[InferResponse], targets: dict[str, memoryview]
+    pending: asyncio.Future[InferResponse], targets: dict[str, Window]
 ) -> asyncio.Future[InferResponse]:
     """A future of the same answer whose outputs in ``targets`` have been written there.
 
@@ -284,7 +294,7 @@ def deliver_to_shared_memory(
 
 def _write_outputs(
     answer: asyncio.Future[InferResponse],
-    targets: dict[str, memoryview],
+    targets: dict[str, Window],
     pending: asyncio.Future[InferResponse],
 ) -> None:
     if answer.done():
@@ -308,7 +318,7 @@ def _write_outputs(
     answer.set_result(response)
 
 
-def write_output(output: InferOutput, target: memoryview) -> Parameters:
+def write_output(output: InferOutput, target: Window) -> Parameters:
     """Copy one output into its window; the parameters that answer for it on the wire.
 
     Raises:

@@ -18,8 +18,8 @@ from ortserve import __version__
 from ortserve.capture import Capture, CaptureCollector
 from ortserve.capture_redaction import load_redactor
 from ortserve.core.cpus import usable_cpus
+from ortserve.core.cuda_shared_memory import SharedMemoryRegions
 from ortserve.core.dataplane import DataPlane
-from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.core.types import ServerMetadata
 from ortserve.llm.stats import LlmCollector
 from ortserve.protocol.tensors import TensorLimits
@@ -115,8 +115,14 @@ class Server:
         )
         self.telemetry = self.observability.telemetry
         self.manager.forgotten.append(self.telemetry.forget)
-        shared_memory = SharedMemoryRegistry(settings.shared_memory_regions)
-        extensions = (*EXTENSIONS, SHARED_MEMORY_EXTENSION) if shared_memory.enabled else EXTENSIONS
+        shared_memory = SharedMemoryRegions(
+            settings.shared_memory_regions, settings.cuda_shared_memory_regions
+        )
+        extensions: tuple[str, ...] = EXTENSIONS
+        if shared_memory.enabled:
+            extensions = (*extensions, SHARED_MEMORY_EXTENSION)
+        if shared_memory.cuda.enabled:
+            extensions = (*extensions, "cuda_shared_memory")
         self.dataplane = DataPlane(
             self.registry, ServerMetadata("ortserve", __version__, extensions), shared_memory
         )

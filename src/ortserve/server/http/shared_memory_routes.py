@@ -2,7 +2,11 @@
 
 ``GET [/region/{name}]/status``, ``POST /region/{name}/register`` (``key``, ``offset``,
 ``byte_size``) and ``POST [/region/{name}]/unregister`` on the DataPlane's one registry.
-CUDA shared memory has the same routes and answers 501: ortserve runs on CPUs.
+CUDA shared memory has the same routes; its register body is ``raw_handle`` (``{"b64": ...}``,
+the cudaIpcMemHandle_t), ``device_id`` and ``byte_size``, and its status lists ``name``,
+``device_id`` and ``byte_size``. It answers 501 with the reason when it is off
+(``--cuda-shared-memory-regions``) or the host has no CUDA runtime
+(core/cuda_shared_memory.py).
 """
 
 from __future__ import annotations
@@ -11,6 +15,12 @@ import functools
 
 import orjson
 
+from ortserve.core.cuda_shared_memory import (
+    CudaRegionStatus,
+    CudaSharedMemoryRegistry,
+    SharedMemoryRegions,
+    decode_raw_handle,
+)
 from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED, RegionStatus, SharedMemoryRegistry
 from ortserve.errors import InvalidInput, ModelNotFound, NotImplementedByServer
 from ortserve.protocol.http_codec import parse_json_body
@@ -73,11 +83,42 @@ def _system(registry: SharedMemoryRegistry, request: HttpRequest, parts: list[st
     return json_response(200, _OK)
 
 
-def _cuda(request: HttpRequest, parts: list[str]) -> HttpResponse:
+def _cuda_status_body(regions: list[CudaRegionStatus]) -> bytes:
+    return orjson.dumps(
+        [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in regions]
+    )
+
+
+def _cuda_register(registry: CudaSharedMemoryRegistry, name: str, body: bytes) -> None:
+    document = parse_json_body(body)
+    if not isinstance(document, dict):
+        raise InvalidInput(
+            "the register body must be a JSON object with 'raw_handle', 'device_id' and 'byte_size'"
+        )
+    if any(field not in document for field in ("raw_handle", "device_id", "byte_size")):
+        raise InvalidInput("the register body needs 'raw_handle', 'device_id' and 'byte_size'")
+    registry.register(
+        name, decode_raw_handle(document["raw_handle"]), document["device_id"], document["byte_size"]
+    )
+
+
+def _cuda(registry: SharedMemoryRegistry, request: HttpRequest, parts: list[str]) -> HttpResponse:
     target = _target(request, parts)
     if isinstance(target, HttpResponse):
         return target
-    raise NotImplementedByServer(CUDA_NOT_SUPPORTED)
+    if not isinstance(registry, SharedMemoryRegions):
+        raise NotImplementedByServer(CUDA_NOT_SUPPORTED)
+    cuda = registry.cuda
+    cuda.ready()  # 501 with the reason before the body is looked at
+    action, name = target
+    if action == "status":
+        return json_response(200, _cuda_status_body(cuda.status(name)))
+    if action == "register":
+        assert name is not None
+        _cuda_register(cuda, name, request.body)
+    else:
+        cuda.unregister(name)
+    return json_response(200, _OK)
 
 
 def _templates(section: str) -> tuple[tuple[str, str], ...]:
@@ -93,4 +134,4 @@ def _templates(section: str) -> tuple[tuple[str, str], ...]:
 def add_shared_memory_routes(app: HttpApp, registry: SharedMemoryRegistry) -> None:
     """Serve both sections on ``app``; the app turns raised errors into their statuses."""
     app.add_section(SYSTEM_SECTION, functools.partial(_system, registry), _templates(SYSTEM_SECTION))
-    app.add_section(CUDA_SECTION, _cuda, _templates(CUDA_SECTION))
+    app.add_section(CUDA_SECTION, functools.partial(_cuda, registry), _templates(CUDA_SECTION))
