@@ -7,23 +7,17 @@ refuse and answer alike. Load and unload are refused unless the control mode is 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
-import orjson
-from google.protobuf import json_format
-
-from ortserve.config.bounded import bounded_text, check_json
-from ortserve.errors import ConfigError, ModelControlDisabled, OrtServeError
+from ortserve.errors import ModelControlDisabled, OrtServeError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.config_source import ModelSource
 from ortserve.repository.effective_config import effective_config
 from ortserve.repository.index import IndexRow, repository_index
 from ortserve.repository.manager import LifecycleManager
+from ortserve.repository.override_parser import OverrideParser, shared_parser
 from ortserve.repository.public_text import public_text
-from ortserve.repository.triton_config import to_model_config
 
 __all__ = ["ModelControl"]
 
@@ -34,11 +28,14 @@ class ModelControl:
     Args:
         manager: the server's lifecycle manager.
         mode: the model control mode (``none``, ``poll``, ``explicit``).
+        parser: parses load requests' configurations (None: the process's shared one, whose
+            child process starts on the first load that carries a configuration).
     """
 
-    def __init__(self, manager: LifecycleManager, mode: str) -> None:
+    def __init__(self, manager: LifecycleManager, mode: str, parser: OverrideParser | None = None) -> None:
         self._manager = manager
         self._mode = mode
+        self._parser = parser
         self.roles: Callable[[str], Mapping[str, str]] | None = None
         """Each model's traffic roles, named as the reason of its ready versions (routing)."""
 
@@ -68,9 +65,10 @@ class ModelControl:
         override = None
         with self._public_errors():
             if config_json is not None:
-                # In a worker thread, within limits: a request's configuration is parsed while
-                # the event loop keeps serving (config/bounded.py).
-                override = await asyncio.to_thread(_parse_override, config_json, name)
+                # In a child process, within limits: a request's configuration is parsed while
+                # the event loop keeps serving (repository/override_parser.py).
+                parser = self._parser or shared_parser()
+                override = await parser.parse(config_json, name)
             await self._manager.load(name, override)
 
     async def unload(self, name: str, dependents: bool) -> None:
@@ -105,73 +103,3 @@ class ModelControl:
                 f"explicit model {what} is not allowed: the model control mode is {self._mode!r} "
                 "(start the server with --model-control-mode explicit)"
             )
-
-
-_FILE_WORDS = ("path", "dir", "file")
-
-
-def _parse_override(config_json: str, name: str) -> ModelSource:
-    """A load request's configuration, measured before it is parsed (runs in a worker thread).
-
-    Raises:
-        ConfigError: past the limits, not a configuration, or a provider option naming a file.
-    """
-    check_json(config_json, "parameters.config")
-    try:
-        triton = to_model_config(_message(config_json), "parameters.config", name)
-    except RecursionError:  # the limits keep nesting far below the interpreter's; never a 500
-        raise ConfigError("parameters.config: nested too deeply") from None
-    override = ModelSource.from_triton(triton, "parameters.config")
-    _refuse_file_options(override)
-    return override
-
-
-_LONG_STRING = 4096
-
-
-def _message(config_json: str) -> mc.ModelConfig:
-    """Triton JSON as a ModelConfig message, long string parameters (the YAML documents of
-    ``ortserve.*``) set after the JSON parse: protobuf's JSON parser scans every string with a
-    regular expression for lone surrogates while holding the GIL (1 MB: 85 ms during which no
-    client was answered). orjson has already refused invalid UTF-8 and lone surrogates.
-
-    Raises:
-        ConfigError: not a JSON ModelConfig.
-    """
-    document = orjson.loads(config_json)  # measured by check_json: within the limits
-    parameters = document.get("parameters") if isinstance(document, dict) else None
-    long: dict[str, str] = {}
-    if isinstance(parameters, dict):
-        for key, value in list(parameters.items()):
-            text = value.get("string_value") if isinstance(value, dict) and len(value) == 1 else None
-            if isinstance(text, str) and len(text) > _LONG_STRING:
-                long[key] = text
-                del parameters[key]
-    message = mc.ModelConfig()
-    try:
-        json_format.ParseDict(document, message)
-        for key, text in long.items():
-            message.parameters[key].string_value = text
-    except (json_format.ParseError, ValueError, TypeError) as exc:
-        problem = bounded_text(str(exc), 300)
-        raise ConfigError(f"parameters.config: not a model configuration: {problem}") from None
-    return message
-
-
-def _refuse_file_options(source: ModelSource) -> None:
-    """A load request's config may not name files for a provider to write (TensorRT's engine
-    and timing caches, say): whoever reaches the control API would choose where the server
-    writes. The repository's own config files may; they are the operator's.
-
-    Raises:
-        ConfigError: a provider option whose name says it is a path, directory or file.
-    """
-    for provider in source.config.providers or ():
-        if isinstance(provider, str):
-            continue
-        for key in provider.options:
-            if any(word in key.lower() for word in _FILE_WORDS):
-                raise ConfigError(
-                    f"parameters.config: provider {provider.name} option {key!r} names a file; "
-                    "set it in the model's config file, not in a load request"
-                )
