@@ -452,6 +452,7 @@ class GenerationEngine:
                 self.backend.activate(sequence)
                 continue
             self._remember(sequence, stop)
+            self._fork(sequence, stop, logits, events)
             sequence.accept(logits)
             events.append((sequence, sequence.take_event()))
             if sequence.finish_reason is None:
@@ -459,6 +460,37 @@ class GenerationEngine:
             else:
                 self._leave(sequence)
         return done
+
+    def _fork(self, sequence: Sequence, length: int, logits: F32, events: Events) -> None:
+        """Start the request's other choices from this prefill: a copy of its keys and values,
+        their first tokens sampled from its logits in one pass. A choice with no room waits at
+        the front of the queue and prefills as any request (through the prefix cache)."""
+        forks, sequence.forks = sequence.forks, []
+        started: list[Sequence] = []
+        for fork in forks:
+            try:
+                running = len(self.backend.decoding()) + len(self._prefilling) + 1 + len(started)
+                if fork.cancelled or running >= self.limits.max_num_seqs:
+                    raise KvFull("no place for another choice now")
+                self.backend.fork(sequence, fork, length)
+            except KvFull:
+                with self._wake:
+                    self._waiting.push(fork, front=True)
+                continue
+            fork.kv_tokens, fork.cached_tokens = length, sequence.cached_tokens
+            self._admitted += 1
+            self._order[fork] = self._admitted
+            started.append(fork)
+        if not started:
+            return
+        draws = sample_batch([f.sampler for f in started], np.repeat(logits[None], len(started), axis=0))
+        for fork, draw in zip(started, draws, strict=True):
+            fork.accept_draw(draw)
+            events.append((fork, fork.take_event()))
+            if fork.finish_reason is None:
+                self.backend.activate(fork)
+            else:
+                self._leave(fork)
 
     def _emit(self, pairs: Events) -> None:
         events = [(s, e) for s, e in pairs if e is not None]

@@ -117,6 +117,9 @@ class KvBackend(Protocol):
     def activate(self, sequence: Sequence) -> None:
         """The row is prefilled: it decodes from the next step on."""
 
+    def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
+        """A new row holding a copy of ``parent``'s first ``length`` tokens (raises KvFull)."""
+
     def grow(self) -> None:
         """Room for one more token in every decoding row (raises KvFull)."""
 
@@ -161,6 +164,14 @@ class PooledBackend:
 
     def activate(self, sequence: Sequence) -> None:
         self.pool.activate(sequence)
+
+    def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
+        pool = self.pool
+        pool.take(child, length)
+        source, target = pool.slot(parent), pool.slot(child)
+        for buffer in pool.buffers:  # rows are written in place by the graph: a copy each
+            buffer[target, :, :length] = buffer[source, :, :length]
+        pool.set_length(child, length)
 
     def grow(self) -> None:
         pool = self.pool
@@ -227,6 +238,10 @@ class PaddedBackend:
     def activate(self, sequence: Sequence) -> None:
         self._joining.append(sequence)
 
+    def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
+        self.admit(child, length)
+        self._own[child] = [part.copy() for part in self._own[parent]]
+
     def grow(self) -> None:
         longest = max([self.batch.columns] + [self._own[s][0].shape[2] for s in self._joining])
         self._check(len(self.batch) + len(self._own), longest + 1)
@@ -260,10 +275,7 @@ class PaddedBackend:
 
 
 def make_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> KvBackend:
-    """The pool for graphs that write keys and values in place (on the device when the session's
-    first provider is CUDA or TensorRT: llm/device_kv.py), the padded batch otherwise."""
+    """The pool for graphs that write keys and values in place, the padded batch otherwise."""
     if decoder.layout.shared_buffer:
-        from ortserve.llm.device_kv import device_backend  # it imports this module
-
-        return device_backend(decoder, max_len, budget_bytes) or PooledBackend(decoder, max_len, budget_bytes)
+        return PooledBackend(decoder, max_len, budget_bytes)
     return PaddedBackend(decoder, max_len, budget_bytes)

@@ -63,6 +63,9 @@ class Sequence:
         """Tokens whose keys and values the engine holds for this sequence (prefill progress)."""
         self.preempted = 0
         """Times its keys and values were given up for others; it resumes where it was."""
+        self.forks: list[Sequence] = []
+        """The request's other choices (``n``): when this one's prefill ends the engine starts
+        them from a copy of its keys and values and its logits, with no prefill of their own."""
         self.sampler = TokenSampler(params, self.prompt, constraint)
         """Its sampling state, read by ``sample_batch`` for the whole batch at once."""
         self._detokenizer = Detokenizer(tokenizer, self.prompt)

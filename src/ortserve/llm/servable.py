@@ -192,6 +192,10 @@ class LlmVersion:
             if event.finish_reason is not None:
                 del self._streams[sequence]
                 self.stats.finished(stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens)
+                for fork in sequence.forks:  # it ended before its prefill started them: so do they
+                    events.append(
+                        (fork, GenerationEvent(finish_reason=event.finish_reason, error=event.error))
+                    )
             stream.queue.put_nowait(event)
         if not self._streams:
             self._drained.set()
@@ -227,7 +231,13 @@ class LlmVersion:
             salt = hashlib.sha256(tenant.encode("utf-8", "surrogateescape")).hexdigest()[:32] + "/" + salt
         return salt
 
-    def generate(self, prompt: Tokens[int], params: SamplingParams, cache_salt: str = "") -> GenerationStream:
+    def generate(
+        self,
+        prompt: Tokens[int],
+        params: SamplingParams,
+        cache_salt: str = "",
+        forks: list[Sequence] | None = None,
+    ) -> GenerationStream:
         """Queue a generation; its events arrive on the returned stream.
 
         Raises:
@@ -246,8 +256,34 @@ class LlmVersion:
             )
         sequence = Sequence(prompt, params, self.tokenizer, self.eos_ids, self.max_context_len)
         sequence.cache_salt = cache_salt
-        stream = GenerationStream(sequence, self._loop)
+        for fork in forks or ():
+            fork.cache_salt = cache_salt
+        sequence.forks = forks or []
         self.engine.submit(sequence)
+        return self._stream(sequence)
+
+    def generate_choices(
+        self, prompt: Tokens[int], choices: list[SamplingParams], cache_salt: str = ""
+    ) -> list[GenerationStream]:
+        """Queue ``n`` choices of one prompt as one request: one admission and one prefill, the
+        first choice's; when it ends the engine starts the others from a copy of its keys and
+        values and its logits (see ``Sequence.forks``).
+
+        Raises:
+            InvalidInput: an empty or too long prompt, or parameters out of range.
+            ModelNotReady, Overloaded.
+        """
+        first = self.generate(
+            prompt, choices[0], cache_salt, [self._sequence(prompt, p) for p in choices[1:]]
+        )
+        return [first] + [self._stream(fork) for fork in first.sequence.forks]
+
+    def _sequence(self, prompt: Tokens[int], params: SamplingParams) -> Sequence:
+        params.check()
+        return Sequence(prompt, params, self.tokenizer, self.eos_ids, self.max_context_len)
+
+    def _stream(self, sequence: Sequence) -> GenerationStream:
+        stream = GenerationStream(sequence, self._loop)
         self._streams[sequence] = stream
         self._drained.clear()
         self.stats.requests += 1

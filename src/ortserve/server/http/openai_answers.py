@@ -2,9 +2,10 @@
 (``best_of`` ranked by their log-probability), each its own sequence in the running batch,
 their log-probabilities, whole or as server-sent events.
 
-The choices share the prompt's prefill through the prefix cache: they join the engine in the
-same step, and the second and later ones find the first one's keys and values there. Choice
-``i`` of a seeded request samples as a single request with seed ``seed + i`` would.
+The choices are one request to the engine: one template render and tokenization, one
+admission, one prefill; when the first choice's prefill ends the others start from a copy of
+its keys and values and its last logits (``LlmVersion.generate_choices``). Choice ``i`` of a
+seeded request samples as a single request with seed ``seed + i`` would.
 """
 
 from __future__ import annotations
@@ -81,15 +82,10 @@ async def _planned(
 def _start(
     llm: LlmVersion, prompt: Sequence[int], params: list[SamplingParams], cache_salt: str
 ) -> list[GenerationStream]:
-    streams: list[GenerationStream] = []
-    try:
-        for one in params:
-            streams.append(llm.generate(prompt, one, cache_salt))
-    except BaseException:
-        for stream in streams:  # a refusal of a later choice withdraws the earlier ones
-            stream.sequence.cancel()
-        raise
-    return streams
+    """The choices as one request: admitted and prefilled once (the others fork from it)."""
+    if len(params) == 1:
+        return [llm.generate(prompt, params[0], cache_salt)]
+    return llm.generate_choices(prompt, params, cache_salt)
 
 
 def _usage(streams: list[GenerationStream]) -> codec.Usage:
