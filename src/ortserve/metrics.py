@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from ortserve.core.observer import BatchRecord
 from ortserve.errors import (
     DeadlineExceeded,
+    DeadlineUnmeetable,
     InternalError,
     ModelNotReady,
     NotImplementedByServer,
@@ -77,10 +78,10 @@ def outcome_of(error: OrtServeError | None) -> str:
     """The outcome label of a request that ended with ``error`` (None: success)."""
     if error is None:
         return "success"
+    if isinstance(error, DeadlineExceeded | DeadlineUnmeetable):  # 504: the client's deadline,
+        return "deadline"  # missed in the queue or foreseen at admission (an Overloaded too)
     if isinstance(error, Overloaded):
         return "overloaded"
-    if isinstance(error, DeadlineExceeded):
-        return "deadline"
     if isinstance(error, ModelNotReady):
         return "unavailable"
     if isinstance(error, InternalError | NotImplementedByServer) or error.http_status >= 500:

@@ -1,5 +1,6 @@
 """Every request family passes through the one Exchange: OIP over HTTP, OIP over gRPC, a
-pipeline route, OpenAI chat (plain and streamed) and the generate extension are each counted under the same labels,
+pipeline route, OpenAI chat (plain and streamed), the generate extension, OpenAI responses
+(plain and streamed) and vLLM's tokenize and detokenize are each counted under the same labels,
 access-logged, traced, captured, and echo their request id; a refused request has the same
 shape as the others of its transport."""
 
@@ -34,6 +35,7 @@ from ortserve.server.grpc.listener import GrpcListener
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.http.app import HttpApp
 from ortserve.server.http.generate_routes import add_generate_routes
+from ortserve.server.http.llm_tool_routes import add_llm_tool_routes
 from ortserve.server.http.messages import HttpRequest, HttpResponse, resolve_response
 from ortserve.server.http.openai_routes import add_openai_routes
 from ortserve.server.http.pipeline_routes import register_pipeline_routes
@@ -85,6 +87,7 @@ async def edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Edge]:
     app = HttpApp(dataplane, limits, exchange=exchange)
     add_openai_routes(app, registry)
     add_generate_routes(app, registry)
+    add_llm_tool_routes(app, registry, dataplane.ready)
     register_pipeline_routes(registry, app)
     listener = GrpcListener(
         dataplane, limits, GrpcOptions.from_settings(settings), telemetry, exchange=exchange
@@ -158,6 +161,16 @@ def chat_body(good: bool, stream: bool) -> dict[str, object]:
     }
 
 
+def responses_body(good: bool, stream: bool) -> dict[str, object]:
+    return {
+        "model": DEMO_LLM_NAME,
+        "input": "The lighthouse stood at the end",
+        "max_output_tokens": 4,
+        "temperature": 0 if good else -1,
+        "stream": stream,
+    }
+
+
 Send = Callable[[Edge, bool, str], Awaitable[Answer]]
 
 
@@ -205,6 +218,38 @@ FAMILIES = {
             f"/v2/models/{DEMO_LLM_NAME}/generate",
             {"text_input": "The lighthouse", "max_tokens": 4} if good else {"max_tokens": 4},
             rid,
+        ),
+    ),
+    "responses": Family(
+        "http",
+        DEMO_LLM_NAME,
+        "/v1/responses",
+        400,
+        lambda e, good, rid: http(e, "/v1/responses", responses_body(good, False), rid),
+    ),
+    "responses-stream": Family(
+        "http",
+        DEMO_LLM_NAME,
+        "/v1/responses",
+        400,
+        lambda e, good, rid: http(e, "/v1/responses", responses_body(good, True), rid),
+    ),
+    "tokenize": Family(
+        "http",
+        DEMO_LLM_NAME,
+        "/tokenize",
+        400,
+        lambda e, good, rid: http(
+            e, "/tokenize", {"model": DEMO_LLM_NAME, "prompt": "The lighthouse" if good else 7}, rid
+        ),
+    ),
+    "detokenize": Family(
+        "http",
+        DEMO_LLM_NAME,
+        "/detokenize",
+        400,
+        lambda e, good, rid: http(
+            e, "/detokenize", {"model": DEMO_LLM_NAME, "tokens": [1, 2, 3] if good else [-1]}, rid
         ),
     ),
     "openai-stream": Family(

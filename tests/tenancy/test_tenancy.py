@@ -95,6 +95,28 @@ def test_generation_tokens_are_charged_and_refuse_the_next_prompt_until_refilled
     assert quotas.admit("t", prompt_tokens=10) == 0.0
 
 
+def test_a_tenant_in_token_debt_is_refused_generations_until_it_refills_but_not_other_requests() -> None:
+    clock = FakeClock()
+    quotas = TenantQuotas(QuotaPolicy(requests_per_s=100.0, tokens_per_s=100.0, token_burst=100.0), clock.now)
+    gate = TenantGate(None, quotas)
+    chatty = headers(x_tenant_id="chatty")
+    assert gate.admit(chatty, generation=True) == "chatty"
+    quotas.charge_tokens("chatty", 150)  # its prompt and output, charged when it ended: 50 owed
+    with pytest.raises(Overloaded) as refused:
+        gate.admit(chatty, generation=True)
+    assert refused.value.retry_after_s == pytest.approx(0.5)
+    assert gate.admit(chatty) == "chatty"  # a request that generates nothing is not held back
+    assert gate.admit(headers(x_tenant_id="quiet"), generation=True) == "quiet"
+    clock.advance(0.51)
+    assert gate.admit(chatty, generation=True) == "chatty"
+    counts = {
+        tuple(s.labels.values()): s.value for f in quotas.collect() for s in f.samples if "requests" in s.name
+    }
+    assert counts[("chatty", "admitted")] == 3 and counts[("chatty", "refused")] == 1
+    used = {s.labels["tenant"]: s.value for f in quotas.collect() for s in f.samples if "tokens" in s.name}
+    assert used["chatty"] == 150
+
+
 def test_tenant_names_beyond_the_cap_share_one_bucket() -> None:
     quotas = TenantQuotas(QuotaPolicy(requests_per_s=1.0, max_tenants=3), FakeClock().now)
     for n in range(100):
@@ -112,12 +134,15 @@ def test_with_keys_the_tenant_header_is_ignored() -> None:
 
 def test_quota_specs_parse_and_bad_ones_say_why() -> None:
     assert parse_quota("requests=100,burst=200,tenants=50") == QuotaPolicy(100.0, 200.0, max_tenants=50)
+    assert parse_quota("tokens=5000,token_burst=20000") == QuotaPolicy(
+        tokens_per_s=5000.0, token_burst=20000.0
+    )
     bad_specs = (
         ("requests", "key=value"),
         ("speed=3", "expected"),
         ("requests=-1", "positive"),
         ("burst=3", "needs"),
-        ("requests=1,tokens=5000", "not applied"),
+        ("tokens=0", "positive"),
     )
     for bad, message in bad_specs:
         with pytest.raises(ValueError, match=message):

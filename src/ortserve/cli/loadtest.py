@@ -6,19 +6,17 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import click
 
+from ortserve.cli.bench_requests import RequestSpec, grpc_requests, http_requests, route_checked
 from ortserve.loadtest.generator import LoadLevel
-from ortserve.loadtest.inputs import Encoding
 from ortserve.loadtest.measurement import Measurement
 from ortserve.loadtest.plot import plot, plot_available
 from ortserve.loadtest.report import LevelResult, render_table, render_verdicts, result_document
 from ortserve.loadtest.slo import Objective, judge, parse_objective
-from ortserve.loadtest.transports import Target
 
 __all__ = ["INTERRUPTED", "SLO_VIOLATED", "bench", "replay"]
 
@@ -125,74 +123,6 @@ def _levels(
     if rate:
         return [LoadLevel(rate=r, **common) for r in rate], "offered rate (requests/s)"  # type: ignore[arg-type]
     return [LoadLevel(concurrency=c, **common) for c in (concurrency or [1])], "concurrency"  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True, slots=True)
-class _RequestSpec:
-    model: str
-    version: str | None
-    batch_size: int
-    seed: int
-    shapes: dict[str, tuple[int, ...]]
-    input_file: Path | None
-    route: str | None = None
-    """An application route the bodies go to instead of the model's infer path."""
-
-
-def _http_requests(url: str, encoding: Encoding, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
-    """The HTTP target and the complete request bytes to send in turn."""
-    from ortserve.loadtest.inputs import fetch_input_specs, generated_payloads, infer_path, payloads_from_file
-    from ortserve.loadtest.transports import HttpTarget
-
-    target = HttpTarget.parse(url)
-    path = spec.route or infer_path(spec.model, spec.version)
-    if spec.input_file is not None:
-        payloads = payloads_from_file(spec.input_file, path, encoding, spec.batch_size)
-    else:
-        specs = fetch_input_specs(target, spec.model, spec.version)
-        payloads = generated_payloads(
-            specs, path, encoding, spec.batch_size, seed=spec.seed, shapes=spec.shapes
-        )
-    return target, [target.wire(p) for p in payloads]
-
-
-def _route_checked(route: str, transport: str, body_file: Path | None) -> str:
-    """The route, once it is a path with JSON bodies to send to it; it names the run."""
-    if not route.startswith("/") or any(c in route for c in " \r\n?#"):
-        raise click.ClickException(f"--route must be a path such as /v1/predict, not {route!r}")
-    if transport != "http-json" or body_file is None or body_file.suffix != ".jsonl":
-        raise click.ClickException(
-            "--route sends JSON bodies: it takes --body-file FILE.jsonl over http-json"
-        )
-    for number, line in enumerate(body_file.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip() and not isinstance(_json_object(line), dict):
-            raise click.ClickException(f"{body_file}:{number}: a body must be a JSON object")
-    return route
-
-
-def _json_object(line: str) -> object:
-    import json
-
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
-
-
-def _grpc_requests(url: str, spec: _RequestSpec) -> tuple[Target, list[bytes]]:
-    """The gRPC target and serialized ModelInferRequest messages to send in turn."""
-    from ortserve.loadtest.grpc_transport import GrpcTarget, encode_request, fetch_grpc_input_specs
-    from ortserve.loadtest.inputs import generated_inputs, npz_inputs
-
-    target = GrpcTarget.parse(url)
-    if spec.input_file is not None:
-        if spec.input_file.suffix != ".npz":
-            raise ValueError("--transport grpc reads inputs from .npz files only")
-        inputs = npz_inputs(spec.input_file, spec.batch_size)
-    else:
-        specs = fetch_grpc_input_specs(target, spec.model, spec.version)
-        inputs = generated_inputs(specs, spec.batch_size, seed=spec.seed, shapes=spec.shapes)
-    return target, [encode_request(arrays, spec.model, spec.version) for arrays in inputs]
 
 
 def _plot_title(command: str, settings: dict[str, object]) -> str:
@@ -314,7 +244,7 @@ def bench(
 
     objectives = _objectives(slo)
     if route is not None:
-        model = _route_checked(route, transport, input_file)
+        model = route_checked(route, transport, input_file)
     elif model is None:
         raise click.ClickException(
             "--model is required (or --route with --body-file for an application route)"
@@ -330,12 +260,12 @@ def bench(
         spec_fields = {"model": model, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "seed": seed}
         bench_llm(url, spec_fields, concurrency or [1], duration, warmup, objectives, output)
         return
-    request = _RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file, route)
+    request = RequestSpec(model, model_version, batch_size, seed, _shapes(shape), input_file, route)
     try:
         if transport == "grpc":
-            target, wires = _grpc_requests(url, request)
+            target, wires = grpc_requests(url, request)
         else:
-            target, wires = _http_requests(url, "binary" if transport == "http-binary" else "json", request)
+            target, wires = http_requests(url, "binary" if transport == "http-binary" else "json", request)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     common: dict[str, object] = {

@@ -56,6 +56,14 @@ _METHODS = ("fp16", "dynamic-int8", "static-int8")
 @click.option(
     "--block-size", type=click.Choice(["32", "128"]), default="32", help="Weights per block (--llm)."
 )
+@click.option(
+    "--trt-int8-calibration",
+    "trt_int8",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Real inputs (capture directory or .npz): write TensorRT's INT8 calibration table beside "
+    "the version's model instead of new versions; TensorRT sessions of it then run INT8.",
+)
 def quantize(
     repository: Path,
     model: str,
@@ -67,6 +75,7 @@ def quantize(
     as_json: bool,
     llm_bits: str | None,
     block_size: str,
+    trt_int8: Path | None,
 ) -> None:
     """Write quantized versions of MODEL and compare them with the source version.
 
@@ -76,6 +85,15 @@ def quantize(
     """
     from ortserve.errors import OrtServeError
 
+    if trt_int8 is not None:
+        from ortserve.quantization.tensorrt_int8 import write_version_calibration
+
+        try:
+            table = write_version_calibration(repository, model, source, trt_int8, samples)
+        except OrtServeError as exc:
+            raise click.ClickException(exc.message) from None
+        click.echo(f"TensorRT INT8 calibration table: {table}")
+        return
     if llm_bits is not None:
         from ortserve.llm.quantize import quantize_llm_version
 

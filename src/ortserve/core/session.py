@@ -16,6 +16,7 @@ from ortserve.core.tensorrt import (
     gpu_name,
     graph_inputs,
     installed_tensorrt,
+    int8_table,
     model_digest,
     tensorrt_options,
 )
@@ -147,7 +148,7 @@ def build_session(
     provider_options = [opts for _, opts in plan.providers]
     if "TensorrtExecutionProvider" in names:
         index = names.index("TensorrtExecutionProvider")
-        provider_options[index] = _tensorrt_options(provider_options[index], files, plan)
+        provider_options[index] = _tensorrt_options(provider_options[index], files, plan, model_path.parent)
     # A location not handed over here would be looked for (and memory-mapped) in this folder;
     # every one the graph names is handed over, so this only shapes ONNX Runtime's messages.
     options.add_session_config_entry(
@@ -174,15 +175,23 @@ def build_session(
     return session
 
 
-def _tensorrt_options(user: dict[str, str], files: ModelFiles, plan: SessionPlan) -> dict[str, str]:
-    """TensorRT's options completed with an engine cache keyed by GPU, TensorRT and graph, and
-    profiles from the batch sizes, so warm-up builds every engine before READY."""
+def _tensorrt_options(
+    user: dict[str, str], files: ModelFiles, plan: SessionPlan, model_dir: Path
+) -> dict[str, str]:
+    """TensorRT's options completed with an engine cache keyed by GPU, TensorRT and graph,
+    profiles from the batch sizes (warm-up builds every engine before READY), and INT8 with
+    the calibration table beside the model if one was written there."""
     device = int(user.get("device_id", "0") or 0)
     digest = model_digest([files.graph, *(files.external[key] for key in sorted(files.external))])
     root = Path.home() / ".cache" / "ortserve" / "tensorrt"
     folder = cache_folder(root, gpu_name(device), installed_tensorrt(), digest)
     options = tensorrt_options(
-        user, graph_inputs(files.graph), plan.max_batch_size, plan.preferred_batch_sizes, folder
+        user,
+        graph_inputs(files.graph),
+        plan.max_batch_size,
+        plan.preferred_batch_sizes,
+        folder,
+        int8_table(model_dir),
     )
     logger.info(
         "TensorRT engines for this graph are built at load and cached in %s", options["trt_engine_cache_path"]

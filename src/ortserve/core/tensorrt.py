@@ -9,12 +9,18 @@ by all three: a new driver stack or a changed model never loads a stale engine.
 
 Profiles come from the model's batch sizes: one per range between preferred sizes, each
 optimised for its upper end, so a batch of 8 does not run an engine tuned for 64.
+
+INT8: a calibration table beside the model (``calibration.flatbuffers``, written by
+``ortserve quantize --trt-int8-calibration``) turns on ``trt_int8_enable`` with that table,
+copied into the engine cache folder (the provider reads it from there), in a subfolder named by
+the table's digest: a new table builds a new engine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +31,13 @@ __all__ = [
     "gpu_name",
     "graph_inputs",
     "installed_tensorrt",
+    "int8_table",
     "model_digest",
     "profile_ranges",
     "tensorrt_options",
 ]
+
+INT8_TABLE = "calibration.flatbuffers"
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -78,13 +87,23 @@ def tensorrt_options(
     max_batch: int,
     preferred: Sequence[int],
     folder: Path,
+    calibration: Path | None = None,
 ) -> dict[str, str]:
     """The options for TensorRT: the user's, completed with caches in ``folder`` and profiles.
 
     Profiles are only set when every input's dims past the batch are fixed (TensorRT needs
     every dim in a profile) and the user set none; the user's cache paths and switches win.
+    ``calibration``: an INT8 table (see :func:`int8_table`); INT8 is used unless the user's
+    ``trt_int8_enable`` says false.
     """
     options = dict(user)
+    if calibration is not None and options.get("trt_int8_enable", "True").lower() in ("1", "true"):
+        folder = folder / f"int8-{model_digest([calibration.read_bytes()])[:12]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(calibration, folder / calibration.name)
+        options["trt_int8_enable"] = "True"
+        options.setdefault("trt_int8_calibration_table_name", calibration.name)
+        options.setdefault("trt_int8_use_native_calibration_table", "False")
     options.setdefault("trt_engine_cache_enable", "True")
     options.setdefault("trt_engine_cache_path", str(folder))
     options.setdefault("trt_timing_cache_enable", "True")
@@ -101,6 +120,12 @@ def tensorrt_options(
         )
         options["trt_profile_opt_shapes"] = options["trt_profile_max_shapes"]
     return options
+
+
+def int8_table(model_dir: Path) -> Path | None:
+    """The INT8 calibration table beside a model, if one was written there."""
+    table = model_dir / INT8_TABLE
+    return table if table.is_file() else None
 
 
 def graph_inputs(graph: bytes) -> list[InputShape]:

@@ -275,7 +275,10 @@ class PaddedBackend:
 
 
 def make_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> KvBackend:
-    """The pool for graphs that write keys and values in place, the padded batch otherwise."""
+    """The pool for graphs that write keys and values in place (on the device when the session's
+    first provider is CUDA or TensorRT: llm/device_kv.py), the padded batch otherwise."""
     if decoder.layout.shared_buffer:
-        return PooledBackend(decoder, max_len, budget_bytes)
+        from ortserve.llm.device_kv import device_backend  # it imports this module
+
+        return device_backend(decoder, max_len, budget_bytes) or PooledBackend(decoder, max_len, budget_bytes)
     return PaddedBackend(decoder, max_len, budget_bytes)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Protocol
 
 import orjson
@@ -164,10 +164,37 @@ class Exchange:
 
     # -- OIP inference ---------------------------------------------------------------------
 
+    # -- tenancy ------------------------------------------------------------------------------
+
+    def admit(self, headers: Headers, generation: bool = False) -> str:
+        """The request's tenant, by its API key or tenant header, once its quota let it in:
+        called by every transport for every request kind before the body is decoded (only
+        when ``gate`` is set: tenancy off costs one attribute check). A ``generation`` (an
+        LLM request) is also refused while its tenant owes tokens (:meth:`charge`).
+
+        Raises:
+            Unauthenticated: API keys are on and the request has no valid one (401,
+                UNAUTHENTICATED).
+            Overloaded: the tenant's request (or token) quota is spent (429 with Retry-After,
+                RESOURCE_EXHAUSTED).
+        """
+        assert self.gate is not None
+        return self.gate.admit(headers, generation)
+
+    def charge(self, tenant: str | None, streams: Sequence[GenerationStream]) -> None:
+        """An LLM request's tokens (prompt and generated) go to its tenant's token quota once
+        its answer is complete; a tenant in debt is refused its next generation
+        (:meth:`admit`) until its bucket refills."""
+        gate = self.gate
+        if gate is not None and gate.quotas is not None and tenant is not None and streams:
+            used = streams[0].prompt_tokens + sum(s.completion_tokens for s in streams)
+            gate.quotas.charge_tokens(tenant, used)
+
     def submit(
-        self, scope: RequestScope, request: InferRequest, headers: Headers
+        self, scope: RequestScope, request: InferRequest, headers: Headers, tenant: str | None = None
     ) -> asyncio.Future[InferResponse]:
-        """Queue a decoded OIP request (routed when its model has a policy).
+        """Queue a decoded OIP request (routed when its model has a policy); ``tenant`` is the
+        one :meth:`admit` named (the scheduler shares a model's queue fairly by tenant).
 
         Raises:
             ModelNotFound, ModelNotReady, InvalidInput, Overloaded; the future may fail with
@@ -182,8 +209,7 @@ class Exchange:
         if scope.trace is not None:
             scope.trace.decoded = time.monotonic()
         request.headers = headers
-        if self.gate is not None:
-            request.tenant = self.gate.admit(headers)  # the scheduler shares queues by tenant
+        request.tenant = tenant
         sample = scope.sample
         if sample is not None and not sample.body:  # a gRPC call: recorded in its HTTP form
             sample.request = request
@@ -200,15 +226,18 @@ class Exchange:
         version: str | None,
         headers: Headers | None,
         fields: Mapping[str, object] | None = None,
+        tenant: str | None = None,
     ) -> LlmVersion:
         """The LLM version that serves this request, through the model's policy when it has
         one (split, sticky key, override from a header or the body's fields, rollout).
+        ``tenant``: the one :meth:`admit` named; None with tenancy on admits it here.
 
         Raises:
             ModelNotFound: no such model, or not a generation model. ModelNotReady, InvalidInput.
+            Unauthenticated, Overloaded: see :meth:`admit`.
         """
-        if self.gate is not None:
-            self.gate.admit(headers or _no_headers)
+        if tenant is None and self.gate is not None:
+            self.gate.admit(headers or _no_headers, generation=True)
         router = self.routers.get(name)
         if router is None:
             served = self.dataplane.resolve(name, version)
@@ -221,12 +250,25 @@ class Exchange:
         scope.version = served.info.version
         return served
 
-    def mirror(self, scope: RequestScope, llm: LlmVersion, stream: GenerationStream) -> None:
+    def started(
+        self, scope: RequestScope, tenant: str | None, llm: LlmVersion, streams: Sequence[GenerationStream]
+    ) -> None:
         """A generation just started: the model's policy may copy it to its shadow version
-        (see :mod:`~ortserve.server.llm_shadow`); its agreement is reported by the routing GET."""
+        (see :mod:`~ortserve.server.llm_shadow`; its agreement is reported by the routing GET),
+        and its tokens go to ``tenant``'s token quota once the request's scope finishes (its
+        answer whole, its stream ended, or the client gone)."""
         router = self.routers.get(scope.model)
         if router is not None and scope.routed is not None and router.policy.config.shadow is not None:
-            mirror_generation(router, scope.routed, llm, stream)
+            mirror_generation(router, scope.routed, llm, streams[0])
+        gate = self.gate
+        if tenant is not None and gate is not None and gate.quotas is not None:
+            if scope.routed is None:
+                scope.routed = asyncio.get_running_loop().create_future()
+            scope.routed.add_done_callback(lambda _: self.charge(tenant, streams))
+
+    def mirror(self, scope: RequestScope, llm: LlmVersion, stream: GenerationStream) -> None:
+        """:meth:`started` for one stream of a request without a tenant."""
+        self.started(scope, None, llm, (stream,))
 
     async def stream(
         self,
@@ -267,8 +309,6 @@ class Exchange:
         Raises:
             ModelNotFound: not a pipeline; whatever the pipeline raises.
         """
-        if self.gate is not None:
-            self.gate.admit(headers)
         started = time.monotonic()
         served = self.dataplane.resolve(name, None)
         if not isinstance(served, PipelineVersion):

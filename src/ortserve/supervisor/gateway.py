@@ -179,35 +179,33 @@ class Gateway:
         except (ValueError, AttributeError):
             ready_only = False
         rows = merge_index(found, ready_only)
-        behind = [(slot.index, self._ledger.reached(slot.index)) for slot in self._slots]
-        behind = [(index, reached) for index, reached in behind if reached < self._ledger.generation]
-        if behind:  # the state is not the same everywhere yet: say so on every row
-            note = ", ".join(f"worker {index} at {reached}" for index, reached in behind)
-            for row in rows:
+        every, per_model = self._convergence()
+        for row in rows:  # the state is not the same everywhere yet: say so
+            notes = [note for note in (every, per_model.get(row["name"], "")) if note]
+            if notes:
                 row["state"] = "UNAVAILABLE" if row["state"] == "READY" else row["state"]
-                row["reason"] = "; ".join(
-                    r
-                    for r in (row["reason"], f"converging to generation {self._ledger.generation} ({note})")
-                    if r
-                )
+                row["reason"] = "; ".join(r for r in (row["reason"], *notes) if r)
         return json_response(200, orjson.dumps(rows))
 
     async def _control(self, request: HttpRequest, model: str) -> HttpResponse:
         """Load or unload on every worker or on none: 200 once every worker that answered
         applied it (one that could not be reached replays it, see ledger.py); a worker's refusal
-        is answered as it is and the call rolled back on the workers that took it."""
+        is answered as it is and the call rolled back on the workers that took it or may have
+        (no answer: it may have applied the call before its answer was lost)."""
         async with self._control_lock:  # two loads of one model must not interleave per worker
             await self._converge()
             answers = await self._ask_all(
                 "POST", request.path, request.body, request.headers, _CONTROL_TIMEOUT_S
             )
             took = [s for s, a in zip(self._slots, answers) if isinstance(a, Answer) and a.status == 200]
+            unanswered = [s for s, a in zip(self._slots, answers) if isinstance(a, ChannelError)]
             refused = any(isinstance(a, Answer) and a.status != 200 for a in answers)
             if took and not refused:
                 generation = self._ledger.record(model, request.path, request.body, dict(request.headers))
                 for slot in took:
                     self._ledger.applied(slot.index, generation)
-                if len(took) < len(answers):
+                    self._ledger.restored(slot.index, model)
+                if unanswered:
                     logger.warning(
                         "%s applied on %d of %d workers (generation %d); the others replay it when "
                         "they answer again",
@@ -215,45 +213,90 @@ class Gateway:
                     )  # fmt: skip
                 first = next(a for a in answers if isinstance(a, Answer) and a.status == 200)
                 return HttpResponse(200, [first.body], first.content_type)
-            if took:
-                await self._roll_back(model, took)
+            if took or unanswered:
+                await self._roll_back(model, [*took, *unanswered])
         failed = sum(1 for a in answers if not (isinstance(a, Answer) and a.status == 200))
         logger.warning("%s failed on %d of %d workers", request.path, failed, len(answers))
         return _first_failure(answers)
 
-    async def _roll_back(self, model: str, slots: Sequence[WorkerSlot]) -> None:
-        """Put ``model`` back as recorded on the workers that took a call others refused."""
+    def _restoring_call(self, model: str) -> tuple[str, bytes, dict[bytes, bytes]]:
+        """The call that puts ``model`` back as recorded: its last recorded call, or its state
+        at start (loaded from its files, or not loaded)."""
         previous = self._ledger.previous(model)
         if previous is not None:
             _, path, body, headers = previous
-        else:  # its state at start: loaded from its files, or not loaded
-            wanted = self._launch.settings.load_models
-            loaded = (
-                "*" in wanted or model in wanted or self._launch.settings.model_control_mode != "explicit"
-            )
-            path, body, headers = f"/v2/repository/models/{model}/{'load' if loaded else 'unload'}", b"", {}
+            return path, body, headers
+        wanted = self._launch.settings.load_models
+        loaded = "*" in wanted or model in wanted or self._launch.settings.model_control_mode != "explicit"
+        return f"/v2/repository/models/{model}/{'load' if loaded else 'unload'}", b"", {}
+
+    async def _roll_back(self, model: str, slots: Sequence[WorkerSlot]) -> None:
+        """Put ``model`` back as recorded on the workers that took a call others refused; one
+        that cannot be restored now is marked, and restored by :meth:`_converge`."""
         for slot in slots:
-            try:
-                answer = await self._ask(slot, "POST", path, body, headers, _CONTROL_TIMEOUT_S)
-            except ChannelError:
-                continue
-            if answer.status != 200:
-                logger.error("rolling back %s on worker %d answered %d", model, slot.index, answer.status)
+            if not await self._restore(slot, model):
+                self._ledger.differs(slot.index, model)
+
+    async def _restore(self, slot: WorkerSlot, model: str) -> bool:
+        """Put ``model`` back as recorded on ``slot``'s worker; False: it did not answer 200."""
+        path, body, headers = self._restoring_call(model)
+        try:
+            answer = await self._ask(slot, "POST", path, body, headers, _CONTROL_TIMEOUT_S)
+        except ChannelError:
+            return False
+        if answer.status != 200:
+            logger.error("restoring %s on worker %d answered %d", model, slot.index, answer.status)
+            return False
+        self._ledger.restored(slot.index, model)
+        return True
 
     async def _converge(self) -> None:
-        """Replay to every reachable worker the recorded calls it has not applied."""
+        """Replay to every reachable worker the recorded calls it has not applied, and restore
+        the models it holds otherwise than recorded (a rollback that failed)."""
         for slot in self._slots:
             reached = self._ledger.reached(slot.index)
+            reachable = True
             for generation, path, body, headers in self._ledger.behind(slot.index):
                 try:
                     answer = await self._ask(slot, "POST", path, body, headers, _CONTROL_TIMEOUT_S)
                 except ChannelError:
+                    reachable = False
                     break  # not up yet: its own replay at start, or the next look, catches up
                 if answer.status != 200:
                     logger.error("worker %d: replaying %s answered %d", slot.index, path, answer.status)
+                else:
+                    self._ledger.restored(slot.index, _model_of(path))
                 reached = generation
             if reached > self._ledger.reached(slot.index):
                 self._ledger.applied(slot.index, reached)
+            for model in self._ledger.differing(slot.index) if reachable else ():
+                if not await self._restore(slot, model):
+                    break
+
+    def _convergence(self) -> tuple[str, dict[str, str]]:
+        """What is not the same on every worker yet: a note for every row (workers behind the
+        recorded generation), and one per model a worker holds otherwise than recorded."""
+        behind = [(slot.index, self._ledger.reached(slot.index)) for slot in self._slots]
+        note = ", ".join(
+            f"worker {index} at {reached}" for index, reached in behind if reached < self._ledger.generation
+        )
+        every = f"converging to generation {self._ledger.generation} ({note})" if note else ""
+        differing: dict[str, list[int]] = {}
+        for slot in self._slots:
+            for model in self._ledger.differing(slot.index):
+                differing.setdefault(model, []).append(slot.index)
+        per_model = {
+            model: "converging: " + ", ".join(f"worker {index}" for index in workers)
+            + " could not be rolled back to the recorded state yet"
+            for model, workers in differing.items()
+        }  # fmt: skip
+        return every, per_model
+
+
+def _model_of(path: str) -> str:
+    """The model a repository call names (``/v2/repository/models/<name>/load``)."""
+    parts = path.strip("/").split("/")
+    return parts[3] if len(parts) == 5 else ""
 
 
 def _first_failure(answers: Sequence[Answer | ChannelError]) -> HttpResponse:

@@ -6,7 +6,9 @@ that could not be reached (killed, restarting) is behind, and is brought to the 
 at its restart it replays the log (``worker.py``), and the gateway replays to it whatever it
 still lacks before the next control call or index answer, so a worker restarted just before a
 call was recorded catches up too. A call refused by a worker (a 4xx, say) is rolled back on
-the workers that took it. The index reports a worker that has not converged yet.
+the workers that took it, or may have (no answer); a worker whose rollback fails is marked
+as differing on that model and restored before the next control call or index answer. The
+index reports a worker that has not converged yet.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class ControlLedger:
         self._calls: dict[str, ControlCall] = {}
         self.generation = 0
         """The number of the last call recorded (0: none)."""
+        self._differing: dict[int, set[str]] = {}
+        """Per worker, the models it may hold otherwise than recorded (a failed rollback)."""
 
     def record(self, model: str, path: str, body: bytes, headers: dict[bytes, bytes]) -> int:
         """Record a call applied on every worker that answered; returns its generation."""
@@ -55,3 +59,19 @@ class ControlLedger:
 
     def reached(self, worker: int) -> int:
         return self._launch.generation(worker)
+
+    def differs(self, worker: int, model: str) -> None:
+        """Worker ``worker`` may hold ``model`` otherwise than recorded: restore it."""
+        self._differing.setdefault(worker, set()).add(model)
+
+    def restored(self, worker: int, model: str) -> None:
+        """Worker ``worker`` holds ``model`` as recorded again."""
+        models = self._differing.get(worker)
+        if models is not None:
+            models.discard(model)
+            if not models:
+                del self._differing[worker]
+
+    def differing(self, worker: int) -> list[str]:
+        """The models worker ``worker`` may hold otherwise than recorded, by name."""
+        return sorted(self._differing.get(worker, ()))

@@ -32,11 +32,13 @@ class WorkerLaunch:
         settings: the worker's server settings (ports resolved, SO_REUSEPORT on).
         run_dir: the private folder (mode 0700) holding the Unix sockets.
         token: a secret the supervisor puts on requests meant for one worker's own view.
+        workers: how many workers there are (indices 0 .. workers - 1).
     """
 
     settings: ServerSettings
     run_dir: Path
     token: str
+    workers: int = 1
 
     def worker_socket(self, index: int) -> Path:
         return self.run_dir / f"worker-{index}.sock"

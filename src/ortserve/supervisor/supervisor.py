@@ -87,7 +87,10 @@ class Supervisor:
         http_port = reserved[0].getsockname()[1]
         grpc_port = reserved[1].getsockname()[1] if s.grpc_port >= 0 else -1
         launch = WorkerLaunch(
-            worker_settings(s, self.workers, http_port, grpc_port), run_dir, secrets.token_hex(16)
+            worker_settings(s, self.workers, http_port, grpc_port),
+            run_dir,
+            secrets.token_hex(16),
+            self.workers,
         )
         _write_private(run_dir / "launch.pickle", pickle.dumps(launch))
         slots: list[WorkerSlot] = []

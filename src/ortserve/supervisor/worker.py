@@ -21,13 +21,15 @@ from ortserve.server.http.messages import HttpRequest, resolve_response
 from ortserve.server.lifecycle import Server, StartupError
 from ortserve.supervisor.link import SupervisedControl, hand_over, statistics_view
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
+from ortserve.supervisor.prefix_route import route_by_prefix
 from ortserve.supervisor.slots import STARTUP_FAILED
 
 __all__ = ["run_worker", "serve_worker"]
 
 logger = logging.getLogger(__name__)
 
-_PRIVATE_CONNECTIONS = 64
+_PRIVATE_CONNECTIONS = 1024
+"""The supervisor's calls and the other workers' forwarded generation requests (prefix_route.py)."""
 
 
 async def serve_worker(
@@ -44,6 +46,7 @@ async def serve_worker(
     """
     server = Server(launch.settings)
     hand_over(server.http_app, server.telemetry.statistics, launch)
+    route_by_prefix(server.http_app, launch, index)
     service = server.grpc_service
     if service is not None:  # gRPC's statistics and repository calls see every worker too
         service.control = SupervisedControl(server.manager, launch)

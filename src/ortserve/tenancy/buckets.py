@@ -54,6 +54,12 @@ class TokenBucket:
         self._level = level
         return (needed - level) / self._rate
 
+    def owed(self) -> float:
+        """0.0 when the bucket holds something, else the seconds until it will (nothing taken)."""
+        now = self._clock()
+        level = self._level + (now - self._stamp) * self._rate
+        return 0.0 if level > 0.0 else (1e-9 - level) / self._rate
+
     def charge(self, units: float) -> None:
         """Take ``units`` that were already spent (generated tokens): the level may go negative."""
         now = self._clock()
@@ -123,10 +129,18 @@ class TenantQuotas(Collector):
         )
         return _Tenant(requests, tokens)
 
-    def admit(self, name: str, prompt_tokens: int = 0) -> float:
-        """Admit one request of ``name`` (with its prompt's tokens); 0.0, or seconds to wait."""
+    def admit(self, name: str, prompt_tokens: int = 0, generation: bool = False) -> float:
+        """Admit one request of ``name`` (with its prompt's tokens); 0.0, or seconds to wait.
+
+        A ``generation`` is refused while the tenant's token bucket is in debt: its tokens are
+        charged when it ends (:meth:`charge_tokens`), so a tenant pays for what it used.
+        """
         tenant = self._tenants.get(name) or self._tenant(name)
-        wait = 0.0 if tenant.requests is None else tenant.requests.take()
+        wait = 0.0
+        if generation and tenant.tokens is not None:
+            wait = tenant.tokens.owed()
+        if wait == 0.0 and tenant.requests is not None:
+            wait = tenant.requests.take()
         if wait == 0.0 and prompt_tokens and tenant.tokens is not None:
             wait = tenant.tokens.take(float(prompt_tokens))
         if wait > 0.0:

@@ -41,8 +41,17 @@ class TenantGate:
         named = headers(self._header)
         return named[:_MAX_TENANT_NAME] if named else DEFAULT_TENANT
 
-    def admit(self, headers: Headers, prompt_tokens: int = 0) -> str:
-        """The tenant of an admitted request.
+    def named(self, headers: Headers) -> str | None:
+        """The tenant the request names, without raising: None for a missing or unknown key
+        (what an edge refusal asks, to refuse by the tenant's share of a queue)."""
+        if self.keys is not None:
+            return self.keys.find(headers("authorization"))
+        named = headers(self._header)
+        return named[:_MAX_TENANT_NAME] if named else DEFAULT_TENANT
+
+    def admit(self, headers: Headers, generation: bool = False) -> str:
+        """The tenant of an admitted request (a ``generation`` is also refused while its
+        tenant owes tokens).
 
         Raises:
             Unauthenticated: keys are on and the request has no valid one.
@@ -51,7 +60,7 @@ class TenantGate:
         tenant = self.tenant(headers)
         quotas = self.quotas
         if quotas is not None:
-            wait = quotas.admit(tenant, prompt_tokens)
+            wait = quotas.admit(tenant, 0, generation)
             if wait > 0.0:
                 raise Overloaded(f"tenant {tenant!r} is over its quota", retry_after_s=wait)
         return tenant
@@ -67,11 +76,11 @@ _QUOTA_FIELDS = {
 
 
 def parse_quota(text: str) -> QuotaPolicy:
-    """``requests=100,burst=200,tenants=10000`` (rates per second).
+    """``requests=100,burst=200,tokens=5000,token_burst=20000,tenants=10000`` (rates per
+    second; ``tokens`` counts an LLM request's prompt and generated tokens).
 
     Raises:
-        ValueError: an unknown field, a value that is not a positive number, no rate at all, or
-            ``tokens=``/``token_burst=`` (not applied by the generation routes yet).
+        ValueError: an unknown field, a value that is not a positive number, or no rate at all.
     """
     values: dict[str, float] = {}
     for part in text.split(","):
@@ -85,10 +94,6 @@ def parse_quota(text: str) -> QuotaPolicy:
         if not 0 < number < 1e12:
             raise ValueError(f"{part!r}: must be positive")
         values[_QUOTA_FIELDS[key]] = number
-    if "tokens_per_s" in values or "token_burst" in values:
-        # TenantQuotas charges tokens (admit's prompt_tokens, charge_tokens), but the generation
-        # routes do not report them to the gate yet: refused rather than accepted and ignored.
-        raise ValueError("tokens= and token_burst= are not applied by the generation routes yet")
     tenants = int(values.pop("max_tenants", 10_000))
     policy = QuotaPolicy(**values, max_tenants=tenants)
     if not policy.active:

@@ -76,11 +76,23 @@ class ApiKeys:
         Raises:
             Unauthenticated: no header, not a bearer token, or an unknown token.
         """
+        tenant = self.find(authorization)
+        if tenant is not None:
+            return tenant
         if authorization is None or len(authorization) > _MAX_TOKEN_BYTES:
             raise Unauthenticated("this server requires an API key: Authorization: Bearer <key>")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("the Authorization header must be 'Bearer <key>'")
+        raise Unauthenticated("unknown API key")
+
+    def find(self, authorization: str | None) -> str | None:
+        """The tenant of an ``Authorization`` header's bearer token; None when it names none."""
+        if authorization is None or len(authorization) > _MAX_TOKEN_BYTES:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
         presented = token.strip().encode()
         tenant: str | None = None
         if self._few is not None:
@@ -89,6 +101,4 @@ class ApiKeys:
                     tenant = owner
         else:
             tenant = self._tenants.get(presented)
-        if tenant is None:
-            raise Unauthenticated("unknown API key")
         return tenant

@@ -102,6 +102,8 @@ class AppServices:
             call.metadata_value, body,
         )  # fmt: skip
         try:
+            if exchange.gate is not None:  # the tenant's key and quota, before decoding
+                exchange.admit(call.metadata_value)
             if len(name) > _MAX_MODEL_NAME:
                 raise InvalidInput(f"metadata {MODEL_METADATA} is longer than {_MAX_MODEL_NAME} characters")
             served, answer = await exchange.pipeline(scope, name, call.metadata_value, body)

@@ -327,7 +327,7 @@ class GrpcCall:
         self._request = None
         refuse = self._rpc.refuse
         if refuse is not None:
-            verdict = refuse(request)
+            verdict = refuse(request, self)
             if isinstance(verdict, bytes):
                 self._refused(verdict)
                 return

@@ -28,8 +28,9 @@ UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
 StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
 
 
-EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview], "bytes | bool"]
-"""A unary request's raw message -> a trailers-only header block that refuses it, or whether
+EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview, "GrpcCall"], "bytes | bool"]
+"""A unary request's raw message (and its call: the metadata) -> a trailers-only header block
+that refuses it, or whether
 the edge asked (True: asked, and no load refusal applies, so the handler need not ask again
 before decoding; False: not asked, e.g. the message could not be peeked)."""
 

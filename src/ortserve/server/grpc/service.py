@@ -208,7 +208,9 @@ class InferenceService:
         given = next((value for key, value in call.metadata if key == self.restriction.key), None)
         self.restriction.check(given)
 
-    def refuse_infer(self, message: bytes | bytearray | memoryview) -> bytes | bool:
+    def refuse_infer(
+        self, message: bytes | bytearray | memoryview, call: GrpcCall | None = None
+    ) -> bytes | bool:
         """An infer call refused under load from its message's first bytes, or whether it was
         admitted there (False: not asked, or another error applies; the handler asks before
         decoding and answers that error, e.g. NOT_FOUND for an unknown model).
@@ -216,7 +218,8 @@ class InferenceService:
         As HTTP's refusal from the path (``server/http/admission.py``): the verdict is the
         scheduler's kept one, its trailers are encoded once, the refusal is counted without a
         request scope. With tracing, the access log or capture on, every call takes the full
-        path (each wants its own record of the call).
+        path (each wants its own record of the call). With tenancy on, a queue shared by
+        tenants refuses by the share of the tenant the call's metadata names.
         """
         observe_read()  # the wait before this read feeds admission
         telemetry = self._telemetry  # Exchange.records_each_request, inlined: once per call
@@ -227,7 +230,11 @@ class InferenceService:
             return False
         started = time.perf_counter()
         name, version = target
-        error = edge_verdict(self._dataplane, name, version or None)
+        gate = self._exchange.gate
+        tenant_of = (
+            None if gate is None or call is None else functools.partial(gate.named, call.metadata_value)
+        )
+        error = edge_verdict(self._dataplane, name, version or None, tenant_of)
         if isinstance(error, bool):
             return error
         self._telemetry.refused("grpc", name, version or None, error, time.perf_counter() - started)
@@ -289,17 +296,22 @@ class InferenceService:
             "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
         try:
-            # Refused under load before the tensors are decoded (the most urgent lane: the
-            # request may ask for it, and it is refused last), unless the edge just admitted it.
+            # The tenant's key and quota, then a refusal under load, before the tensors are
+            # decoded (the most urgent lane: the request may ask for it, and it is refused
+            # last), unless the edge just admitted it.
+            tenant = None if exchange.gate is None else exchange.admit(call.metadata_value)
             if not call.edge_admitted:
                 refused = self._dataplane.refusal(
-                    request.model_name, request.model_version or None, priority=1
+                    request.model_name,
+                    request.model_version or None,
+                    1,
+                    None if tenant is None else functools.partial(str, tenant),
                 )
                 if refused is not None:
                     raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
             infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
             infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
-            pending = exchange.submit(scope, infer_request, call.metadata_value)
+            pending = exchange.submit(scope, infer_request, call.metadata_value, tenant)
         except Exception as exc:
             raise _finished_with(exchange, scope, exc) from None
         return Deferred(pending, functools.partial(_infer_answer, exchange, scope, call))

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ortserve.core.dataplane import DataPlane
-from ortserve.core.types import InferRequest, InferResponse
+from ortserve.core.types import InferResponse
 from ortserve.errors import InvalidInput, ModelNotFound
 from ortserve.protocol.http_codec import (
     decode_infer_request,
@@ -19,8 +19,8 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.exchange import Exchange, settle
-from ortserve.server.http.answers import answered, failed
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import answered, failed, failure, settled
 from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.messages import (
@@ -29,7 +29,6 @@ from ortserve.server.http.messages import (
     HttpResponse,
     RouteResult,
     json_response,
-    resolve_response,
 )
 from ortserve.server.http.methods import answer_methods, method_not_allowed
 from ortserve.statistics import ServerStatistics, encode_statistics
@@ -155,10 +154,13 @@ class HttpApp:
             self._added[(method, path)] = None if operation is None else operation(path)
 
     def __call__(self, request: HttpRequest) -> RouteResult:
+        """The answer to ``request``: the one place a route's exception becomes an HTTP answer
+        (:func:`~ortserve.server.http.answers.failure`, the request's scope finished with it);
+        a coroutine route's in :func:`~ortserve.server.http.answers.settled`."""
         try:
             return answer_methods(request, self._coded)
         except Exception as exc:
-            return error_response(settle(exc))
+            return failure(self.exchange, request, exc)
 
     def _coded(self, request: HttpRequest) -> RouteResult:
         """Route with the body's Content-Encoding undone and the answer's Accept-Encoding applied."""
@@ -168,7 +170,7 @@ class HttpApp:
         else:
             result = inflate_then_route(request, coding, self._max_body_bytes, self._route)
             if not isinstance(result, (HttpResponse, Deferred)):
-                result = _guarded(result)  # inflating in a thread: its errors become responses there
+                result = settled(self.exchange, request, result)  # inflated in a thread
         reply_coding = answer_coding(request)  # infer answers only, as Triton (encoding.py says why)
         return result if reply_coding is None else compress_answer(result, reply_coding)
 
@@ -176,7 +178,7 @@ class HttpApp:
         path = request.path
         extra = self._extra.get((request.method, path))
         if extra is not None:
-            return _guarded(extra(request))
+            return settled(self.exchange, request, extra(request))
         if path in self._extra_paths:
             return method_not_allowed(*self._extra_paths[path])
         parts = path.strip("/").split("/")
@@ -194,7 +196,7 @@ class HttpApp:
         section = self._sections.get(rest[0])
         if section is not None:
             result = section(request, rest[1:])
-            return result if isinstance(result, HttpResponse) else _guarded(result)
+            return result if isinstance(result, HttpResponse) else settled(self.exchange, request, result)
         return _not_found(path)
 
     def _health(self, request: HttpRequest, which: str) -> HttpResponse:
@@ -229,7 +231,9 @@ class HttpApp:
         handler = self._model_routes.get("/".join(rest))  # "config", "trace/setting"...
         if handler is not None:  # before the built-in stats, which a worker of --workers N replaces
             result = handler(request, name, version)
-            return result if isinstance(result, (HttpResponse, Deferred)) else _guarded(result)
+            if isinstance(result, (HttpResponse, Deferred)):
+                return result
+            return settled(self.exchange, request, result)
         if rest == ["stats"]:
             return self._get(
                 request, lambda: encode_statistics(self._telemetry.statistics.snapshot(name, version))
@@ -256,16 +260,21 @@ class HttpApp:
             request.text_header,
             request.body,
         )
-        try:
-            header_length = _header_length(request)
-            if (len(request.body) if header_length is None else header_length) > _DECODE_OFF_LOOP:
-                return self._infer_decoded_off_loop(request, header_length, name, version, scope)
-            infer_request = decode_infer_request(
-                request.body, header_length, name, version, self._limits, self._dataplane.shared_memory
+        request.scope = scope  # what raises below is answered by __call__, the scope finished
+        if exchange.gate is not None:  # the tenant's key and quota, before any decoding
+            request.tenant = exchange.admit(request.text_header)
+        header_length = _header_length(request)
+        if (len(request.body) if header_length is None else header_length) > _DECODE_OFF_LOOP:
+            return settled(
+                exchange, request, self._infer_decoded_off_loop(request, header_length, name, version)
             )
-            return self._submit(request, infer_request, scope)
-        except Exception as exc:
-            return failed(exchange, scope, exc)
+        infer_request = decode_infer_request(
+            request.body, header_length, name, version, self._limits, self._dataplane.shared_memory
+        )
+        pending = exchange.submit(scope, infer_request, request.text_header, request.tenant)
+        request.scope = None  # the deferred answer finishes it
+        binary_default = infer_request.parameters.get("binary_data_output", False) is True
+        return Deferred(pending, functools.partial(_infer_response, exchange, binary_default, scope))
 
     async def _infer_decoded_off_loop(
         self,
@@ -273,7 +282,6 @@ class HttpApp:
         header_length: int | None,
         name: str,
         version: str | None,
-        scope: RequestScope,
     ) -> HttpResponse:
         """A large JSON document is parsed on a worker thread: on the loop, 30 MB took 0.5 s
         (1.4 s when a NaN token sends it through the stdlib's parser), and every other
@@ -281,48 +289,47 @@ class HttpApp:
         one: orjson's single call still holds it (a 30 MB body: /v2/health/live waited 0.41 s
         instead of 0.48 s; 0.74 s instead of 1.39 s through the stdlib). Binary tensors are
         the way to send large inputs."""
+        infer_request = await asyncio.to_thread(
+            decode_infer_request,
+            request.body,
+            header_length,
+            name,
+            version,
+            self._limits,
+            self._dataplane.shared_memory,
+        )
+        assert request.scope is not None
+        pending = self.exchange.submit(request.scope, infer_request, request.text_header, request.tenant)
         try:
-            infer_request = await asyncio.to_thread(
-                decode_infer_request,
-                request.body,
-                header_length,
-                name,
-                version,
-                self._limits,
-                self._dataplane.shared_memory,
-            )
-            result = self._submit(request, infer_request, scope)
-        except Exception as exc:
-            return failed(self.exchange, scope, exc)
-        return await resolve_response(result)
-
-    def _submit(
-        self, request: HttpRequest, infer_request: InferRequest, scope: RequestScope
-    ) -> HttpResponse | Deferred[HttpResponse]:
-        """Raises what ``Exchange.submit`` raises (the callers answer it)."""
-        exchange = self.exchange
-        pending = exchange.submit(scope, infer_request, request.text_header)
+            await asyncio.wait((pending,))
+        finally:
+            pending.cancel()  # the client left first (settled() drops the scope); else done
         binary_default = infer_request.parameters.get("binary_data_output", False) is True
-        return Deferred(pending, functools.partial(_infer_response, exchange, binary_default, scope))
+        return _encoded(request.scope, binary_default, pending.result())
 
 
 def _infer_response(
     exchange: Exchange, binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
 ) -> HttpResponse:
+    """The deferred answer of an OIP request (the future's callback: no task per request)."""
     try:
-        response = done.result()
-        scope.inferred(response.model_version)
-        encoded = encode_infer_response(response, binary_default)
+        response = _encoded(scope, binary_default, done.result())
     except Exception as exc:
         return failed(exchange, scope, exc)
+    return answered(exchange, scope, response, None)
+
+
+def _encoded(scope: RequestScope, binary_default: bool, response: InferResponse) -> HttpResponse:
+    scope.inferred(response.model_version)
+    encoded = encode_infer_response(response, binary_default)
     status, headers = 200, []
     if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
         status = response.degraded.http_status
         headers.append((b"x-ortserve-degraded", response.degraded.header.encode("ascii")))
     if encoded.header_length is None:
-        return answered(exchange, scope, HttpResponse(status, encoded.chunks, headers=headers), None)
+        return HttpResponse(status, encoded.chunks, headers=headers)
     headers.append((b"inference-header-content-length", str(encoded.header_length).encode()))
-    return answered(exchange, scope, HttpResponse(status, encoded.chunks, _OCTET_STREAM, headers), None)
+    return HttpResponse(status, encoded.chunks, _OCTET_STREAM, headers)
 
 
 def _header_length(request: HttpRequest) -> int | None:
@@ -333,13 +340,6 @@ def _header_length(request: HttpRequest) -> int | None:
     if not digits.isdigit() or len(digits) > 19:  # int() refuses over 4,300 digits: a 500
         raise InvalidInput("Inference-Header-Content-Length must be a non-negative integer")
     return int(digits)
-
-
-async def _guarded(handler: Coroutine[Any, Any, HttpResponse]) -> HttpResponse:
-    try:
-        return await handler
-    except Exception as exc:
-        return error_response(settle(exc))
 
 
 def _health_response(bodies: dict[bool, bytes], healthy: bool) -> HttpResponse:

@@ -22,11 +22,13 @@ import orjson
 
 from ortserve.core.model import ServedVersion
 from ortserve.core.types import InferInput, InferRequest
-from ortserve.errors import InternalError, InvalidField, InvalidInput, ModelNotFound, OrtServeError
+from ortserve.errors import InvalidField, InvalidInput, ModelNotFound
 from ortserve.llm.tokenizer import TextTokenizer
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, Operation
-from ortserve.server.http.errors import openai_error_response
+from ortserve.server.http.errors import OPENAI
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 
 __all__ = ["add_embeddings_route"]
@@ -91,8 +93,9 @@ def _padded(tokens: list[int]) -> int:
 
 
 class _EmbeddingsRoute:
-    def __init__(self, registry: ModelRegistry, repository: Path) -> None:
+    def __init__(self, registry: ModelRegistry, exchange: Exchange, repository: Path) -> None:
         self._registry = registry
+        self._exchange = exchange
         self._repository = repository
         self._encoders: dict[tuple[str, str], _Encoder] = {}
 
@@ -139,51 +142,49 @@ class _EmbeddingsRoute:
         return result
 
     async def embeddings(self, request: HttpRequest) -> HttpResponse:
+        """Decode, embed, encode; counted under the model at the Exchange (the app finishes the
+        request's scope with the answer or the error)."""
+        scope = begun(self._exchange, request, "", None, OPENAI)
         try:
             fields = orjson.loads(request.body)
-            if not isinstance(fields, dict):
-                raise InvalidInput("the body must be a JSON object")
-            for name in fields:
-                if name not in _FIELDS:
-                    raise InvalidField(
-                        name, f"{name}: unknown field (accepted: {', '.join(sorted(_FIELDS))})"
-                    )
-            model = fields.get("model")
-            if not isinstance(model, str):
-                raise InvalidField("model", "model: a model name is required")
-            served = self._registry.resolve(model, None)
-            if not isinstance(served, ServedVersion):
-                raise ModelNotFound(f"model {model!r} is not an embedding model")
-            encoder = self._encoder(served)
-            fmt = fields.get("encoding_format", "float")
-            if fmt not in ("float", "base64"):
-                raise InvalidField("encoding_format", 'encoding_format must be "float" or "base64"')
-            texts = _inputs(fields.get("input"), encoder.tokenizer)
-            vectors = await asyncio.gather(*(self._embed(served, encoder, t) for t in texts))
-            dimensions = fields.get("dimensions")
-            if dimensions is not None and dimensions != vectors[0].size:
-                raise InvalidField(
-                    "dimensions", f"dimensions: this model gives {vectors[0].size} (no truncation)"
-                )
-            data = [
-                {
-                    "object": "embedding",
-                    "index": i,
-                    "embedding": base64.b64encode(v.tobytes()).decode() if fmt == "base64" else v.tolist(),
-                }
-                for i, v in enumerate(vectors)
-            ]
-            used = sum(len(t) for t in texts)
-            body = {"object": "list", "data": data, "model": model,
-                    "usage": {"prompt_tokens": used, "total_tokens": used}}  # fmt: skip
-            return json_response(200, orjson.dumps(body))
         except orjson.JSONDecodeError as exc:
-            return openai_error_response(InvalidInput(f"the body is not JSON: {exc}"))
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("embeddings failed")
-            return openai_error_response(InternalError("internal server error"))
+            raise InvalidInput(f"the body is not JSON: {exc}") from exc
+        if not isinstance(fields, dict):
+            raise InvalidInput("the body must be a JSON object")
+        for name in fields:
+            if name not in _FIELDS:
+                raise InvalidField(name, f"{name}: unknown field (accepted: {', '.join(sorted(_FIELDS))})")
+        model = fields.get("model")
+        if not isinstance(model, str):
+            raise InvalidField("model", "model: a model name is required")
+        scope.model = model
+        served = self._registry.resolve(model, None)
+        if not isinstance(served, ServedVersion):
+            raise ModelNotFound(f"model {model!r} is not an embedding model")
+        scope.version = served.info.version
+        encoder = self._encoder(served)
+        fmt = fields.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise InvalidField("encoding_format", 'encoding_format must be "float" or "base64"')
+        texts = _inputs(fields.get("input"), encoder.tokenizer)
+        vectors = await asyncio.gather(*(self._embed(served, encoder, t) for t in texts))
+        dimensions = fields.get("dimensions")
+        if dimensions is not None and dimensions != vectors[0].size:
+            raise InvalidField(
+                "dimensions", f"dimensions: this model gives {vectors[0].size} (no truncation)"
+            )
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.tobytes()).decode() if fmt == "base64" else v.tolist(),
+            }
+            for i, v in enumerate(vectors)
+        ]
+        used = sum(len(t) for t in texts)
+        body = {"object": "list", "data": data, "model": model,
+                "usage": {"prompt_tokens": used, "total_tokens": used}}  # fmt: skip
+        return json_response(200, orjson.dumps(body))
 
 
 def add_embeddings_route(app: HttpApp, registry: ModelRegistry, repository: Path) -> None:
@@ -199,4 +200,6 @@ def add_embeddings_route(app: HttpApp, registry: ModelRegistry, repository: Path
             "404": {"description": "unknown model, or not an embedding model"},
         },
     }
-    app.add_route("POST", "/v1/embeddings", _EmbeddingsRoute(registry, repository).embeddings, operation)
+    app.add_route(
+        "POST", "/v1/embeddings", _EmbeddingsRoute(registry, app.exchange, repository).embeddings, operation
+    )

@@ -8,10 +8,11 @@ import math
 import orjson
 
 from ortserve.errors import InvalidField, OrtServeError, Overloaded, UnsupportedEncoding
+from ortserve.protocol import openai_codec
 from ortserve.protocol.http_codec import encode_error
-from ortserve.server.http.messages import HttpResponse, json_response
+from ortserve.server.http.messages import ErrorShape, HttpResponse, json_response
 
-__all__ = ["error_response", "internal_error_response", "openai_error_response"]
+__all__ = ["OIP", "OPENAI", "error_response", "internal_error_response", "openai_error_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,3 +48,18 @@ def openai_error_response(error: OrtServeError) -> HttpResponse:
     body = {"error": {"message": error.message, "type": kind, "param": param, "code": code}}
     response.chunks = [orjson.dumps(body)]
     return response
+
+
+def _oip_event(error: OrtServeError) -> bytes:
+    return openai_codec.sse({"error": error.message})
+
+
+def _openai_event(error: OrtServeError) -> bytes:
+    return openai_codec.sse(openai_codec.error_body(error.message, "server_error", None))
+
+
+OIP = ErrorShape(error_response, _oip_event)
+"""OIP's ``{"error": message}`` (infer, pipelines, the generate extension)."""
+
+OPENAI = ErrorShape(openai_error_response, _openai_event)
+"""OpenAI's error object (chat, completions, responses, tokenize, embeddings)."""

@@ -7,18 +7,17 @@ The body holds ``text_input`` and the sampling fields, at the top level or in ``
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
 import orjson
 
-from ortserve.errors import InvalidInput, OrtServeError
+from ortserve.errors import InvalidInput
 from ortserve.llm.servable import GenerationStream, LlmVersion, sampling_from
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
-from ortserve.server.http.answers import answered, begun, failed, with_request_id
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, json_response
 from ortserve.server.http.methods import method_not_allowed
@@ -59,10 +58,6 @@ async def _events(llm: LlmVersion, stream: GenerationStream) -> AsyncIterator[by
         yield codec.sse(_answer(llm, stream, event.text, event.finish_reason))
 
 
-def _error_event(error: OrtServeError) -> bytes:
-    return codec.sse({"error": error.message})
-
-
 class _GenerateRoutes:
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
@@ -81,27 +76,21 @@ class _GenerateRoutes:
     async def _run(
         self, request: HttpRequest, name: str, version: str | None, streaming: bool
     ) -> HttpResponse:
+        """Decode, generate through the Exchange, encode (the app finishes the request's scope
+        with the answer, the stream's end or the error)."""
         exchange = self._exchange
-        scope = begun(exchange, request, name, version)
-        try:
-            text, fields = _fields(request.body)
-            llm = exchange.llm(scope, name, version, request.text_header, fields)
-            stream = llm.generate(llm.tokenizer.encode(text), sampling_from(fields, llm.default_max_tokens))
-            exchange.mirror(scope, llm, stream)
-            if streaming:
-                events = exchange.stream(scope, _events(llm, stream), _error_event)
-                response = HttpResponse(
-                    200, [], b"text/event-stream", [(b"cache-control", b"no-cache")], stream=events
-                )
-                return with_request_id(scope, response)
-            result = await stream.collect()
-            body = orjson.dumps(_answer(llm, stream, result.text, result.finish_reason))
-        except asyncio.CancelledError:  # the client went away
-            exchange.abandon(scope)
-            raise
-        except Exception as exc:
-            return failed(exchange, scope, exc)
-        return answered(exchange, scope, json_response(200, body), None)
+        scope = begun(exchange, request, name, version, generation=True)
+        text, fields = _fields(request.body)
+        llm = exchange.llm(scope, name, version, request.text_header, fields, request.tenant)
+        stream = llm.generate(llm.tokenizer.encode(text), sampling_from(fields, llm.default_max_tokens))
+        exchange.started(scope, request.tenant, llm, (stream,))
+        if streaming:
+            events = _events(llm, stream)
+            return HttpResponse(
+                200, [], b"text/event-stream", [(b"cache-control", b"no-cache")], stream=events
+            )
+        result = await stream.collect()
+        return json_response(200, orjson.dumps(_answer(llm, stream, result.text, result.finish_reason)))
 
 
 def _operation(name: str, streaming: bool) -> Callable[[str], Operation]:

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import orjson
 
-from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
+from ortserve.errors import InvalidField, InvalidInput
 from ortserve.llm.servable import LlmVersion
 from ortserve.llm.tools import template_variables, tool_request
 from ortserve.protocol.openai_codec import parse_messages
 from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.embeddings_routes import add_embeddings_route
-from ortserve.server.http.errors import openai_error_response
+from ortserve.server.http.errors import OPENAI
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
-from ortserve.server.http.openai_routes import llm_versions, resolve_llm
+from ortserve.server.http.openai_routes import llm_versions
 from ortserve.server.http.responses_routes import add_responses_route
 
 __all__ = ["add_llm_tool_routes"]
@@ -59,11 +61,19 @@ def _flag(fields: dict[str, object], name: str, default: bool) -> bool:
 
 
 class _ToolRoutes:
-    def __init__(self, registry: ModelRegistry, ready: Callable[[], bool]) -> None:
+    """Decode, reach the LLM through the Exchange (counted, logged, traced, captured, routed and
+    admitted like a generation, under the model it names), encode: the app finishes the scope."""
+
+    def __init__(self, registry: ModelRegistry, exchange: Exchange, ready: Callable[[], bool]) -> None:
         self._registry = registry
+        self._exchange = exchange
         self._ready = ready
 
-    def _llm(self, fields: dict[str, object]) -> LlmVersion:
+    def _llm(self, request: HttpRequest, allowed: frozenset[str]) -> tuple[dict[str, object], LlmVersion]:
+        """The body's fields and the LLM version they name (the only one when they name none)."""
+        exchange = self._exchange
+        scope = begun(exchange, request, "", None, OPENAI)
+        fields = _object(request.body, allowed)
         name = fields.get("model")
         if name is None:
             served = {model for model, _, _ in llm_versions(self._registry)}
@@ -72,67 +82,52 @@ class _ToolRoutes:
             name = served.pop()
         if not isinstance(name, str):
             raise InvalidField("model", "model must be a string")
-        return resolve_llm(self._registry, name)
+        scope.model = name
+        return fields, exchange.llm(scope, name, None, request.text_header, fields, request.tenant)
 
     async def health(self, request: HttpRequest) -> HttpResponse:
         """200 with an empty body when every model is ready, else 503 (as vLLM answers)."""
         return HttpResponse(200 if self._ready() else 503, [], b"application/json")
 
     async def tokenize(self, request: HttpRequest) -> HttpResponse:
-        try:
-            fields = _object(request.body, _TOKENIZE_FIELDS)
-            llm = self._llm(fields)
-            tokenizer = llm.tokenizer
-            if "messages" in fields:
-                if "prompt" in fields:
-                    raise InvalidField("prompt", "give prompt or messages, not both")
-                text = tokenizer.render_chat(
-                    parse_messages(fields.get("messages")),
-                    add_generation_prompt=_flag(fields, "add_generation_prompt", True),
-                    extra=template_variables(fields, tool_request(fields)),
-                )
-                tokens = tokenizer.encode(text, special=_flag(fields, "add_special_tokens", False))
-            else:
-                prompt = fields.get("prompt")
-                if not isinstance(prompt, str):
-                    raise InvalidField("prompt", "prompt (a string) or messages is required")
-                tokens = tokenizer.encode(prompt, special=_flag(fields, "add_special_tokens", True))
-            strings = (
-                [tokenizer.token_text(t) for t in tokens]
-                if _flag(fields, "return_token_strs", False)
-                else None
+        fields, llm = self._llm(request, _TOKENIZE_FIELDS)
+        tokenizer = llm.tokenizer
+        if "messages" in fields:
+            if "prompt" in fields:
+                raise InvalidField("prompt", "give prompt or messages, not both")
+            text = tokenizer.render_chat(
+                parse_messages(fields.get("messages")),
+                add_generation_prompt=_flag(fields, "add_generation_prompt", True),
+                extra=template_variables(fields, tool_request(fields)),
             )
-            body = {
-                "count": len(tokens),
-                "max_model_len": llm.max_context_len,
-                "tokens": tokens,
-                "token_strs": strings,
-            }
-            return json_response(200, orjson.dumps(body))
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("tokenize failed")
-            return openai_error_response(InternalError("internal server error"))
+            tokens = tokenizer.encode(text, special=_flag(fields, "add_special_tokens", False))
+        else:
+            prompt = fields.get("prompt")
+            if not isinstance(prompt, str):
+                raise InvalidField("prompt", "prompt (a string) or messages is required")
+            tokens = tokenizer.encode(prompt, special=_flag(fields, "add_special_tokens", True))
+        strings = (
+            [tokenizer.token_text(t) for t in tokens] if _flag(fields, "return_token_strs", False) else None
+        )
+        body = {
+            "count": len(tokens),
+            "max_model_len": llm.max_context_len,
+            "tokens": tokens,
+            "token_strs": strings,
+        }
+        return json_response(200, orjson.dumps(body))
 
     async def detokenize(self, request: HttpRequest) -> HttpResponse:
-        try:
-            fields = _object(request.body, _DETOKENIZE_FIELDS)
-            llm = self._llm(fields)
-            tokens = fields.get("tokens")
-            size = llm.tokenizer.vocab_size
-            if (
-                not isinstance(tokens, list)
-                or len(tokens) > _MAX_TOKENS
-                or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < size for t in tokens)
-            ):
-                raise InvalidField("tokens", f"tokens must be a list of token ids in [0, {size})")
-            return json_response(200, orjson.dumps({"prompt": llm.tokenizer.decode(tokens)}))
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("detokenize failed")
-            return openai_error_response(InternalError("internal server error"))
+        fields, llm = self._llm(request, _DETOKENIZE_FIELDS)
+        tokens = fields.get("tokens")
+        size = llm.tokenizer.vocab_size
+        if (
+            not isinstance(tokens, list)
+            or len(tokens) > _MAX_TOKENS
+            or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < size for t in tokens)
+        ):
+            raise InvalidField("tokens", f"tokens must be a list of token ids in [0, {size})")
+        return json_response(200, orjson.dumps({"prompt": llm.tokenizer.decode(tokens)}))
 
 
 def _operation(operation_id: str, summary: str, body: bool) -> Operation:
@@ -164,8 +159,8 @@ def add_llm_tool_routes(
 ) -> None:
     """Add ``/health``, ``/tokenize``, ``/detokenize``, ``/v1/responses`` and, with the model
     ``repository`` folder, ``/v1/embeddings``; ``ready`` is the server's readiness."""
-    routes = _ToolRoutes(registry, ready)
-    add_responses_route(app, registry)
+    routes = _ToolRoutes(registry, app.exchange, ready)
+    add_responses_route(app)
     if repository is not None:
         add_embeddings_route(app, registry, repository)
     app.add_route("GET", "/health", routes.health, _operation("vllm_health", "Ready (vLLM's probe)", False))

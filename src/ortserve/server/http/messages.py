@@ -5,12 +5,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ortserve.errors import OrtServeError
 from ortserve.server.deferred import Deferred
+
+if TYPE_CHECKING:
+    from ortserve.telemetry import RequestScope
 
 __all__ = [
     "Deferred",
+    "ErrorShape",
     "HttpRequest",
     "HttpResponse",
     "RouteResult",
@@ -29,6 +34,13 @@ class HttpRequest:
     query: str
     headers: dict[bytes, bytes]
     body: bytes
+    scope: RequestScope | None = None
+    """Set by a route once the request reached the Exchange: the app finishes it with the
+    route's answer or error (``answers.py``), then clears it."""
+    shape: ErrorShape | None = None
+    """The route family's error wire (None: OIP's)."""
+    tenant: str | None = None
+    """The tenant the Exchange admitted the request for (None: tenancy off)."""
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
@@ -38,6 +50,15 @@ class HttpRequest:
         """A header by lower-case name given as text (routing reads the headers its policy names)."""
         value = self.headers.get(name.encode("latin-1"))
         return None if value is None else value.decode("latin-1")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorShape:
+    """A route family's error wire: the answer to a refused or failed request, and the last
+    event of a stream that fails after its head is out."""
+
+    response: Callable[[OrtServeError], HttpResponse]
+    event: Callable[[OrtServeError], bytes]
 
 
 @dataclass(slots=True)

@@ -9,22 +9,20 @@ finishes the request's scope.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ortserve.errors import ModelNotFound, OrtServeError
+from ortserve.errors import ModelNotFound
 from ortserve.llm.servable import LlmVersion
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
-from ortserve.server.http.answers import answered, begun, failed, with_request_id
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, Operation
-from ortserve.server.http.errors import openai_error_response
+from ortserve.server.http.errors import OPENAI
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openai_answers import Answer, start_chat, start_completion
-from ortserve.telemetry import RequestScope
 
 __all__ = ["add_openai_routes", "llm_versions", "resolve_llm"]
 
@@ -59,27 +57,10 @@ def llm_versions(registry: ModelRegistry) -> list[tuple[str, str, LlmVersion]]:
     ]
 
 
-def _error_event(error: OrtServeError) -> bytes:
-    """A failure after the head is out: one error event, then the stream ends."""
-    return codec.sse(codec.error_body(error.message, "server_error", None))
-
-
 class _OpenAiRoutes:
     def __init__(self, registry: ModelRegistry, exchange: Exchange) -> None:
         self._registry = registry
         self._exchange = exchange
-
-    def _begin(self, request: HttpRequest, model: str) -> RequestScope:
-        return begun(self._exchange, request, model, None)
-
-    def _refused(self, request: HttpRequest, exc: Exception) -> HttpResponse:
-        """A body that does not parse: accounted under no model, in OpenAI's error shape."""
-        return failed(self._exchange, self._begin(request, ""), exc, openai_error_response)
-
-    def _streaming(self, scope: RequestScope, events: AsyncIterator[bytes]) -> HttpResponse:
-        """Server-sent events; the scope finishes when the stream ends or the client leaves."""
-        stream = self._exchange.stream(scope, events, _error_event)
-        return with_request_id(scope, HttpResponse(200, [], _SSE, list(_SSE_HEADERS), stream=stream))
 
     async def chat(self, request: HttpRequest) -> HttpResponse:
         return await self._answer(request, codec.parse_chat, start_chat)
@@ -93,26 +74,18 @@ class _OpenAiRoutes:
         parse: Callable[[bytes], _Parsed],
         start: Callable[[LlmVersion, _Parsed, str], Awaitable[Answer]],
     ) -> HttpResponse:
-        """Parse, route to an LLM version, start the choices, answer whole or as events."""
+        """Parse, route to an LLM version, start the choices, answer whole or as events (the
+        app finishes the request's scope with the answer, the stream's end or the error)."""
         exchange = self._exchange
-        try:
-            parsed = parse(request.body)
-        except Exception as exc:
-            return self._refused(request, exc)
-        scope = self._begin(request, parsed.model)
-        try:
-            llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields)
-            answer = await start(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
-            exchange.mirror(scope, llm, answer.streams[0])
-            if parsed.stream:
-                return self._streaming(scope, answer.events())
-            body = await answer.body()
-        except asyncio.CancelledError:  # the client went away
-            exchange.abandon(scope)
-            raise
-        except Exception as exc:
-            return failed(exchange, scope, exc, openai_error_response)
-        return answered(exchange, scope, json_response(200, body), None)
+        scope = begun(exchange, request, "", None, OPENAI, generation=True)
+        parsed = parse(request.body)  # a body that does not parse is accounted under no model
+        scope.model = parsed.model
+        llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields, request.tenant)
+        answer = await start(llm, parsed, llm.cache_salt(parsed.fields, request.text_header))
+        exchange.started(scope, request.tenant, llm, answer.streams)
+        if parsed.stream:
+            return HttpResponse(200, [], _SSE, list(_SSE_HEADERS), stream=answer.events())
+        return json_response(200, await answer.body())
 
     async def models(self, request: HttpRequest) -> HttpResponse:
         names = []

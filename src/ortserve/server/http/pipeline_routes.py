@@ -8,13 +8,12 @@ key from a header or the body); the answer names the version in ``X-Model-Versio
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ortserve.pipeline.runtime import PipelineVersion
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import STEP_PHASES, Exchange
-from ortserve.server.http.answers import answered, begun, failed
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, RouteHandler
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openapi_routes import pipeline_operation
@@ -26,16 +25,9 @@ logger = logging.getLogger(__name__)
 
 def _handler(exchange: Exchange, name: str) -> RouteHandler:
     async def handle(request: HttpRequest) -> HttpResponse:
-        scope = begun(exchange, request, name, None)
-        try:
-            served, body = await exchange.pipeline(scope, name, request.text_header, request.body)
-        except asyncio.CancelledError:
-            exchange.abandon(scope)
-            raise
-        except Exception as exc:
-            return failed(exchange, scope, exc)
-        response = json_response(200, body, [(b"x-model-version", served.encode())])
-        return answered(exchange, scope, response, None)
+        scope = begun(exchange, request, name, None)  # the app finishes it (answer or error)
+        served, body = await exchange.pipeline(scope, name, request.text_header, request.body)
+        return json_response(200, body, [(b"x-model-version", served.encode())])
 
     return handle
 

@@ -19,15 +19,15 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from ortserve.errors import InternalError, InvalidField, InvalidInput, OrtServeError
+from ortserve.errors import InvalidField, InvalidInput, OrtServeError
 from ortserve.llm.servable import GenerationStream
 from ortserve.protocol import openai_codec as codec
-from ortserve.repository.registry import ModelRegistry
+from ortserve.server.exchange import Exchange
+from ortserve.server.http.answers import begun
 from ortserve.server.http.app import HttpApp, Operation
 from ortserve.server.http.errors import openai_error_response
-from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.messages import ErrorShape, HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openai_answers import start_chat
-from ortserve.server.http.openai_routes import resolve_llm
 
 __all__ = ["add_responses_route"]
 
@@ -191,6 +191,16 @@ def _response(
     }
 
 
+def _error_event(error: OrtServeError) -> bytes:
+    """A failure after the stream's head is out: the Responses API's error event, then the end."""
+    body = orjson.dumps({"type": "error", "code": None, "message": error.message, "param": None})
+    return b"event: error\ndata: " + body + b"\n\n"
+
+
+RESPONSES = ErrorShape(openai_error_response, _error_event)
+"""OpenAI's error object; a stream's failure as the Responses API's ``error`` event."""
+
+
 def _usage(stream: GenerationStream) -> codec.Usage:
     return codec.Usage(stream.prompt_tokens, stream.completion_tokens, stream.cached_tokens)
 
@@ -213,15 +223,11 @@ async def _events(model: str, stream: GenerationStream) -> AsyncIterator[bytes]:
         "response.content_part.added", **where, part={"type": "output_text", "text": "", "annotations": []}
     )
     text, finish = "", None
-    try:
-        async for piece in stream.events():
-            if piece.text:
-                text += piece.text
-                yield event("response.output_text.delta", **where, delta=piece.text, logprobs=[])
-            finish = piece.finish_reason
-    except OrtServeError as error:
-        yield event("error", code=None, message=error.message, param=None)
-        return
+    async for piece in stream.events():  # a failure ends the stream with RESPONSES' error event
+        if piece.text:
+            text += piece.text
+            yield event("response.output_text.delta", **where, delta=piece.text, logprobs=[])
+        finish = piece.finish_reason
     status = "incomplete" if finish == "length" else "completed"
     yield event("response.output_text.done", **where, text=text, logprobs=[])
     yield event(
@@ -234,49 +240,44 @@ async def _events(model: str, stream: GenerationStream) -> AsyncIterator[bytes]:
 
 
 class _ResponsesRoute:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
 
     async def respond(self, request: HttpRequest) -> HttpResponse:
-        try:
-            fields = _fields(request.body)
-            parsed = codec.parse_chat(orjson.dumps(_chat_fields(fields)))
-            llm = resolve_llm(self._registry, parsed.model)
-            answer = await start_chat(llm, parsed)
-            stream = answer.streams[0]
-            if fields.get("stream") is True and fields.get("tools"):
-                raise InvalidField(
-                    "stream", "stream: tool calls on /v1/responses come whole (stream on chat)"
-                )
-            if fields.get("stream") is True:
-                headers = [(b"cache-control", b"no-cache")]
-                return HttpResponse(
-                    200, [], b"text/event-stream", headers, stream=_events(parsed.model, stream)
-                )
-            chat = orjson.loads(await answer.body())
-            choice = chat["choices"][0]
-            status = "incomplete" if choice["finish_reason"] == "length" else "completed"
-            output: list[object] = [
-                {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
-                 "name": call["function"]["name"], "arguments": call["function"]["arguments"], "status": "completed"}
-                for call in choice["message"].get("tool_calls") or []
-            ]  # fmt: skip
-            if choice["message"]["content"] or not output:
-                output.insert(
-                    0, _message(f"msg_{uuid.uuid4().hex}", choice["message"]["content"] or "", status)
-                )
-            body = _response(
-                f"resp_{uuid.uuid4().hex}", int(time.time()), parsed.model, status, output, _usage(stream)
-            )
-            return json_response(200, orjson.dumps(body))
-        except OrtServeError as error:
-            return openai_error_response(error)
-        except Exception:
-            logger.exception("response failed")
-            return openai_error_response(InternalError("internal server error"))
+        """Decode into a chat request, generate through the Exchange, encode as a response (the
+        app finishes the request's scope with the answer, the stream's end or the error)."""
+        exchange = self._exchange
+        scope = begun(exchange, request, "", None, RESPONSES, generation=True)
+        fields = _fields(request.body)
+        parsed = codec.parse_chat(orjson.dumps(_chat_fields(fields)))
+        scope.model = parsed.model
+        streaming = fields.get("stream") is True
+        if streaming and fields.get("tools"):
+            raise InvalidField("stream", "stream: tool calls on /v1/responses come whole (stream on chat)")
+        llm = exchange.llm(scope, parsed.model, None, request.text_header, parsed.fields, request.tenant)
+        answer = await start_chat(llm, parsed)
+        exchange.started(scope, request.tenant, llm, answer.streams)
+        stream = answer.streams[0]
+        if streaming:
+            headers = [(b"cache-control", b"no-cache")]
+            return HttpResponse(200, [], b"text/event-stream", headers, stream=_events(parsed.model, stream))
+        chat = orjson.loads(await answer.body())
+        choice = chat["choices"][0]
+        status = "incomplete" if choice["finish_reason"] == "length" else "completed"
+        output: list[object] = [
+            {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
+             "name": call["function"]["name"], "arguments": call["function"]["arguments"], "status": "completed"}
+            for call in choice["message"].get("tool_calls") or []
+        ]  # fmt: skip
+        if choice["message"]["content"] or not output:
+            output.insert(0, _message(f"msg_{uuid.uuid4().hex}", choice["message"]["content"] or "", status))
+        body = _response(
+            f"resp_{uuid.uuid4().hex}", int(time.time()), parsed.model, status, output, _usage(stream)
+        )
+        return json_response(200, orjson.dumps(body))
 
 
-def add_responses_route(app: HttpApp, registry: ModelRegistry) -> None:
+def add_responses_route(app: HttpApp) -> None:
     """Add ``POST /v1/responses``."""
     operation: Operation = {
         "operationId": "openai_responses",
@@ -287,6 +288,7 @@ def add_responses_route(app: HttpApp, registry: ModelRegistry) -> None:
             "200": {"description": "the response object"},
             "400": {"description": "invalid or unsupported field, OpenAI's error shape"},
             "404": {"description": "unknown model or not a generation model"},
+            "429": {"description": "the generation queue or the tenant's quota is full (Retry-After)"},
         },
     }
-    app.add_route("POST", "/v1/responses", _ResponsesRoute(registry).respond, operation)
+    app.add_route("POST", "/v1/responses", _ResponsesRoute(app.exchange).respond, operation)
