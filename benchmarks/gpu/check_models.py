@@ -2,7 +2,11 @@
 
 Each (model, provider, precision, batch) row is run through ``session.run`` and through
 ortserve's IOBinding path (``ortserve.core.binding``), compared with the CPU's answer within
-a tolerance per precision, and timed (median of N runs). Prints a Markdown table and writes
+a tolerance per precision, and timed (median of N runs): the two timing columns are IOBinding
+off and on. TensorRT sessions get ortserve's own options (core/tensorrt.py: an engine cache
+and one optimization profile per range between the batch sizes, so each precision builds one
+engine per model); ``trt-int8`` runs with a calibration table that ortserve's tool
+(quantization/tensorrt_int8.py) writes first from random inputs, which also runs on a CPU. Prints a Markdown table and writes
 JSON; exits 1 on any wrong answer, 2 when a GPU provider was asked for and is absent (so a
 CPU machine reports "not measured" instead of a table of CPU figures under GPU names).
 
@@ -37,7 +41,38 @@ _PROVIDERS: dict[str, tuple[list[tuple[str, dict[str, str]]], float]] = {
         [("TensorrtExecutionProvider", {"trt_fp16_enable": "True"}), ("CUDAExecutionProvider", {})],
         5e-2,
     ),
+    # INT8 from min-max ranges of random inputs: a coarse answer, checked coarsely.
+    "trt-int8": ([("TensorrtExecutionProvider", {}), ("CUDAExecutionProvider", {})], 0.25),
 }
+_CACHE = Path(tempfile.gettempdir()) / "ortserve-check-trt"
+
+
+def _options(
+    provider: str, name: str, path: Path, batches: list[int], table: Path | None
+) -> list[dict[str, str]]:
+    """Each provider's options; TensorRT's completed as ortserve completes them."""
+    chain, _ = _PROVIDERS[provider]
+    options = [dict(o) for _, o in chain]
+    if chain[0][0] == "TensorrtExecutionProvider":
+        from ortserve.core.tensorrt import graph_inputs, tensorrt_options
+
+        folder = _CACHE / f"{name}-{provider}"
+        int8 = table if provider == "trt-int8" else None
+        options[0] = tensorrt_options(
+            options[0], graph_inputs(path.read_bytes()), max(batches), batches, folder, int8
+        )
+    return options
+
+
+def _int8_table(path: Path, folder: Path) -> Path:
+    """ortserve's calibration tool over 16 random inputs of the model (runs on the CPU)."""
+    from ortserve.quantization.tensorrt_int8 import calibrate_tensorrt_int8
+
+    arg = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()[0]
+    rng = np.random.default_rng(7)
+    shape = [1, *(int(d) for d in arg.shape[1:])]
+    feeds = [{arg.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(16)]
+    return calibrate_tensorrt_int8(path, feeds, folder)
 
 
 @dataclass(frozen=True)
@@ -139,6 +174,11 @@ def measure(
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{name}.onnx"
         onnx.save(model, path)
+        table = None
+        if "trt-int8" in providers:
+            table = _int8_table(path, Path(folder) / "int8")
+            ranges = (table.parent / "calibration.cache").read_text().count("\n")
+            print(f"{name}: INT8 calibration table written ({ranges} tensor ranges)", file=sys.stderr)
         sessions: dict[str, ort.InferenceSession] = {}
         for provider in providers:
             chain, _ = _PROVIDERS[provider]
@@ -146,7 +186,10 @@ def measure(
                 continue
             options = ort.SessionOptions()
             sessions[provider] = ort.InferenceSession(
-                str(path), options, providers=[p for p, _ in chain], provider_options=[o for _, o in chain]
+                str(path),
+                options,
+                providers=[p for p, _ in chain],
+                provider_options=_options(provider, name, path, batches, table),
             )
         reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feed_arg = reference.get_inputs()[0]
@@ -183,7 +226,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--providers", default="cpu,cuda,trt,trt-fp16")
+    parser.add_argument("--providers", default="cpu,cuda,trt,trt-fp16,trt-int8")
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="tiny models (the CPU dry run in tests)")

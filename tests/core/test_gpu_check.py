@@ -57,3 +57,27 @@ def test_check_sh_says_no_gpu_is_visible(tmp_path: Path) -> None:
     )
     assert done.returncode == 3
     assert "no NVIDIA GPU visible" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be visible here")
+def test_check_sh_dry_run_runs_every_step_on_the_cpu_and_marks_gpu_rows_not_measured(tmp_path: Path) -> None:
+    env = os.environ | {"PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu/check.sh", "--dry-run", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "dry run: no NVIDIA GPU visible here" in done.stdout
+    table = (tmp_path / "table.md").read_text()
+    for step in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5."):
+        assert step in table
+    assert "INT8 calibration table written" in table  # the tool ran even though TensorRT is absent
+    assert "| conv | cpu | 8 |" in table and "| encoder | cpu | 1 |" in table
+    assert "| cpu, device pool on cpu OrtValues | DevicePooledBackend |" in table
+    assert "| injected persistent fault | CPU (stand-in: no CUDA provider) | 5/5 | yes | yes |" in table
+    assert table.count("NOT MEASURED") >= 3 and "| NO |" not in table and "WRONG" not in table
