@@ -74,6 +74,37 @@ class EarlyRefusal:
         self._answers = EncodedRefusals(lambda error: canned(error_response(error)))
         self._lag: ReadLag | None = None
 
+    def refuse_target(self, url: bytes, *, again: bool = False) -> CannedResponse | bool:
+        """The refusal of a plain POST to ``url`` (no Expect, no request id, no tenant asked),
+        decided from its target alone before the connection parses it: the answer to write,
+        True when nothing refuses it for load (the parser need not ask again), or False when
+        this request needs its headers asked (:meth:`__call__`): tenancy is on, or every
+        request is traced or logged.
+
+        ``again``: the request was admitted from its head and is about to run; the queue may
+        have filled meanwhile (its read was already counted).
+        """
+        telemetry = self._telemetry
+        if self._gate is not None or telemetry.access_log or telemetry.tracing is not None:
+            return False
+        if not again:
+            lag = self._lag
+            if lag is None:
+                lag = self._lag = read_lag_of(asyncio.get_running_loop())
+            lag.observe()
+        target = self._targets.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._remember(url)
+        if target is None:
+            return True
+        name, version = target
+        started = time.perf_counter()
+        error = edge_verdict(self._dataplane, name, version)
+        if isinstance(error, bool):
+            return True
+        telemetry.refused("http", name, version, error, time.perf_counter() - started)
+        return self._answers.answer(error)
+
     def __call__(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
         # Every request head read keeps the loop's lag sampled: it feeds the schedulers.
         lag = self._lag

@@ -12,9 +12,11 @@ import asyncio
 
 from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, Refusal, listen
-from ortserve.server.http.connection import Admission, ConnectionLimits, HttpConnection
+from ortserve.server.http.admission import EarlyRefusal
+from ortserve.server.http.connection import Admission, ConnectionLimits, HttpConnection, TargetScreen
 from ortserve.server.http.messages import HttpResponse
 from ortserve.server.http.responder import Handler
+from ortserve.server.http.run_queue import RunQueue, run_queue_of
 from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.server.intake import IntakeGovernor
 
@@ -47,7 +49,11 @@ class HttpListener:
         connection_limit: the cap on open connections, shared with the other listeners
             (None: no cap). A connection over it is answered 503 and closed.
         budget: the server-wide bound on request body bytes held (None: no bound).
-        admission: refuses requests from their headers (see ``http/admission.py``).
+        admission: refuses requests from their headers (see ``http/admission.py``); the
+            server's :class:`~ortserve.server.http.admission.EarlyRefusal` also refuses whole
+            plain POSTs from their first bytes, unparsed. With an admission hook, admitted
+            requests run after each loop iteration's reads, a bounded stretch per iteration
+            (``http/run_queue.py``); without one (the metrics and supervisor listeners) at once.
         intake: parks connections while the loop is saturated (shared with gRPC).
     """
 
@@ -64,6 +70,10 @@ class HttpListener:
         self._limits = limits
         self._budget = budget
         self._admission = admission
+        self._screen: TargetScreen | None = (
+            admission.refuse_target if isinstance(admission, EarlyRefusal) else None
+        )
+        self._runs: RunQueue | None = None
         self._state: ConnectionSet[HttpConnection] = ConnectionSet(connection_limit, intake)
         self._probes: ConnectionSet[HttpConnection] = ConnectionSet(ConnectionLimit(PROBE_PLACES), intake)
         self._probes.closing = True  # one answer each, then close
@@ -77,7 +87,12 @@ class HttpListener:
             if not self._probes.limit.admit():
                 return Refusal(_TOO_MANY_CONNECTIONS, self._state.limit)
             return HttpConnection(self._handler, self._limits, self._probes, loop, self._budget, _probes_only)
-        return HttpConnection(self._handler, self._limits, self._state, loop, self._budget, self._admission)
+        runs = self._runs
+        if runs is None and self._admission is not None:
+            runs = self._runs = run_queue_of(loop)
+        return HttpConnection(
+            self._handler, self._limits, self._state, loop, self._budget, self._admission, self._screen, runs
+        )
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""

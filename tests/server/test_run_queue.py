@@ -1,0 +1,107 @@
+"""The run queue bounds the handler work of each loop iteration (issue 30), on a fake loop and
+a fake clock: each request's run advances the clock by its cost, and an iteration is the reads
+the test makes, then the callbacks the loop had ready before them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import cast
+
+from ortserve.server.http.run_queue import RunQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Loop:
+    """Only ``call_soon``: callbacks wait for the next iteration."""
+
+    def __init__(self) -> None:
+        self.ready: list[Callable[[], None]] = []
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self.ready.append(callback)
+
+    def iterate(self, reads: Callable[[], None] = lambda: None) -> None:
+        """One iteration: what was ready runs, then the poll's reads (libuv: idle, then poll)."""
+        ready, self.ready = self.ready, []
+        for callback in ready:
+            callback()
+        reads()
+
+
+class Request:
+    def __init__(self, name: str, cost_s: float, clock: Clock, log: list[tuple[str, float]]) -> None:
+        self.name, self.cost_s, self.clock, self.log = name, cost_s, clock, log
+
+    def run_deferred(self) -> None:
+        self.log.append((self.name, self.clock.now))
+        self.clock.now += self.cost_s
+
+
+def make(budget_s: float = 0.003) -> tuple[RunQueue, Loop, Clock, list[tuple[str, float]]]:
+    loop, clock = Loop(), Clock()
+    return RunQueue(cast(asyncio.AbstractEventLoop, loop), budget_s, clock), loop, clock, []
+
+
+def test_a_turn_stops_at_the_budget_and_the_rest_runs_after_the_next_reads() -> None:
+    queue, loop, clock, log = make(budget_s=0.003)
+    for number in range(10):
+        queue.defer(Request(f"r{number}", 0.001, clock, log))
+    assert len(loop.ready) == 1  # one turn per iteration, however many wait
+    loop.iterate()
+    assert [name for name, _ in log] == ["r0", "r1", "r2"]  # 3 ms of 1 ms requests
+    assert queue.waiting == 7 and len(loop.ready) == 1
+
+    def reads() -> None:  # the next iteration's poll: a refusal is written, a request deferred
+        log.append(("read", clock.now))
+        queue.defer(Request("late", 0.001, clock, log))
+
+    loop.iterate(reads)  # the turn runs r3-r5, then the poll reads
+    loop.iterate()  # r6-r8 run after those reads
+    assert [name for name, _ in log][3:] == ["r3", "r4", "r5", "read", "r6", "r7", "r8"]
+    while loop.ready:
+        loop.iterate()
+    assert [name for name, _ in log][-2:] == ["r9", "late"]  # first come, first run
+    assert queue.ran == 11 and queue.carried == 3 and queue.turns == 4
+
+
+def test_every_readable_connection_waits_at_most_one_budget_of_handlers() -> None:
+    queue, loop, clock, log = make(budget_s=0.002)
+    reads_at: list[float] = []
+    for number in range(50):
+        queue.defer(Request(f"r{number}", 0.0007, clock, log))
+    for _ in range(30):
+        before = clock.now
+        loop.iterate(lambda: reads_at.append(clock.now))
+        # An iteration's handler work: the budget plus at most the one request that crossed it.
+        assert clock.now - before < 0.002 + 0.0007 + 1e-12
+    gaps = [b - a for a, b in itertools.pairwise(reads_at)]
+    assert max(gaps) < 0.0027 and queue.waiting == 0
+
+
+def test_a_request_longer_than_the_budget_still_runs_one_per_turn() -> None:
+    queue, loop, clock, log = make(budget_s=0.001)
+    queue.defer(Request("big", 0.005, clock, log))
+    queue.defer(Request("small", 0.0001, clock, log))
+    loop.iterate()
+    assert [name for name, _ in log] == ["big"]
+    loop.iterate()
+    assert [name for name, _ in log] == ["big", "small"] and not loop.ready
+    assert queue.take_max() == 0.005 and queue.take_max() == 0.0
+
+
+def test_an_idle_queue_schedules_nothing_until_a_request_is_deferred() -> None:
+    queue, loop, clock, log = make()
+    queue.defer(Request("one", 0.0001, clock, log))
+    loop.iterate()
+    assert not loop.ready and queue.waiting == 0
+    queue.defer(Request("two", 0.0001, clock, log))
+    assert len(loop.ready) == 1
