@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -306,3 +307,22 @@ def test_grpc_rpcs_register_by_raw_bytes_and_answer_status() -> None:
     assert off is not None
     with pytest.raises(NotImplementedByServer, match="--cuda-shared-memory-regions"):
         off(pb.CudaSharedMemoryStatusRequest(), None)  # type: ignore[arg-type]
+
+
+def test_cuda_shared_memory_with_several_workers_is_refused(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ortserve.cli.main import main
+
+    args = [
+        "serve",
+        "--model-repository",
+        str(tmp_path),
+        "--workers",
+        "2",
+        "--cuda-shared-memory-regions",
+        "4",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "--cuda-shared-memory-regions" in result.output and "--workers above 1" in result.output

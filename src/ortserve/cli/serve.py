@@ -45,11 +45,12 @@ def serve(**flags: Any) -> None:
         raise click.BadParameter("needs --trusted-keys", param_hint="--require-signed")
     if min_signed_version and trusted_keys is None:
         raise click.BadParameter("needs --trusted-keys", param_hint="--min-signed-version")
-    if workers > 1 and shared_memory_regions:
+    if workers > 1 and (shared_memory_regions or flags["cuda_shared_memory_regions"]):
         # Each worker is a process with its own registry: a region registered through one
         # connection was unknown to the other workers (a 400 on their connections).
         message = "is not available with --workers above 1 (each worker would have its own regions)"
-        raise click.BadParameter(message, param_hint="--shared-memory-regions")
+        hint = "--shared-memory-regions" if shared_memory_regions else "--cuda-shared-memory-regions"
+        raise click.BadParameter(message, param_hint=hint)
     if max_inflight_bytes < 2 * max_body_bytes:
         message = "must be at least twice --max-body-bytes (bodies held, and one being joined)"
         raise click.BadParameter(message, param_hint="--max-inflight-bytes")
