@@ -58,6 +58,19 @@ def test_keys_name_their_tenant_and_anything_else_is_unauthenticated(tmp_path: P
         single.tenant_of("Bearer onlx")
 
 
+def test_an_accepted_key_is_remembered_and_a_refused_one_never_is() -> None:
+    keys = ApiKeys({"k-acme": "acme", "k-globex": "globex"})
+    for _ in range(3):
+        assert keys.tenant_of("Bearer k-acme") == "acme"
+        with pytest.raises(Unauthenticated):
+            keys.tenant_of("Bearer k-acmf")
+    assert keys.tenant_of("bearer  k-globex ") == "globex"  # another spelling of the same key
+    assert keys._seen == {"Bearer k-acme": "acme", "bearer  k-globex ": "globex"}
+    for n in range(2000):  # bounded: forgotten all at once when full
+        keys.tenant_of("Bearer k-acme" + " " * n)
+    assert len(keys._seen) <= 1024
+
+
 def test_a_key_file_with_a_bad_line_or_a_repeated_token_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "keys"
     file.write_text("acme\n", encoding="utf-8")

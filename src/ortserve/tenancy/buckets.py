@@ -139,8 +139,9 @@ class TenantQuotas(Collector):
         wait = 0.0
         if generation and tenant.tokens is not None:
             wait = tenant.tokens.owed()
-        if wait == 0.0 and tenant.requests is not None:
-            wait = tenant.requests.take()
+        requests = tenant.requests
+        if wait == 0.0 and requests is not None:
+            wait = requests.take()
         if wait == 0.0 and prompt_tokens and tenant.tokens is not None:
             wait = tenant.tokens.take(float(prompt_tokens))
         if wait > 0.0:

@@ -57,7 +57,12 @@ class TenantGate:
             Unauthenticated: keys are on and the request has no valid one.
             Overloaded: the tenant's quota is spent (``retry_after_s``: until it refills).
         """
-        tenant = self.tenant(headers)
+        keys = self.keys  # self.tenant, inlined: once per request
+        if keys is not None:
+            tenant = keys.tenant_of(headers("authorization"))
+        else:
+            named = headers(self._header)
+            tenant = named[:_MAX_TENANT_NAME] if named else DEFAULT_TENANT
         quotas = self.quotas
         if quotas is not None:
             wait = quotas.admit(tenant, 0, generation)

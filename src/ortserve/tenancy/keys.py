@@ -22,6 +22,8 @@ DEFAULT_TENANT = "default"
 _MAX_TOKEN_BYTES = 4096
 _COMPARED = 8
 """Up to this many keys, each is compared in constant time."""
+_SEEN = 1024
+"""Accepted ``Authorization`` values remembered (then forgotten all at once)."""
 
 
 def read_key_file(path: Path) -> dict[str, str]:
@@ -57,6 +59,10 @@ class ApiKeys:
             raise ValueError("no API key given")
         self._tenants = {token.encode(): tenant for token, tenant in tokens.items()}
         self._few = list(self._tenants.items()) if len(self._tenants) <= _COMPARED else None
+        self._seen: dict[str, str] = {}
+        """Header values already accepted -> tenant: a client sends the same one with every
+        request, and finding it is one dict lookup (a hash with the per-process secret key, as
+        for more than eight keys) instead of a parse and a compare with every key."""
 
     @classmethod
     def from_sources(cls, keys: Iterable[str], key_file: Path | None) -> ApiKeys | None:
@@ -76,8 +82,16 @@ class ApiKeys:
         Raises:
             Unauthenticated: no header, not a bearer token, or an unknown token.
         """
+        if authorization is not None:
+            seen = self._seen.get(authorization)
+            if seen is not None:
+                return seen
         tenant = self.find(authorization)
         if tenant is not None:
+            assert authorization is not None
+            if len(self._seen) >= _SEEN:
+                self._seen.clear()
+            self._seen[authorization] = tenant
             return tenant
         if authorization is None or len(authorization) > _MAX_TOKEN_BYTES:
             raise Unauthenticated("this server requires an API key: Authorization: Bearer <key>")
