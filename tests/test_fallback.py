@@ -14,12 +14,12 @@ import onnxruntime as ort
 import pytest
 
 from model_builders import scaled_model, serialized
+from ortserve.config.resilience import DefaultAnswerConfig, FaultConfig, StaticOutput
 from ortserve.core.session import SessionPlan
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError, InvalidInput
 from ortserve.repository.config import ModelConfig
 from ortserve.repository.config_source import read_model_source
-from ortserve.repository.resilience_config import DefaultAnswerConfig, FaultConfig, StaticOutput
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.building import VersionParts, build_guard
 from ortserve.resilience.chain import FallbackChain, NoUsableLevel

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ortserve.repository.resilience_config import FaultConfig
+from ortserve.config.resilience import FaultConfig
 from ortserve.resilience.classify import FailureKind, InjectedFault
 from ortserve.resilience.faults import FaultInjector
 from ortserve.testing import FakeClock
