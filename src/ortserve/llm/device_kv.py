@@ -298,6 +298,9 @@ class DevicePooledBackend:
             options = ort.RunOptions()
             options.add_run_config_entry("gpu_graph_id", str(rows))
         else:
+            if self.cuda_graph:  # a prefill chunk (any length) is never captured
+                options = ort.RunOptions()
+                options.add_run_config_entry("gpu_graph_id", "-1")
             binding.bind_cpu_input("input_ids", ids)
             if layout.has_position_ids:
                 binding.bind_cpu_input("position_ids", positions)
