@@ -97,7 +97,8 @@ class GenerationStreams:
             "grpc", request.model_name, request.model_version or None, None, _traceparent(exchange, call)
         )
         try:
-            llm, stream, streamed = self._start(scope, request, call)
+            tenant = None if exchange.gate is None else exchange.admit(call.metadata_value, generation=True)
+            llm, stream, streamed = self._start(scope, request, call, tenant)
         except Exception as exc:
             call.write(_error_response(request, self._failed(scope, exc).message))
             return
@@ -123,9 +124,10 @@ class GenerationStreams:
             exchange.finish(scope, error, status)
 
     def _start(
-        self, scope: RequestScope, request: pb.ModelInferRequest, call: GrpcCall
+        self, scope: RequestScope, request: pb.ModelInferRequest, call: GrpcCall, tenant: str | None
     ) -> tuple[LlmVersion, GenerationStream, bool]:
-        """Decode, route to an LLM version, queue the generation.
+        """Decode, route to an LLM version, queue the generation (``tenant``: the one the
+        Exchange admitted, charged its tokens when the scope finishes).
 
         Raises:
             InvalidInput, ModelNotFound, ModelNotReady, Overloaded.
@@ -138,12 +140,12 @@ class GenerationStreams:
             sample.request = decoded
         text, fields, streamed = generation_fields(decoded)
         llm = exchange.llm(
-            scope, request.model_name, request.model_version or None, call.metadata_value, fields
+            scope, request.model_name, request.model_version or None, call.metadata_value, fields, tenant
         )
         params = sampling_params(fields, llm.default_max_tokens, llm.tokenizer.vocab_size, chat=False)
         salt = llm.cache_salt(fields, call.metadata_value)
         stream = llm.generate(llm.tokenizer.encode(text), params, salt)
-        exchange.mirror(scope, llm, stream)
+        exchange.started(scope, tenant, llm, (stream,))
         return llm, stream, streamed
 
     def _failed(self, scope: RequestScope, exc: Exception) -> OrtServeError:
