@@ -28,7 +28,32 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def _run(folder: Path, duration: float, open_rate: float, streams: int) -> dict[str, object]:
+def _timeline(
+    steps: list[tuple[float, float, int, int, int, int]], start: float, stop: float
+) -> dict[str, float]:
+    """Where the engine thread's time went in [start, stop]: busy share, rows per step, steps
+    that decoded nothing, prefill tokens per step, the queue beside the running set."""
+    inside = [s for s in steps if start <= s[0] <= stop]
+    if not inside:
+        return {}
+    busy = sum(s[1] for s in inside)
+    return {
+        "steps": float(len(inside)),
+        "busy_share": busy / (stop - start),
+        "rows_median": float(_pct([s[2] for s in inside], 0.5)),
+        "rows_mean_weighted": sum(s[2] * s[1] for s in inside) / busy,
+        "steps_no_decode": float(sum(1 for s in inside if s[2] == 0)),
+        "prefill_tokens_per_s": sum(s[3] for s in inside) / (stop - start),
+        "steps_with_prefill": float(sum(1 for s in inside if s[3])),
+        "waiting_median": float(_pct([s[4] for s in inside], 0.5)),
+        "step_ms_p50": 1e3 * _pct([s[1] for s in inside], 0.5),
+        "step_ms_p99": 1e3 * _pct([s[1] for s in inside], 0.99),
+    }
+
+
+async def _run(
+    folder: Path, duration: float, open_rate: float, streams: int, warmup: float = 0.0
+) -> dict[str, object]:
     from ortserve.llm.loader import load_llm_version
     from ortserve.llm.servable import sampling_from
     from ortserve.repository.config import ModelConfig
@@ -41,6 +66,10 @@ async def _run(folder: Path, duration: float, open_rate: float, streams: int) ->
         "m", 1, folder / "model.onnx", config, ServerSettings(model_repository=folder.parent)
     )
     rng = random.Random(0)
+    errors: dict[str, int] = {}
+    steps: list[tuple[float, float, int, int, int, int]] = []
+    if hasattr(served.engine, "timeline"):
+        served.engine.timeline = steps
 
     async def one(traces: list[tuple[float, float | None, list[float], int]]) -> None:
         prompt = [rng.randrange(3, 256) for _ in range(rng.randint(16, 512))]
@@ -53,8 +82,10 @@ async def _run(folder: Path, duration: float, open_rate: float, streams: int) ->
                     first = first or now
                     stamps.append(now)
                     tokens += len(event.token_ids)
-        except Exception:  # a refusal (429) or an error: counted as no tokens
-            pass
+        except Exception as exc:  # a refusal (429) or an error: counted as no tokens
+            kind = type(exc).__name__
+            errors[kind] = errors.get(kind, 0) + 1
+            await asyncio.sleep(0.05)  # a refused closed-loop client must not spin
         traces.append((started, first, stamps, tokens))
 
     def summary(
@@ -79,7 +110,7 @@ async def _run(folder: Path, duration: float, open_rate: float, streams: int) ->
             await one(closed)
 
     await asyncio.gather(*(client() for _ in range(streams)))
-    result: dict[str, object] = {"closed": summary(closed, start, stop)}
+    result: dict[str, object] = {"closed": summary(closed, start, stop) | _timeline(steps, start, stop)}
     # Capacity in requests/s: the closed loop's output tokens/s over the mean output (136 tokens).
     rate = open_rate * max(float(result["closed"]["output_tokens_per_s"]) / 136.0, 0.05)  # type: ignore[index]
     opened: list[tuple[float, float | None, list[float], int]] = []
@@ -91,7 +122,15 @@ async def _run(folder: Path, duration: float, open_rate: float, streams: int) ->
         tasks.append(asyncio.ensure_future(one(opened)))
         at += rng.expovariate(rate)
     _, pending = await asyncio.wait(tasks, timeout=60.0)
-    result["open"] = summary(opened, start, stop) | {"rate": rate, "unfinished": float(len(pending))}
+    # Counted from ``warmup`` s after the first arrival: the closed loop is counted from 3 s
+    # after its start too (a queue needs time to build at a rate only a little above capacity).
+    result["closed"]["errors"] = dict(errors)  # type: ignore[index]
+    errors.clear()
+    result["open"] = (
+        summary(opened, start + warmup, stop)
+        | _timeline(steps, start + warmup, stop)
+        | {"rate": rate, "unfinished": float(len(pending)), "errors": dict(errors)}
+    )
     for task in pending:
         task.cancel()
     await served.unload(1.0)
@@ -106,6 +145,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--open-rate", type=float, default=1.3)
     parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--warmup", type=float, default=0.0, help="open loop: seconds not counted")
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -116,7 +156,10 @@ def main() -> None:
         build(args.build, {"optimum", "genai"})
         return
     os.sched_setaffinity(0, {0})
-    print(json.dumps(asyncio.run(_run(args.folder, args.duration, args.open_rate, args.streams))), flush=True)
+    print(
+        json.dumps(asyncio.run(_run(args.folder, args.duration, args.open_rate, args.streams, args.warmup))),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

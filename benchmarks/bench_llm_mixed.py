@@ -93,13 +93,18 @@ async def closed_loop(url: str, streams: int, duration: float, seed: int) -> tup
     async def client(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
         while time.perf_counter() < stop:
+            refused = run.refused
             await _one(url, *_request(rng), run)
+            if run.refused > refused:
+                await asyncio.sleep(0.1)  # a refused client must not spin on the client's core
 
     await asyncio.gather(*(client(i) for i in range(streams)))
     return run, start, stop
 
 
-async def open_loop(url: str, rate: float, duration: float, seed: int) -> tuple[Run, float, float, int]:
+async def open_loop(
+    url: str, rate: float, duration: float, seed: int, drain: float = 90.0
+) -> tuple[Run, float, float, int]:
     run = Run()
     rng = random.Random(seed)
     start = time.perf_counter()
@@ -110,7 +115,7 @@ async def open_loop(url: str, rate: float, duration: float, seed: int) -> tuple[
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
         tasks.append(asyncio.ensure_future(_one(url, *_request(rng), run)))
         next_at += rng.expovariate(rate)
-    _, pending = await asyncio.wait(tasks, timeout=60.0)
+    _, pending = await asyncio.wait(tasks, timeout=drain)
     for task in pending:
         task.cancel()
     return run, start, stop, len(pending)
@@ -138,6 +143,7 @@ def summary(run: Run, start: float, stop: float) -> dict[str, float]:
         "ttft_p99_ms": 1e3 * _pct(ttft, 0.99),
         "itl_p50_ms": 1e3 * _pct(gaps, 0.5),
         "itl_p99_ms": 1e3 * _pct(gaps, 0.99),
+        "itl_p99_over_p50": _pct(gaps, 0.99) / max(_pct(gaps, 0.5), 1e-9),
         "tpot_p50_ms": 1e3 * _pct(tpot, 0.5),
         "completed": len(ok),
         "failed": len(run.traces) - len(ok),
@@ -180,7 +186,13 @@ def main() -> None:
     parser.add_argument("--variants", default="new=genai")
     parser.add_argument("--duration", type=float, default=40.0)
     parser.add_argument(
-        "--open-rate", type=float, default=1.3, help="open loop rate / closed-loop requests/s"
+        "--open-rate", default="1.3", help="open loop rates / closed-loop requests/s, comma-separated"
+    )
+    parser.add_argument(
+        "--open-warmup",
+        type=float,
+        default=0.0,
+        help="open loop: seconds after the first arrival not counted (the closed loop skips 5 s)",
     )
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1)
@@ -214,23 +226,30 @@ def main() -> None:
                         f"{name} closed {args.streams}: {json.dumps({k: round(v, 1) for k, v in closed.items()})}",
                         flush=True,
                     )
-                    rate = args.open_rate * max(closed["requests_per_s"], 0.05)
-                    sampler = Sampler(url)
-                    sampler.start()
-                    run, start, stop, unfinished = asyncio.run(
-                        open_loop(url, rate, args.duration, 100 + round_index)
-                    )
-                    opened = summary(run, start, stop) | {"rate": rate, "unfinished_after_60s": unfinished}
-                    opened |= sampler.medians()
-                    print(
-                        f"{name} open x{args.open_rate}: {json.dumps({k: round(v, 2) for k, v in opened.items()})}",
-                        flush=True,
-                    )
-                    results[name].append({"closed": closed, "open": opened})
+                    result: dict[str, dict[str, float]] = {"closed": closed}
+                    for multiple in (float(x) for x in args.open_rate.split(",")):
+                        rate = multiple * max(closed["requests_per_s"], 0.05)
+                        sampler = Sampler(url)
+                        sampler.start()
+                        run, start, stop, unfinished = asyncio.run(
+                            open_loop(url, rate, args.duration, 100 + round_index)
+                        )
+                        opened = summary(run, start + args.open_warmup, stop)
+                        opened |= {"rate": rate, "unfinished_after_drain": unfinished}
+                        opened["of_closed"] = opened["output_tokens_per_s"] / max(
+                            closed["output_tokens_per_s"], 1e-9
+                        )
+                        opened |= sampler.medians()
+                        print(
+                            f"{name} open x{multiple}: {json.dumps({k: round(v, 2) for k, v in opened.items()})}",
+                            flush=True,
+                        )
+                        result[f"open_x{multiple}"] = opened
+                    results[name].append(result)
     medians = {
         name: {
             phase: {k: statistics.median(r[phase][k] for r in runs) for k in runs[0][phase]}
-            for phase in ("closed", "open")
+            for phase in runs[0]
         }
         for name, runs in results.items()
     }

@@ -31,7 +31,7 @@ from ortserve.llm.sampler import sample_batch
 from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more
 from ortserve.llm.sequence import GenerationEvent, Sequence
 
-__all__ = ["DecoderSession", "EngineLimits", "GenerationEngine", "StepSink"]
+__all__ = ["PREFILL_SHARE", "DecoderSession", "EngineLimits", "GenerationEngine", "StepSink"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ F32 = npt.NDArray[np.float32]
 StepSink = Callable[[list[tuple[Sequence, GenerationEvent]]], None]
 """Receives, on the engine thread, every event of one step (posts them to the event loop)."""
 Events = list[tuple[Sequence, GenerationEvent | None]]
+
+PREFILL_SHARE = 1.5
+"""Prompt prefill a step may carry, in decode steps of the running set: a stream's step with a
+chunk is at most 2.5 times one without (the ITL p99 / p50 bound is 3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,9 @@ class GenerationEngine:
         self.step_seconds = 0.0
         self.preemptions = 0
         self.refused = 0
+        self.timeline: list[tuple[float, float, int, int, int, int]] | None = None
+        """When a list: per step (start, seconds, decoded rows, prefilled tokens, waiting,
+        prefilling) for benchmarks that explain where the core went."""
 
     # -- any thread -----------------------------------------------------------------
     @property
@@ -119,7 +126,9 @@ class GenerationEngine:
     @property
     def expected_wait_s(self) -> float:
         """What a new request of average size would wait for its first token now."""
-        return self._waiting.expected_wait(len(self._waiting), 0, self._full, self.prefill_token_s)
+        return self._waiting.expected_wait(
+            len(self._waiting), 0, self._full, self._prefill_wall_s(), self._clock()
+        )
 
     def start(self, name: str) -> None:
         self._thread = threading.Thread(target=self._run, name=f"llm-{name}", daemon=True)
@@ -134,7 +143,9 @@ class GenerationEngine:
         """
         with self._wake:
             ahead = self._waiting.ahead_of(sequence.priority)
-            wait = self._waiting.expected_wait(ahead, sequence.length, self._full, self.prefill_token_s)
+            wait = self._waiting.expected_wait(
+                ahead, sequence.length, self._full, self._prefill_wall_s(), self._clock()
+            )
             limit = self.limits.max_queue_wait_s
             if sequence.deadline is not None:
                 limit = min(limit, sequence.deadline - self._clock())
@@ -147,6 +158,11 @@ class GenerationEngine:
                 )
             self._waiting.push(sequence)
             self._wake.notify()
+
+    def _prefill_wall_s(self) -> float:
+        """Wall seconds a prompt token takes to prefill while streams decode: its own cost,
+        plus the decode steps its chunks share (a chunk is at most PREFILL_SHARE of a step)."""
+        return self.prefill_token_s * (1.0 + 1.0 / PREFILL_SHARE)
 
     def idle(self) -> bool:
         return not self._waiting and self.running == 0
@@ -285,6 +301,10 @@ class GenerationEngine:
             self._prefilling.clear()
             decoded = held = prefilled = 0
         elapsed = self._clock() - started
+        if self.timeline is not None:
+            self.timeline.append(
+                (started, elapsed, decoded, prefilled, len(self._waiting), len(self._prefilling))
+            )
         self._explored = max(self._explored, decoded)
         if decoded or prefilled:
             self.cost.observe(decoded, held, prefilled, elapsed)
@@ -309,9 +329,14 @@ class GenerationEngine:
             # seen nothing wider, and the peak of tokens/s may lie in between.
             explore = max(4, self._explored + self._explored // 2)
             floor = min(self.limits.max_num_seqs, 4)  # a few rows always run, whatever the fit says
+            # A decode step within half the latency target: the rest is room for a prefill
+            # chunk as large as the decode (PREFILL_SHARE), so newcomers' prompts are read at
+            # the pace rows leave; a set grown to the whole target would starve them.
             if len(running) >= min(self.limits.max_num_seqs, explore) or (
                 len(running) >= floor
-                and not admit_one_more(self.cost, len(running), held, sequence.length, self.itl_target_s())
+                and not admit_one_more(
+                    self.cost, len(running), held, sequence.length, self.itl_target_s() / 2.0
+                )
             ):
                 self._full = True
                 return
@@ -390,22 +415,29 @@ class GenerationEngine:
         """Prompt tokens to prefill in a step whose decode took ``decode_s``.
 
         ``prefill_chunk_tokens`` when configured. Otherwise: with nobody decoding, up to
-        ``prefill_tokens_per_step`` (no stream to protect); with one prompt to read, what costs
-        about two decode steps (a step with a chunk takes at most three times one without: ITL
-        p99 within three times its median); with more prompts waiting, all the latency target
-        leaves (their time to first token grows with every step they wait); at least 32 tokens.
+        ``prefill_tokens_per_step`` (no stream to protect). With streams decoding, the same
+        share in every step whatever waits: a step that prefills takes at most
+        ``1 + PREFILL_SHARE`` times the decode step of the width the running set is heading
+        for (its prefilling rows joined), and never more than the latency target. So a stream's
+        slowest steps are within ``1 + PREFILL_SHARE`` of its plain ones (ITL p99 against p50)
+        however many prompts wait: the old rule gave several waiting prompts all the target
+        (ten one-row steps), and ITL p99 was 9x the median. At least 32 tokens.
         """
         if self.limits.prefill_chunk_tokens:
             return self.limits.prefill_chunk_tokens
         most = self.limits.prefill_tokens_per_step
         if decode_s <= 0:
             return most
-        room = 2.0 * decode_s
-        target = self.itl_target_s()
-        if len(self._waiting) + len(self._prefilling) > 1:
-            room = max(room, target - decode_s)
-        elif target > decode_s:
-            room = min(room, target - decode_s)
+        # Predicted, not the decode just timed: a decode stretched by a neighbour on a shared
+        # core must not stretch the prefill after it too (that doubled the slowest steps).
+        decoding = self.backend.decoding()
+        held = sum(s.length for s in decoding)
+        plain = self.cost.predict(len(decoding), held)
+        heading = plain
+        if self._prefilling:
+            joining = sum(s.length for s in self._prefilling)
+            heading = max(plain, self.cost.predict(len(decoding) + len(self._prefilling), held + joining))
+        room = min((1.0 + PREFILL_SHARE) * heading, self.itl_target_s()) - plain
         return max(32, min(most, int(room / self.prefill_token_s)))
 
     def _prefill(self, events: Events, decode_s: float) -> int:

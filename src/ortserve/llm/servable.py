@@ -30,7 +30,7 @@ from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.stats import LlmStats
 from ortserve.llm.tokenizer import TextTokenizer
 
-__all__ = ["GenerationStream", "LlmVersion", "llm_info"]
+__all__ = ["GenerationStream", "LlmVersion", "engine_rank", "llm_info", "request_priority"]
 
 LLM_INPUTS = (TensorSpec("text_input", "BYTES", (1,)),)
 LLM_OUTPUTS = (TensorSpec("text_output", "BYTES", (1,)),)
@@ -237,8 +237,11 @@ class LlmVersion:
         params: SamplingParams,
         cache_salt: str = "",
         forks: list[Sequence] | None = None,
+        priority: int = 0,
     ) -> GenerationStream:
-        """Queue a generation; its events arrive on the returned stream.
+        """Queue a generation; its events arrive on the returned stream. ``priority``: its
+        lane as for classic models (see :func:`request_priority`): 0 the default, 1 the most
+        urgent, larger later; within a lane first come first served.
 
         Raises:
             InvalidInput: an empty or too long prompt, or parameters out of range.
@@ -256,14 +259,16 @@ class LlmVersion:
             )
         sequence = Sequence(prompt, params, self.tokenizer, self.eos_ids, self.max_context_len)
         sequence.cache_salt = cache_salt
+        sequence.priority = engine_rank(priority)
         for fork in forks or ():
             fork.cache_salt = cache_salt
+            fork.priority = sequence.priority
         sequence.forks = forks or []
         self.engine.submit(sequence)
         return self._stream(sequence)
 
     def generate_choices(
-        self, prompt: Tokens[int], choices: list[SamplingParams], cache_salt: str = ""
+        self, prompt: Tokens[int], choices: list[SamplingParams], cache_salt: str = "", priority: int = 0
     ) -> list[GenerationStream]:
         """Queue ``n`` choices of one prompt as one request: one admission and one prefill, the
         first choice's; when it ends the engine starts the others from a copy of its keys and
@@ -274,7 +279,7 @@ class LlmVersion:
             ModelNotReady, Overloaded.
         """
         first = self.generate(
-            prompt, choices[0], cache_salt, [self._sequence(prompt, p) for p in choices[1:]]
+            prompt, choices[0], cache_salt, [self._sequence(prompt, p) for p in choices[1:]], priority
         )
         return [first] + [self._stream(fork) for fork in first.sequence.forks]
 
@@ -294,7 +299,7 @@ class LlmVersion:
         ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed`` as in generate."""
         prompt = _text_input(request)
         params = sampling_from(request.parameters, self.default_max_tokens)
-        stream = self.generate(self.tokenizer.encode(prompt), params)
+        stream = self.generate(self.tokenizer.encode(prompt), params, priority=request.priority)
         return asyncio.ensure_future(self._answer(stream, request.id))
 
     async def _answer(self, stream: GenerationStream, request_id: str | None) -> InferResponse:
@@ -314,6 +319,31 @@ class LlmVersion:
         self.state = ModelState.UNLOADING
         self.engine.close()
         await asyncio.to_thread(self.engine.join, max(grace_s, 1.0))
+
+
+DEFAULT_LANE = 1
+"""The lane of a request that names none (priority 0), as a classic model's default."""
+
+
+def request_priority(fields: Mapping[str, object]) -> int:
+    """A generation request's ``priority`` field (OpenAI and generate bodies; vLLM's name),
+    read as classic models read theirs: 0 or absent the default lane, 1 the most urgent,
+    larger numbers later.
+
+    Raises:
+        InvalidField: not an integer from 0 to 1000.
+    """
+    value = fields.get("priority", 0)
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= 1000:
+        raise InvalidField("priority", "priority must be an integer from 0 (default) to 1000")
+    return value
+
+
+def engine_rank(priority: int) -> int:
+    """The engine's rank of a lane (its queue serves higher ranks first)."""
+    return -(priority or DEFAULT_LANE)
 
 
 def _text_input(request: InferRequest) -> str:
