@@ -4,6 +4,11 @@ Per demo model and batch size, the median over N calls (three interleaved rounds
 round reported) of ``session.run``, ``BindingRun`` (arena inputs and preallocated outputs, one
 copy back) and a bare IOBinding whose outputs ONNX Runtime allocates. One ORT thread.
 
+``--runner``: the server's own call instead, ``OrtRunner.run_blocking`` as a CPU session runs
+it today (``session.run``) against the same runner forced onto the binding path
+(``bind_on=DeviceSpec("cpu")``), at batch 1 (what c=1 gives the scheduler) and batch 64 (what
+c=64 gives it with max_batch_size 64), interleaved A/B/A'.
+
     taskset -c 1 python benchmarks/bench_binding.py
 """
 
@@ -20,6 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ortserve.core.binding import BindingRun, DeviceSpec
+from ortserve.core.runner import OrtRunner
 from ortserve.demo import write_demo_repository
 
 
@@ -41,7 +47,48 @@ def _bare_binding(session: ort.InferenceSession, name: str, x: np.ndarray, out: 
     return binding.copy_outputs_to_cpu()
 
 
+def runner_rows() -> None:
+    """Today's server call against the binding path, A/B/A' per round, three rounds."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        write_demo_repository(root)
+        for name, batches, n in (("small_mlp", (1, 64), 3000), ("heavy_mlp", (1, 64), 100)):
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            path = next((root / name).glob("*/model.onnx"))
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            today = OrtRunner(session, 1, "today")
+            bound = OrtRunner(session, 1, "bound", bind_on=DeviceSpec("cpu"))
+            arg = session.get_inputs()[0]
+            try:
+                for rows in batches:
+                    x = np.random.default_rng(rows).random((rows, int(arg.shape[1])), dtype=np.float32)
+                    feeds = {arg.name: x}
+                    rounds = [
+                        (
+                            _median_us(partial(today.run_blocking, feeds), n),
+                            _median_us(partial(bound.run_blocking, feeds), n),
+                            _median_us(partial(today.run_blocking, feeds), n),
+                        )
+                        for _ in range(3)
+                    ]
+                    a, b, a2 = (statistics.median(r[i] for r in rounds) for i in range(3))
+                    print(
+                        f"runner {name} batch {rows}: session.run A {a:.1f} us, A' {a2:.1f} us "
+                        f"(A/A' {a2 / a:.3f}), bound {b:.1f} us ({b / ((a + a2) / 2):.3f}x)"
+                    )
+            finally:
+                today.close()
+                bound.close()
+
+
 def main() -> None:
+    import sys
+
+    if "--runner" in sys.argv:
+        runner_rows()
+        return
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         write_demo_repository(root)
