@@ -21,6 +21,7 @@ _SAMPLING = frozenset(
         "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
         # vLLM's extensions, honoured the same way
         "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "cache_salt",
+        "priority",  # the queue lane, as for classic models (LlmVersion.generate)
     }
 )  # fmt: skip
 _INFORMATIONAL = frozenset({"user", "metadata", "safety_identifier", "prompt_cache_key"})

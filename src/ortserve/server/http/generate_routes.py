@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 import orjson
 
 from ortserve.errors import InvalidInput
-from ortserve.llm.servable import GenerationStream, LlmVersion, sampling_from
+from ortserve.llm.servable import GenerationStream, LlmVersion, request_priority, sampling_from
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
 from ortserve.server.exchange import Exchange
@@ -82,7 +82,8 @@ class _GenerateRoutes:
         scope = begun(exchange, request, name, version, generation=True)
         text, fields = _fields(request.body)
         llm = exchange.llm(scope, name, version, request.text_header, fields, request.tenant)
-        stream = llm.generate(llm.tokenizer.encode(text), sampling_from(fields, llm.default_max_tokens))
+        params = sampling_from(fields, llm.default_max_tokens)
+        stream = llm.generate(llm.tokenizer.encode(text), params, priority=request_priority(fields))
         exchange.started(scope, request.tenant, llm, (stream,))
         if streaming:
             events = _events(llm, stream)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from ortserve.errors import InvalidField
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent
-from ortserve.llm.servable import GenerationStream, LlmVersion
+from ortserve.llm.servable import GenerationStream, LlmVersion, request_priority
 from ortserve.llm.structured import grammar_for, grammars_of
 from ortserve.llm.tools import StreamedCalls, ToolRequest, chat_message, template_variables, tool_request
 from ortserve.protocol import openai_choices as choices
@@ -80,12 +80,12 @@ async def _planned(
 
 
 def _start(
-    llm: LlmVersion, prompt: Sequence[int], params: list[SamplingParams], cache_salt: str
+    llm: LlmVersion, prompt: Sequence[int], params: list[SamplingParams], cache_salt: str, priority: int = 0
 ) -> list[GenerationStream]:
     """The choices as one request: admitted and prefilled once (the others fork from it)."""
     if len(params) == 1:
-        return [llm.generate(prompt, params[0], cache_salt)]
-    return llm.generate_choices(prompt, params, cache_salt)
+        return [llm.generate(prompt, params[0], cache_salt, priority=priority)]
+    return llm.generate_choices(prompt, params, cache_salt, priority)
 
 
 def _usage(streams: list[GenerationStream]) -> codec.Usage:
@@ -224,7 +224,7 @@ async def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str
     n, params = await _planned(parsed.fields, llm, True, tools)
     rendered = llm.tokenizer.render_chat(parsed.messages, extra=template_variables(parsed.fields, tools))
     prompt = llm.tokenizer.encode(rendered, special=False)
-    streams = _start(llm, prompt, params, cache_salt)
+    streams = _start(llm, prompt, params, cache_salt, request_priority(parsed.fields))
     reply = _Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage,
                    parsed.fields.get("logprobs") is True)  # fmt: skip
 
@@ -292,7 +292,7 @@ async def start_completion(llm: LlmVersion, parsed: codec.CompletionRequest, cac
             raise InvalidField("prompt", f"prompt: token ids must be in [0, {llm.tokenizer.vocab_size})")
         echo = llm.tokenizer.decode(prompt)
     echoed = echo if parsed.echo else ""
-    streams = _start(llm, prompt, params, cache_salt)
+    streams = _start(llm, prompt, params, cache_salt, request_priority(parsed.fields))
     reply = _Reply(f"cmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage, logprobs)
 
     async def whole() -> bytes:
