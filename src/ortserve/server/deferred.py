@@ -15,11 +15,11 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ortserve.errors import InternalError, OrtServeError
 
-__all__ = ["INTERNAL_MESSAGE", "Deferred", "settle"]
+__all__ = ["INTERNAL_MESSAGE", "Deferred", "attempt", "settle"]
 
 logger = logging.getLogger("ortserve.server")
 
@@ -27,6 +27,8 @@ INTERNAL_MESSAGE = "internal server error"
 """All a client learns of an unexpected failure; the traceback goes to the log."""
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +56,13 @@ def settle(exc: BaseException, scope: _Bindable | None = None) -> OrtServeError:
     with scope.bound() if scope is not None else contextlib.nullcontext():
         logger.error("internal error while handling a request", exc_info=exc)
     return InternalError(INTERNAL_MESSAGE)
+
+
+def attempt(call: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R | Exception:
+    """``call(*args)``'s result, or the exception it raised, as a value to :func:`settle`:
+    for code that answers an error as a value (a stream's per-request error message, a
+    refusal counted) without a ``try`` of its own."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as exc:
+        return exc

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 import orjson
 
@@ -38,12 +38,15 @@ from ortserve.errors import ModelNotFound, OrtServeError
 from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.pipeline.runtime import ROUTED_VERSIONS, PipelineVersion, pipeline_model_name
 from ortserve.routing.router import ModelRouter
-from ortserve.server.deferred import Deferred, settle
+from ortserve.server.deferred import Deferred, attempt, settle
 from ortserve.server.llm_shadow import mirror_generation
 from ortserve.telemetry import RequestScope, Telemetry
 from ortserve.tenancy.gate import TenantGate
 
 __all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class _Begin(Protocol):
@@ -161,6 +164,22 @@ class Exchange:
     def settle(self, scope: RequestScope, exc: BaseException) -> OrtServeError:
         """What the client is told about ``exc`` (unexpected ones logged with the scope bound)."""
         return settle(exc, scope)
+
+    def failed(self, scope: RequestScope, exc: BaseException) -> OrtServeError:
+        """Settle ``exc`` and finish the request's scope with it (the status of its
+        transport's wire); returns what the client is told."""
+        error = settle(exc, scope)
+        self.finish(scope, error, error.grpc_code if scope.transport == "grpc" else error.http_status)
+        return error
+
+    def attempt(
+        self, scope: RequestScope, call: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R | OrtServeError:
+        """``call(*args)``'s result, or, when it raised, the settled error with the request's
+        scope finished (:meth:`failed`): for a transport that answers an error as a value (a
+        stream's per-request error message)."""
+        result = attempt(call, *args, **kwargs)
+        return self.failed(scope, result) if isinstance(result, Exception) else result
 
     # -- OIP inference ---------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from ortserve.errors import ModelNotFound, ModelNotReady, OrtServeError, Overloa
 from ortserve.llm.servable import GenerationStream, LlmVersion
 from ortserve.routing.compare import OutputDivergence
 from ortserve.routing.router import ModelRouter
+from ortserve.server.deferred import attempt, settle
 
 __all__ = ["TEXT_OUTPUT", "mirror_generation", "token_agreement"]
 
@@ -61,10 +62,11 @@ def mirror_generation(
         lane.dropped["refused"] += 1
         return
     sequence = stream.sequence
-    try:
-        copy = served.generate(sequence.prompt, sequence.params, sequence.cache_salt)
-    except OrtServeError as error:
-        lane.dropped["full" if isinstance(error, Overloaded) else "refused"] += 1
+    copy = attempt(served.generate, sequence.prompt, sequence.params, sequence.cache_salt)
+    if isinstance(copy, Exception):  # refused by the shadow version: dropped, and counted
+        lane.dropped["full" if isinstance(copy, Overloaded) else "refused"] += 1
+        if not isinstance(copy, OrtServeError):
+            settle(copy)  # a bug: logged once
         return
     lane.sent[config.version] += 1
     lane.inflight += 1

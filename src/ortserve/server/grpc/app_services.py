@@ -14,6 +14,7 @@ pipeline under another model name).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -101,20 +102,18 @@ class AppServices:
             "grpc", name[:_MAX_MODEL_NAME], None, request_id, call.metadata_value("traceparent"), route,
             call.metadata_value, body,
         )  # fmt: skip
+        call.scope_failed = functools.partial(exchange.failed, scope)  # what raises, finished
+        if exchange.gate is not None:  # the tenant's key and quota, before decoding
+            exchange.admit(call.metadata_value)
+        if len(name) > _MAX_MODEL_NAME:
+            raise InvalidInput(f"metadata {MODEL_METADATA} is longer than {_MAX_MODEL_NAME} characters")
         try:
-            if exchange.gate is not None:  # the tenant's key and quota, before decoding
-                exchange.admit(call.metadata_value)
-            if len(name) > _MAX_MODEL_NAME:
-                raise InvalidInput(f"metadata {MODEL_METADATA} is longer than {_MAX_MODEL_NAME} characters")
             served, answer = await exchange.pipeline(scope, name, call.metadata_value, body)
-            reply = json_format.Parse(answer, answer_type(), ignore_unknown_fields=True)
         except asyncio.CancelledError:
             exchange.abandon(scope)
             raise
-        except Exception as exc:
-            error = exchange.settle(scope, exc)
-            exchange.finish(scope, error, error.grpc_code)
-            raise error from None
+        reply = json_format.Parse(answer, answer_type(), ignore_unknown_fields=True)
+        call.scope_failed = None
         call.trailing = (("x-model-version", served),)
         exchange.finish(scope, None, "OK")
         return reply

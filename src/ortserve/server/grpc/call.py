@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
+from ortserve.errors import OrtServeError
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode, abort_from
 from ortserve.server.grpc.framing import MessageFramer
 from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, trailers, trailers_only
@@ -59,6 +60,10 @@ class CallOwner(Protocol):
         """The handler took every queued request message: the client may send more."""
 
 
+_FAILED: Any = object()
+"""What ``GrpcCall._called`` returns when the handler raised (the call has ended)."""
+
+
 class GrpcCall:
     """One call's gRPC state; the HTTP/2 stream under it is the engine's.
 
@@ -89,6 +94,7 @@ class GrpcCall:
         "_timer",
         "edge_admitted",
         "head",
+        "scope_failed",
         "stream_id",
         "trailing",
     )
@@ -135,6 +141,9 @@ class GrpcCall:
         """Trailing metadata a handler adds to an OK end (the degraded mark)."""
         self.edge_admitted = False
         """The method's edge refusal read this call's message and found no load refusal."""
+        self.scope_failed: Callable[[BaseException], OrtServeError] | None = None
+        """Set by a unary handler that opened a request scope at the Exchange
+        (``Exchange.failed`` bound to it): the call's failure settles and finishes it."""
 
     # -- for handlers -----------------------------------------------------------------
     @property
@@ -343,10 +352,8 @@ class GrpcCall:
     # -- running handlers -------------------------------------------------------------
     def _run_unary(self, request: Message) -> None:
         assert self._rpc.unary is not None
-        try:
-            result = self._rpc.unary(request, self)
-        except Exception as exc:
-            self._fail(abort_from(exc))
+        result = self._called(self._rpc.unary, request, self)
+        if result is _FAILED:
             return
         if isinstance(result, Message):
             self._answer(result)
@@ -364,12 +371,28 @@ class GrpcCall:
         self._task = None
         if done.cancelled() or self._ended:
             return
+        answer = self._called(finish, done)
+        if answer is not _FAILED:
+            self._answer(answer)
+
+    def _called(self, handler: Callable[..., Any], *args: Any) -> Any:
+        """``handler(*args)``, or ``_FAILED`` after ending the call with what it raised: with
+        ``_run_streaming`` and ``_on_unary_task``, where a handler's exception becomes the
+        call's status (:meth:`_abort`)."""
         try:
-            answer = finish(done)
+            return handler(*args)
         except Exception as exc:
-            self._fail(abort_from(exc))
-            return
-        self._answer(answer)
+            self._fail(self._abort(exc))
+            return _FAILED
+
+    def _abort(self, exc: BaseException) -> GrpcAbort:
+        """The status ``exc`` ends the call with: the request's scope (when its handler opened
+        one) finished with the settled error, anything unexpected logged once, INTERNAL."""
+        failed = self.scope_failed
+        if failed is not None and not isinstance(exc, GrpcAbort):
+            self.scope_failed = None
+            exc = failed(exc)
+        return abort_from(exc)
 
     def _on_unary_task(self, task: asyncio.Future[Any]) -> None:
         self._task = None
@@ -377,7 +400,7 @@ class GrpcCall:
             return
         error = task.exception()
         if error is not None:
-            self._fail(abort_from(error))
+            self._fail(self._abort(error))
         else:
             self._answer(task.result())
 
@@ -406,7 +429,7 @@ class GrpcCall:
                 self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
             raise
         except Exception as exc:
-            self._fail(abort_from(exc))
+            self._fail(self._abort(exc))
             return
         if not self._ended:
             self._stop_timer()

@@ -266,55 +266,71 @@ class InferenceService:
             if self._generations.serves(request):
                 await self._generations.answer(request, call)  # writes its own responses
                 return
-            answer = pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
-        except OrtServeError as error:
-            answer = _stream_error(request, error.message)
+            answer = await self._infer(request, call)
         finally:
             slots.release()
-        call.write(answer)
+        if isinstance(answer, OrtServeError):
+            call.write(_stream_error(request, answer.message))
+        else:
+            call.write(pb.ModelStreamInferResponse(infer_response=answer))
 
-    async def _infer(self, request: pb.ModelInferRequest, call: GrpcCall) -> pb.ModelInferResponse:
-        deferred = self._submit(request, call)
-        pending = deferred.future
+    async def _infer(
+        self, request: pb.ModelInferRequest, call: GrpcCall
+    ) -> pb.ModelInferResponse | OrtServeError:
+        """One request of a stream: its answer, or its error (the stream goes on)."""
+        exchange = self._exchange
+        scope = self._begin(request, call)
+        pending = exchange.attempt(scope, self._queue, request, call, scope)
+        if isinstance(pending, OrtServeError):
+            return pending
         try:
             await asyncio.wait((pending,))
         except asyncio.CancelledError:
             pending.cancel()
             raise
-        answer = deferred.finish(pending)
-        assert isinstance(answer, pb.ModelInferResponse)
-        return answer
+        return exchange.attempt(scope, _infer_answer, exchange, scope, call, pending)
 
     def _submit(self, request: pb.ModelInferRequest, call: GrpcCall) -> Deferred[pb.ModelInferResponse]:
-        """Decode and queue one request through the Exchange, as HTTP's.
-
-        Raises:
-            OrtServeError: the request was refused (anything unexpected is logged, then INTERNAL).
-        """
+        """Queue one unary request through the Exchange, as HTTP's: what raises here or in the
+        deferred answer is the call's failure (``GrpcCall._abort`` finishes the scope)."""
         exchange = self._exchange
         scope = exchange.begin(
             "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
         )
-        try:
-            # The tenant's key and quota, then a refusal under load, before the tensors are
-            # decoded (the most urgent lane: the request may ask for it, and it is refused
-            # last), unless the edge just admitted it.
-            tenant = None if exchange.gate is None else exchange.admit(call.metadata_value)
-            if not call.edge_admitted:
-                refused = self._dataplane.refusal(
-                    request.model_name,
-                    request.model_version or None,
-                    1,
-                    None if tenant is None else functools.partial(str, tenant),
-                )
-                if refused is not None:
-                    raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
-            infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
-            infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
-            pending = exchange.submit(scope, infer_request, call.metadata_value, tenant)
-        except Exception as exc:
-            raise _finished_with(exchange, scope, exc) from None
+        call.scope_failed = functools.partial(exchange.failed, scope)
+        pending = self._queue(request, call, scope)
         return Deferred(pending, functools.partial(_infer_answer, exchange, scope, call))
+
+    def _begin(self, request: pb.ModelInferRequest, call: GrpcCall) -> RequestScope:
+        return self._exchange.begin(
+            "grpc", request.model_name, request.model_version or None, None, self._traceparent(call)
+        )
+
+    def _queue(
+        self, request: pb.ModelInferRequest, call: GrpcCall, scope: RequestScope
+    ) -> asyncio.Future[InferResponse]:
+        """Admit, decode and queue one request.
+
+        Raises:
+            OrtServeError: the request was refused.
+        """
+        exchange = self._exchange
+        # The tenant's key and quota, then a refusal under load, before the tensors are
+        # decoded (the most urgent lane: the request may ask for it, and it is refused
+        # last), unless the edge just admitted it.
+        tenant = None if exchange.gate is None else exchange.admit(call.metadata_value)
+        if not call.edge_admitted:
+            refused = self._dataplane.refusal(
+                request.model_name,
+                request.model_version or None,
+                1,
+                None if tenant is None else functools.partial(str, tenant),
+            )
+            if refused is not None:
+                raise copy.copy(refused)  # shared by the requests it refuses: raise a copy
+        infer_request = decode_infer_request(request, self._limits, self._dataplane.shared_memory)
+        infer_request.timeout_s = request_timeout(infer_request.timeout_s, call.time_remaining())
+        return exchange.submit(scope, infer_request, call.metadata_value, tenant)
 
     def _traceparent(self, call: GrpcCall) -> str | None:
         """The caller's W3C trace context, read only when tracing is on."""
@@ -333,18 +349,20 @@ DEGRADED_METADATA = "x-ortserve-degraded"
 def _infer_answer(
     exchange: Exchange, scope: RequestScope, call: GrpcCall, done: asyncio.Future[InferResponse]
 ) -> pb.ModelInferResponse:
-    """The answer to a settled inference; the future is cancelled when the client went away."""
+    """The answer to a settled inference; the future is cancelled when the client went away.
+
+    Raises:
+        OrtServeError: the request failed (the caller finishes the scope with it).
+    """
     if done.cancelled():
         exchange.abandon(scope)
         raise asyncio.CancelledError
-    try:
-        response = done.result()
-        if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
-            call.trailing = ((DEGRADED_METADATA, response.degraded.header),)
-        scope.inferred(response.model_version)
-        answer = encode_infer_response(response)
-    except Exception as exc:
-        raise _finished_with(exchange, scope, exc) from None
+    response = done.result()
+    if response.degraded is not None:  # a fallback level answered (docs/resilience.md)
+        call.trailing = ((DEGRADED_METADATA, response.degraded.header),)
+    scope.inferred(response.model_version)
+    answer = encode_infer_response(response)
+    call.scope_failed = None
     exchange.finish(scope, None, "OK")
     return answer
 
@@ -352,13 +370,6 @@ def _infer_answer(
 def _trailers_for(error: OrtServeError) -> bytes:
     abort = abort_for(error)
     return trailers_only(abort.code, abort.message, abort.trailers)
-
-
-def _finished_with(exchange: Exchange, scope: RequestScope, exc: Exception) -> OrtServeError:
-    """Account for a failed request; what the client is told (unexpected errors are logged)."""
-    error = exchange.settle(scope, exc)
-    exchange.finish(scope, error, error.grpc_code)
-    return error
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

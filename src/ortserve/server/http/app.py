@@ -19,6 +19,7 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.deferred import attempt
 from ortserve.server.exchange import Exchange
 from ortserve.server.http.answers import answered, failed, failure, settled
 from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
@@ -305,21 +306,22 @@ class HttpApp:
         finally:
             pending.cancel()  # the client left first (settled() drops the scope); else done
         binary_default = infer_request.parameters.get("binary_data_output", False) is True
-        return _encoded(request.scope, binary_default, pending.result())
+        return _encoded(request.scope, binary_default, pending)
 
 
 def _infer_response(
     exchange: Exchange, binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
 ) -> HttpResponse:
     """The deferred answer of an OIP request (the future's callback: no task per request)."""
-    try:
-        response = _encoded(scope, binary_default, done.result())
-    except Exception as exc:
-        return failed(exchange, scope, exc)
+    response = attempt(_encoded, scope, binary_default, done)
+    if isinstance(response, Exception):
+        return failed(exchange, scope, response)
     return answered(exchange, scope, response, None)
 
 
-def _encoded(scope: RequestScope, binary_default: bool, response: InferResponse) -> HttpResponse:
+def _encoded(scope: RequestScope, binary_default: bool, done: asyncio.Future[InferResponse]) -> HttpResponse:
+    """Raises: what the request failed with, or what encoding its answer raised."""
+    response = done.result()
     scope.inferred(response.model_version)
     encoded = encode_infer_response(response, binary_default)
     status, headers = 200, []

@@ -15,7 +15,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import httptools
 
@@ -27,6 +27,9 @@ from ortserve.server.http.wire import CannedResponse, response_head, status_line
 __all__ = ["Handler", "Responder"]
 
 logger = logging.getLogger(__name__)
+
+_A = TypeVar("_A")
+_Answer = TypeVar("_Answer")
 
 Handler = Callable[[HttpRequest], "HttpResponse | Deferred[HttpResponse] | Coroutine[Any, Any, HttpResponse]"]
 
@@ -125,11 +128,7 @@ class Responder(asyncio.Protocol, abc.ABC):
                 self._write_canned(request, keep_alive)
                 continue
             self._busy = True
-            try:
-                result = self._handler(request)
-            except Exception:
-                logger.exception("unhandled error in HTTP handler")
-                result = HttpResponse(500, [encode_error("internal server error")])
+            result = _answer_of(self._handler, request)
             del request  # a deferred answer's callbacks hold what they need of it
             if isinstance(result, HttpResponse):
                 if not self._respond(result, keep_alive):
@@ -160,11 +159,7 @@ class Responder(asyncio.Protocol, abc.ABC):
         self._task = None
         if future.cancelled():
             return
-        try:
-            response = finish(future)
-        except Exception:
-            logger.exception("unhandled error while building an HTTP response")
-            response = HttpResponse(500, [encode_error("internal server error")])
+        response = _answer_of(finish, future)
         if self._respond(response, keep_alive):
             self._next()
 
@@ -268,3 +263,13 @@ class Responder(asyncio.Protocol, abc.ABC):
         """No request of this connection will be answered: give back all its body bytes."""
         self._budget.give(self._held)
         self._held = self._answering = 0
+
+
+def _answer_of(handler: Callable[[_A], _Answer], arg: _A) -> _Answer | HttpResponse:
+    """``handler(arg)``; a 500 if it raised. The app maps every error of its own (a handler
+    raising is a bug): the traceback is logged, the client told nothing of it."""
+    try:
+        return handler(arg)
+    except Exception:
+        logger.exception("unhandled error in an HTTP handler")
+        return HttpResponse(500, [encode_error("internal server error")])
