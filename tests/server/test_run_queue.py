@@ -25,6 +25,10 @@ class Loop:
 
     def __init__(self) -> None:
         self.ready: list[Callable[[], None]] = []
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
 
     def call_soon(self, callback: Callable[[], None]) -> None:
         self.ready.append(callback)
@@ -95,7 +99,7 @@ def test_a_request_longer_than_the_budget_still_runs_one_per_turn() -> None:
     assert [name for name, _ in log] == ["big"]
     loop.iterate()
     assert [name for name, _ in log] == ["big", "small"] and not loop.ready
-    assert queue.take_max() == 0.005 and queue.take_max() == 0.0
+    assert queue.take_max() == (0.005, 0) and queue.take_max() == (0.0, 0)
 
 
 def test_an_idle_queue_schedules_nothing_until_a_request_is_deferred() -> None:
@@ -105,3 +109,14 @@ def test_an_idle_queue_schedules_nothing_until_a_request_is_deferred() -> None:
     assert not loop.ready and queue.waiting == 0
     queue.defer(Request("two", 0.0001, clock, log))
     assert len(loop.ready) == 1
+
+
+def test_an_accept_burst_is_the_accepts_of_one_iteration() -> None:
+    queue, loop, _, _ = make()
+    for _ in range(3):
+        queue.accepted()
+    loop.now = 1.0  # the next iteration
+    queue.accepted()
+    assert queue.accepts == 4 and queue.take_max() == (0.0, 3)
+    queue.accepted()
+    assert queue.take_max() == (0.0, 2)  # reset at each scrape; this iteration's count goes on

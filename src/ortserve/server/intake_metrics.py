@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ortserve.server.connections import ConnectionLimit
+from ortserve.server.http.run_queue import run_queues
 from ortserve.server.intake import IntakeGovernor
 from ortserve.server.read_lag import read_lags
 
@@ -56,6 +57,7 @@ class IntakeMetrics(Collector):
             "ortserve_intake_parks", "Connections parked because the loop was saturated", intake.parked_total
         )
         yield from _read_lag_families()
+        yield from _run_queue_families()
 
 
 def _read_lag_families() -> Iterator[Metric]:
@@ -80,4 +82,43 @@ def _read_lag_families() -> Iterator[Metric]:
         "ortserve_loop_lag_max_seconds",
         "Longest sampled lag since the last scrape",
         max((lag.take_max() for lag in lags), default=0.0),
+    )
+
+
+def _run_queue_families() -> Iterator[Metric]:
+    """What the loop's HTTP iterations do (:mod:`ortserve.server.http.run_queue`)."""
+    queues = run_queues()
+    maxima = [queue.take_max() for queue in queues]
+    yield CounterMetricFamily(
+        "ortserve_loop_deferred_requests",
+        "Admitted HTTP requests run after their iteration's reads",
+        sum(queue.ran for queue in queues),
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_turns",
+        "Loop iterations that ran deferred requests",
+        sum(queue.turns for queue in queues),
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_turns_over_budget",
+        "Turns that reached the per-iteration budget and left requests for the next iteration",
+        sum(queue.carried for queue in queues),
+    )
+    yield GaugeMetricFamily(
+        "ortserve_loop_turn_max_seconds",
+        "Longest turn of deferred requests since the last scrape",
+        max((turn for turn, _ in maxima), default=0.0),
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_accepts", "HTTP connections accepted", sum(queue.accepts for queue in queues)
+    )
+    yield GaugeMetricFamily(
+        "ortserve_loop_accept_burst_max",
+        "Most HTTP connections accepted in one loop iteration since the last scrape",
+        max((burst for _, burst in maxima), default=0),
+    )
+    yield CounterMetricFamily(
+        "ortserve_loop_write_pauses",
+        "Times an HTTP connection paused writing (its client not reading its answers)",
+        sum(queue.write_pauses for queue in queues),
     )

@@ -144,6 +144,11 @@ class HttpConnection(Deadlines):
             return
         self._timer = self._loop.call_later(self._tick, self._on_timer)
 
+    def pause_writing(self) -> None:
+        if self._runs is not None:
+            self._runs.write_pauses += 1
+        super().pause_writing()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._state.discard(self)

@@ -90,6 +90,8 @@ class HttpListener:
         runs = self._runs
         if runs is None and self._admission is not None:
             runs = self._runs = run_queue_of(loop)
+        if runs is not None:
+            runs.accepted()
         return HttpConnection(
             self._handler, self._limits, self._state, loop, self._budget, self._admission, self._screen, runs
         )

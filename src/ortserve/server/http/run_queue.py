@@ -17,6 +17,11 @@ A connection's verdict was taken when its head was read; by the time it runs, th
 before it in the same turn may have filled the queue, so it is asked again before its body
 is decoded (:meth:`Runnable.run_deferred`), and refused then at the cost of a refusal, not
 of a decoded request.
+
+The queue also keeps what the loop's HTTP connections do per iteration, for "where the time
+goes" (exported at scrape time by :class:`~ortserve.server.intake_metrics.IntakeMetrics`):
+connections accepted and the largest burst accepted in one iteration, and the times a client
+not reading its answers paused writing.
 """
 
 from __future__ import annotations
@@ -57,14 +62,19 @@ class RunQueue:
     __slots__ = (
         "__weakref__",
         "_budget_s",
+        "_burst",
+        "_burst_at",
         "_clock",
         "_loop",
         "_scheduled",
         "_waiting",
+        "accept_burst_max",
+        "accepts",
         "carried",
         "ran",
         "turn_max_s",
         "turns",
+        "write_pauses",
     )
 
     def __init__(
@@ -86,6 +96,24 @@ class RunQueue:
         """Turns that reached the budget with requests still waiting (run next iteration)."""
         self.turn_max_s = 0.0
         """The longest turn since the last :meth:`take_max`."""
+        self.accepts = 0
+        """Connections accepted, over the loop's life."""
+        self.accept_burst_max = 0
+        """The most connections accepted in one loop iteration since the last :meth:`take_max`."""
+        self.write_pauses = 0
+        """Times a connection's transport paused writing (its client not reading)."""
+        self._burst = 0
+        self._burst_at = -1.0
+
+    def accepted(self) -> None:
+        """A connection was accepted (the loop's time stands still within one iteration)."""
+        self.accepts += 1
+        now = self._loop.time()
+        if now != self._burst_at:
+            self._burst_at, self._burst = now, 0
+        self._burst += 1
+        if self._burst > self.accept_burst_max:
+            self.accept_burst_max = self._burst
 
     @property
     def waiting(self) -> int:
@@ -121,10 +149,11 @@ class RunQueue:
         else:
             self._scheduled = False
 
-    def take_max(self) -> float:
-        """The longest turn since the last call (a scrape), reset."""
+    def take_max(self) -> tuple[float, int]:
+        """The longest turn and the largest accept burst since the last call (a scrape), reset."""
         longest, self.turn_max_s = self.turn_max_s, 0.0
-        return longest
+        burst, self.accept_burst_max = self.accept_burst_max, 0
+        return longest, burst
 
 
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RunQueue] = weakref.WeakKeyDictionary()
