@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from collections.abc import Sequence as Tokens
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,11 +25,13 @@ from ortserve.errors import (
     OrtServeError,
     Overloaded,
 )
-from ortserve.llm.engine import GenerationEngine
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.stats import LlmStats
 from ortserve.llm.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    from ortserve.llm.engine import GenerationEngine
 
 __all__ = ["GenerationStream", "LlmVersion", "engine_rank", "llm_info", "request_priority"]
 

@@ -15,14 +15,17 @@ import json
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-import llguidance
 import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import InvalidField
 from ortserve.llm.sampler import TokenConstraint
 from ortserve.llm.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    import llguidance
 
 __all__ = ["Grammars", "GuidedTokens", "grammar_for", "grammars_of"]
 
@@ -62,6 +65,8 @@ def grammar_for(response_format: object) -> str | None:
         if not isinstance(schema, dict):
             raise InvalidField("response_format", "response_format.json_schema.schema must be an object")
         return _from_schema(schema)
+    import llguidance
+
     if kind == "regex" and isinstance(response_format.get("regex"), str):
         return _checked(llguidance.LLMatcher.grammar_from_regex(response_format["regex"]))
     if kind == "grammar" and isinstance(response_format.get("grammar"), str):
@@ -74,6 +79,8 @@ def grammar_for(response_format: object) -> str | None:
 
 
 def _from_schema(schema: Mapping[str, object]) -> str:
+    import llguidance
+
     text = json.dumps(schema)
     if len(text) > _MAX_SCHEMA_BYTES:
         raise InvalidField("response_format", f"the schema is over {_MAX_SCHEMA_BYTES} bytes")
@@ -86,6 +93,8 @@ def _from_schema(schema: Mapping[str, object]) -> str:
 
 
 def _checked(grammar: str) -> str:
+    import llguidance
+
     message = llguidance.LLMatcher.validate_grammar(grammar)
     if message and not message.startswith("WARNING"):
         raise InvalidField("response_format", f"response_format: {message}")
@@ -131,6 +140,8 @@ class Grammars:
         self._lock = threading.Lock()
 
     def _llg_tokenizer(self) -> llguidance.LLTokenizer:
+        import llguidance
+
         with self._lock:
             if self._built is None:
                 spec = json.loads(self._tokenizer.to_json())
@@ -145,6 +156,8 @@ class Grammars:
         Raises:
             InvalidField: the grammar does not compile against this tokenizer.
         """
+        import llguidance
+
         tokenizer = self._llg_tokenizer()
         template = llguidance.LLMatcher(tokenizer, grammar, log_level=0)  # llguidance's default limits
         if template.is_error():

@@ -6,10 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
-
 from ortserve.errors import ConfigError, InvalidInput
 
 __all__ = ["Detokenizer", "TextTokenizer"]
@@ -27,6 +23,8 @@ def _token_text(value: object) -> str | None:
 
 
 def _raise(message: str) -> None:
+    from jinja2 import TemplateError
+
     raise TemplateError(message)
 
 
@@ -39,6 +37,10 @@ class TextTokenizer:
     """
 
     def __init__(self, folder: Path, tokenizer_config: dict[str, object]) -> None:
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from tokenizers import Tokenizer
+
         try:
             self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as exc:  # the library raises its own untyped errors
@@ -113,6 +115,8 @@ class TextTokenizer:
         """
         if self._template is None:
             raise InvalidInput("this model has no chat_template; use /v1/completions")
+        from jinja2 import TemplateError
+
         try:
             return self._template.render(
                 {

@@ -16,7 +16,6 @@ from typing import Protocol
 
 from ortserve.config.model import ModelConfig
 from ortserve.core.model import Servable
-from ortserve.llm.loader import SMALL_FILE_BYTES, VerifiedFiles, load_llm_version
 from ortserve.pipeline.runtime import pipeline_model_name
 from ortserve.repository.pipeline_versions import Drain, Retire, follow_model
 from ortserve.repository.registry import ModelRegistry
@@ -74,7 +73,11 @@ class ModelKinds:
 class _LlmLoader:
     """``kind: llm``: a generation engine over the decoder graph (``llm/loader.py``)."""
 
-    keep_bytes = SMALL_FILE_BYTES
+    @property
+    def keep_bytes(self) -> int:
+        from ortserve.llm.loader import SMALL_FILE_BYTES
+
+        return SMALL_FILE_BYTES
 
     async def load(
         self,
@@ -85,6 +88,8 @@ class _LlmLoader:
         settings: ServerSettings,
         verified: VerifiedVersion,
     ) -> Servable:
+        from ortserve.llm.loader import VerifiedFiles, load_llm_version
+
         checked = None if verified.files is None else VerifiedFiles(verified.files, verified.kept)
         return await load_llm_version(name, number, model_file, config, settings, checked)
 

@@ -25,11 +25,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ortserve.core.model_files import ModelFiles, external_locations, relative_location
 from ortserve.errors import OrtServeError, RepositoryError
@@ -42,6 +40,9 @@ from ortserve.repository.signed_scope import (
     scope_of,
 )
 from ortserve.repository.snapshot import COMPLETE_MARKER, MAX_FILES
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "SIGNATURE_FILE",
@@ -97,6 +98,9 @@ class VerifiedVersion:
 def generate_key(path: Path) -> Path:
     """Write a new Ed25519 private key (PEM, mode 0600) to ``path`` and its public key to
     ``path.pub``; returns the public key's path."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -121,6 +125,9 @@ def sign_version(folder: Path, key_path: Path) -> Path:
         SignatureError: the key is not an Ed25519 private key, the folder is not a numbered
             version folder, holds a symlinked folder, or is not readable.
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     try:
         private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
@@ -149,6 +156,9 @@ def load_trusted_keys(path: Path, required: bool, min_version: int = 0) -> Trust
     Raises:
         SignatureError: no key found, or a file that is not an Ed25519 public key.
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     files = sorted(path.glob("*.pub")) if path.is_dir() else [path]
     keys = []
     for file in files:
@@ -292,6 +302,8 @@ def _size(path: Path) -> int:
 
 
 def _verifies(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+
     try:
         key.verify(signature, data)
     except InvalidSignature:

@@ -4,7 +4,21 @@ control. The server itself never imports this package."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ortserve.supervisor.plan import parse_workers
-from ortserve.supervisor.supervisor import exec_supervisor
+
+if TYPE_CHECKING:
+    from ortserve.supervisor.supervisor import exec_supervisor
 
 __all__ = ["exec_supervisor", "parse_workers"]
+
+
+def __getattr__(name: str) -> object:
+    # ``serve`` reads the --workers flag through ``plan`` (importing this package); the
+    # supervisor itself (its gateway, aggregation, zygote) is imported only by --workers N.
+    if name == "exec_supervisor":
+        from ortserve.supervisor.supervisor import exec_supervisor
+
+        return exec_supervisor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
