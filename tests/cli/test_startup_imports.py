@@ -87,3 +87,23 @@ def test_an_onnx_only_repository_starts_without_heavy_modules(tmp_path: Path) ->
     assert _imported(seen["modules"], "ortserve.server.grpc")  # and the gRPC listener
     assert [name for name in HEAVY if _imported(seen["modules"], name)] == []
     assert seen["gc"] is True  # off for the start only
+
+
+def test_serve_starts_with_the_collector_off_until_the_heap_is_frozen() -> None:
+    import gc
+
+    from click.testing import CliRunner
+
+    from ortserve.cli.main import main
+    from ortserve.server.collector import freeze_startup_heap
+
+    try:
+        assert CliRunner().invoke(main, ["demo", "--help"]).exit_code == 0
+        assert gc.isenabled()  # other commands keep it
+        assert CliRunner().invoke(main, ["serve", "--help"]).exit_code == 0
+        assert not gc.isenabled()
+        freeze_startup_heap()  # what Server.load calls once the models are loaded
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import click
@@ -35,8 +36,15 @@ _LAZY = {
     },
 )
 @click.version_option(__version__, prog_name="ortserve")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Serve ONNX models over the Open Inference Protocol (KServe v2)."""
+    if ctx.invoked_subcommand == "serve":
+        # Start-up allocates hundreds of thousands of objects that live as long as the server
+        # (modules, classes, pydantic schemas), and the collector walked them again and again
+        # (about 12% of the imports' CPU). Off until the server is loaded: freeze_startup_heap()
+        # collects once, freezes what is alive and turns it back on.
+        gc.disable()
 
 
 main.add_command(serve)

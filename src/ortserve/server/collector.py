@@ -21,4 +21,5 @@ def freeze_startup_heap() -> int:
     """
     gc.collect()
     gc.freeze()
+    gc.enable()  # ``ortserve serve`` starts with it off (cli/main.py)
     return gc.get_freeze_count()
