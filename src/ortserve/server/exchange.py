@@ -47,6 +47,7 @@ __all__ = ["CLIENT_CLOSED", "STEP_PHASES", "Deferred", "Exchange", "settle"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 class _Begin(Protocol):
@@ -292,29 +293,32 @@ class Exchange:
     async def stream(
         self,
         scope: RequestScope,
-        events: AsyncIterator[bytes],
-        error_event: Callable[[OrtServeError], bytes],
-    ) -> AsyncIterator[bytes]:
-        """A streamed answer's body: ``events``, then the scope finishes when the stream ends,
-        fails (one last ``error_event``: the head is already out), or the client leaves
-        (the connection closes this iterator; the generation is cancelled)."""
+        events: AsyncIterator[_T],
+        error_event: Callable[[OrtServeError], _T],
+    ) -> AsyncIterator[_T]:
+        """A streamed answer: ``events`` (an HTTP body's pieces, a gRPC stream's messages),
+        then the scope finishes when the stream ends, fails (one last ``error_event``: the
+        head is already out), or the client leaves (the connection closes this iterator, or
+        the call's task is cancelled; the generation is cancelled)."""
+        grpc = scope.transport == "grpc"
         error: OrtServeError | None = None
-        status: int = 200
+        status: int | str = "OK" if grpc else 200
         try:
             async for piece in events:
                 yield piece
-        except GeneratorExit:
-            status = CLIENT_CLOSED
+        except (GeneratorExit, asyncio.CancelledError):
+            status = "CANCELLED" if grpc else CLIENT_CLOSED
             raise
         except Exception as exc:
             error = settle(exc, scope)
+            status = error.grpc_code if grpc else error.http_status
             yield error_event(error)
         finally:
             with contextlib.suppress(Exception):
                 await events.aclose()  # type: ignore[attr-defined]
             if scope.trace is not None:
                 scope.inferred(scope.version or "")
-            self.finish(scope, error, status if error is None else error.http_status)
+            self.finish(scope, error, status)
 
     # -- pipelines -----------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ drops it at its next step and its keys and values are freed.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
+import functools
+from collections.abc import AsyncIterator, Mapping
 
 import numpy as np
 import orjson
@@ -31,6 +31,7 @@ from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import decode_infer_request
 from ortserve.protocol.openai_sampling import sampling_params
 from ortserve.protocol.tensors import TensorLimits
+from ortserve.server.deferred import attempt
 from ortserve.server.exchange import Exchange
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.telemetry import RequestScope
@@ -83,10 +84,7 @@ class GenerationStreams:
     def serves(self, request: pb.ModelInferRequest) -> bool:
         """Whether the request's model generates text (an unknown model is not: the OIP path
         answers its error)."""
-        try:
-            served = self._exchange.dataplane.resolve(request.model_name, request.model_version or None)
-        except OrtServeError:
-            return False
+        served = attempt(self._exchange.dataplane.resolve, request.model_name, request.model_version or None)
         return isinstance(served, LlmVersion)
 
     async def answer(self, request: pb.ModelInferRequest, call: GrpcCall) -> None:
@@ -96,43 +94,26 @@ class GenerationStreams:
         scope = exchange.begin(
             "grpc", request.model_name, request.model_version or None, None, _traceparent(exchange, call)
         )
-        try:
-            tenant = None if exchange.gate is None else exchange.admit(call.metadata_value, generation=True)
-            llm, stream, streamed = self._start(scope, request, call, tenant)
-        except Exception as exc:
-            call.write(_error_response(request, self._failed(scope, exc).message))
+        started = exchange.attempt(scope, self._start, scope, request, call)
+        if isinstance(started, OrtServeError):
+            call.write(_error_response(request, started.message))
             return
-        error: OrtServeError | None = None
-        status = "OK"
-        try:
-            if streamed:
-                async for event in stream.events():
-                    call.write(_response(request, llm, stream, event.text, event))
-            else:
-                whole = await stream.collect()
-                call.write(_response(request, llm, stream, whole.text, whole))
-        except asyncio.CancelledError:  # the client left: events() cancelled the sequence
-            status = "CANCELLED"
-            raise
-        except Exception as exc:
-            error = exchange.settle(scope, exc)
-            status = error.grpc_code
-            call.write(_error_response(request, error.message))
-        finally:
-            if scope.trace is not None:
-                scope.inferred(scope.version or "")
-            exchange.finish(scope, error, status)
+        llm, stream, streamed = started
+        messages = _messages(request, llm, stream, streamed)
+        async for message in exchange.stream(scope, messages, functools.partial(_error_of, request)):
+            call.write(message)
 
     def _start(
-        self, scope: RequestScope, request: pb.ModelInferRequest, call: GrpcCall, tenant: str | None
+        self, scope: RequestScope, request: pb.ModelInferRequest, call: GrpcCall
     ) -> tuple[LlmVersion, GenerationStream, bool]:
-        """Decode, route to an LLM version, queue the generation (``tenant``: the one the
-        Exchange admitted, charged its tokens when the scope finishes).
+        """Admit the tenant, decode, route to an LLM version, queue the generation (the tenant
+        is charged its tokens when the scope finishes).
 
         Raises:
-            InvalidInput, ModelNotFound, ModelNotReady, Overloaded.
+            Unauthenticated, InvalidInput, ModelNotFound, ModelNotReady, Overloaded.
         """
         exchange = self._exchange
+        tenant = None if exchange.gate is None else exchange.admit(call.metadata_value, generation=True)
         decoded = decode_infer_request(request, self._limits, exchange.dataplane.shared_memory)
         scope.identify(decoded)
         sample = scope.sample
@@ -147,11 +128,6 @@ class GenerationStreams:
         stream = llm.generate(llm.tokenizer.encode(text), params, salt)
         exchange.started(scope, tenant, llm, (stream,))
         return llm, stream, streamed
-
-    def _failed(self, scope: RequestScope, exc: Exception) -> OrtServeError:
-        error = self._exchange.settle(scope, exc)
-        self._exchange.finish(scope, error, error.grpc_code)
-        return error
 
 
 def generation_fields(request: InferRequest) -> tuple[str, dict[str, object], bool]:
@@ -264,6 +240,23 @@ def _response(
         parameters["completion_tokens"].int64_param = stream.completion_tokens
         parameters["cached_tokens"].int64_param = stream.cached_tokens
     return pb.ModelStreamInferResponse(infer_response=answer)
+
+
+async def _messages(
+    request: pb.ModelInferRequest, llm: LlmVersion, stream: GenerationStream, streamed: bool
+) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    """A response per step, or one with the whole text; a client that leaves cancels the
+    sequence (``events()`` does, as it is closed)."""
+    if streamed:
+        async for event in stream.events():
+            yield _response(request, llm, stream, event.text, event)
+    else:
+        whole = await stream.collect()
+        yield _response(request, llm, stream, whole.text, whole)
+
+
+def _error_of(request: pb.ModelInferRequest, error: OrtServeError) -> pb.ModelStreamInferResponse:
+    return _error_response(request, error.message)
 
 
 def _error_response(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -114,12 +114,13 @@ async def _collect(llm: LlmVersion, stream: GenerationStream) -> _Choice:
 
 
 async def _collect_all(llm: LlmVersion, streams: list[GenerationStream], n: int) -> list[_Choice]:
+    done: list[_Choice] | None = None
     try:
         done = await asyncio.gather(*(_collect(llm, s) for s in streams))
-    except BaseException:
-        for stream in streams:
-            stream.sequence.cancel()
-        raise
+    finally:
+        if done is None:  # one choice failed, or the client left: the others are withdrawn
+            for stream in streams:
+                stream.sequence.cancel()
     if len(done) > n:
         done = sorted(done, key=lambda c: c.score, reverse=True)[:n]
     return done
