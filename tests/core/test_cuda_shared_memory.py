@@ -326,3 +326,16 @@ def test_cuda_shared_memory_with_several_workers_is_refused(tmp_path: Path) -> N
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
     assert "--cuda-shared-memory-regions" in result.output and "--workers above 1" in result.output
+
+
+def test_off_the_server_keeps_the_plain_system_registry_and_answers_how_to_turn_it_on() -> None:
+    from ortserve.core.cuda_shared_memory import shared_memory_registry
+    from ortserve.core.shared_memory import SharedMemoryRegistry
+
+    off = shared_memory_registry(4, 0)
+    assert type(off) is SharedMemoryRegistry  # nothing added to a request's path
+    assert isinstance(shared_memory_registry(0, 2), SharedMemoryRegions)
+    status = cuda_shared_memory_rpcs(lambda: off)["CudaSharedMemoryStatus"].unary
+    assert status is not None
+    with pytest.raises(NotImplementedByServer, match="--cuda-shared-memory-regions"):
+        status(pb.CudaSharedMemoryStatusRequest(), None)  # type: ignore[arg-type]

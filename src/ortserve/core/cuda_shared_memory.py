@@ -23,7 +23,9 @@ or write outside memory it exported. A region unregistered while a copy is in fl
 when the copy ends. The CUDA runtime is loaded on the first registration (no dependency
 otherwise); without one every call answers 501 with the reason.
 
-System and CUDA regions share one namespace (:class:`SharedMemoryRegions`), as in Triton.
+System and CUDA regions share one namespace (:class:`SharedMemoryRegions`), as in Triton. With
+CUDA shared memory off (the default) the server keeps the plain system registry
+(:func:`shared_memory_registry`), so nothing is added to a request's path.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "CudaWindow",
     "SharedMemoryRegions",
     "decode_raw_handle",
+    "shared_memory_registry",
 ]
 
 CUDA_OFF: Final = "CUDA shared memory is off; start the server with --cuda-shared-memory-regions N"
@@ -396,3 +399,11 @@ class SharedMemoryRegions(SharedMemoryRegistry):
     def close(self) -> None:
         super().close()
         self.cuda.close()
+
+
+def shared_memory_registry(max_regions: int, max_cuda_regions: int) -> SharedMemoryRegistry:
+    """The server's registry: system and CUDA regions when CUDA shared memory is on, else the
+    system registry alone (the transports then answer CUDA calls 501 with :data:`CUDA_OFF`)."""
+    if max_cuda_regions > 0:
+        return SharedMemoryRegions(max_regions, max_cuda_regions)
+    return SharedMemoryRegistry(max_regions)

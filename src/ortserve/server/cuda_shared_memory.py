@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ortserve.core.cuda_shared_memory import CudaSharedMemoryRegistry, SharedMemoryRegions
-from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED, SharedMemoryRegistry
+from ortserve.core.cuda_shared_memory import CUDA_OFF, CudaSharedMemoryRegistry, SharedMemoryRegions
+from ortserve.core.shared_memory import SharedMemoryRegistry
 from ortserve.errors import NotImplementedByServer
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.server.grpc.call import GrpcCall
@@ -24,8 +24,8 @@ def cuda_shared_memory_rpcs(registry: Callable[[], SharedMemoryRegistry]) -> dic
 
     def cuda() -> CudaSharedMemoryRegistry:
         regions = registry()
-        if not isinstance(regions, SharedMemoryRegions):
-            raise NotImplementedByServer(CUDA_NOT_SUPPORTED)
+        if not isinstance(regions, SharedMemoryRegions):  # the server keeps this one when CUDA is off
+            raise NotImplementedByServer(CUDA_OFF)
         regions.cuda.ready()
         return regions.cuda
 

@@ -18,7 +18,7 @@ from ortserve import __version__
 from ortserve.capture import Capture, CaptureCollector
 from ortserve.capture_redaction import load_redactor
 from ortserve.core.cpus import usable_cpus
-from ortserve.core.cuda_shared_memory import SharedMemoryRegions
+from ortserve.core.cuda_shared_memory import SharedMemoryRegions, shared_memory_registry
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
 from ortserve.llm.stats import LlmCollector
@@ -115,13 +115,13 @@ class Server:
         )
         self.telemetry = self.observability.telemetry
         self.manager.forgotten.append(self.telemetry.forget)
-        shared_memory = SharedMemoryRegions(
+        shared_memory = shared_memory_registry(
             settings.shared_memory_regions, settings.cuda_shared_memory_regions
         )
         extensions: tuple[str, ...] = EXTENSIONS
         if shared_memory.enabled:
             extensions = (*extensions, SHARED_MEMORY_EXTENSION)
-        if shared_memory.cuda.enabled:
+        if isinstance(shared_memory, SharedMemoryRegions):
             extensions = (*extensions, "cuda_shared_memory")
         self.dataplane = DataPlane(
             self.registry, ServerMetadata("ortserve", __version__, extensions), shared_memory

@@ -16,12 +16,13 @@ import functools
 import orjson
 
 from ortserve.core.cuda_shared_memory import (
+    CUDA_OFF,
     CudaRegionStatus,
     CudaSharedMemoryRegistry,
     SharedMemoryRegions,
     decode_raw_handle,
 )
-from ortserve.core.shared_memory import CUDA_NOT_SUPPORTED, RegionStatus, SharedMemoryRegistry
+from ortserve.core.shared_memory import RegionStatus, SharedMemoryRegistry
 from ortserve.errors import InvalidInput, ModelNotFound, NotImplementedByServer
 from ortserve.protocol.http_codec import parse_json_body
 from ortserve.server.http.app import HttpApp
@@ -106,8 +107,8 @@ def _cuda(registry: SharedMemoryRegistry, request: HttpRequest, parts: list[str]
     target = _target(request, parts)
     if isinstance(target, HttpResponse):
         return target
-    if not isinstance(registry, SharedMemoryRegions):
-        raise NotImplementedByServer(CUDA_NOT_SUPPORTED)
+    if not isinstance(registry, SharedMemoryRegions):  # the server keeps this one when CUDA is off
+        raise NotImplementedByServer(CUDA_OFF)
     cuda = registry.cuda
     cuda.ready()  # 501 with the reason before the body is looked at
     action, name = target
