@@ -268,6 +268,12 @@ def _cudashm(args: argparse.Namespace) -> int:
         handle = base64.b64encode(client.handle(pointer)).decode()
         config = f"providers: [{CUDA}]\n" if _has_cuda() else ""
         with _server({"doubling": config}, ["--cuda-shared-memory-regions", "4"]) as server:
+            try:
+                import tritonclient.http as triton
+            except ImportError:
+                triton = None
+            if triton is not None:  # Triton's own client: its register body and infer parameters
+                return _cudashm_tritonclient(triton, server, client, pointer, handle, x)
             status, _ = _post(
                 server,
                 "/v2/cudasharedmemory/region/r/register",
@@ -287,6 +293,29 @@ def _cudashm(args: argparse.Namespace) -> int:
             return 0 if status == 200 and right and gone == 200 else WRONG
     finally:
         client.free(pointer)
+
+
+def _cudashm_tritonclient(
+    triton: Any, server: Any, client: _ClientCuda, pointer: int, handle: str, x: Any
+) -> int:
+    size = x.nbytes
+    http = triton.InferenceServerClient(server.http_address)
+    http.register_cuda_shared_memory("r", handle.encode(), 0, 2 * size)
+    status = http.get_cuda_shared_memory_status()
+    given = triton.InferInput("x", [2, 4], "FP32")
+    given.set_shared_memory("r", size)
+    wanted = triton.InferRequestedOutput("y", binary_data=True)
+    wanted.set_shared_memory("r", size, offset=size)
+    result = http.infer("doubling", [given], outputs=[wanted])
+    out = np.empty_like(x)
+    client.copy(out.ctypes.data, pointer + size, size, 2)
+    http.unregister_cuda_shared_memory("r")
+    right = np.array_equal(out, 2 * x) and "data" not in result.get_output("y")
+    listed = [r["name"] for r in status] == ["r"]
+    print(
+        f"| device 0, tritonclient.http | 200, listed {'yes' if listed else 'NO'} | 200, {'right' if right else 'WRONG'} | 200 |"
+    )
+    return 0 if right and listed else WRONG
 
 
 def main() -> int:
