@@ -107,3 +107,11 @@ def test_serve_starts_with_the_collector_off_until_the_heap_is_frozen() -> None:
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_the_supervisor_of_workers_does_not_import_onnxruntime() -> None:
+    # Its zygote defers ONNX Runtime (the import starts a thread, and a fork copies one):
+    # imported in the supervisor, every --workers N start failed ("already imported").
+    probe = "import sys, ortserve.supervisor.supervisor; print('onnxruntime' in sys.modules)"
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "False", completed.stderr[-3000:]

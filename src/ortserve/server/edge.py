@@ -9,10 +9,12 @@ floor).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from ortserve.core.dataplane import DataPlane
 from ortserve.errors import ModelNotReady, OrtServeError, Overloaded
+
+if TYPE_CHECKING:
+    from ortserve.core.dataplane import DataPlane  # the supervisor imports this, not ONNX Runtime
 
 __all__ = ["EncodedRefusals", "edge_verdict"]
 

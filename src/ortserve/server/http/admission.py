@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from ortserve.core.dataplane import DataPlane
 from ortserve.errors import OrtServeError
 from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.http.errors import error_response
@@ -24,6 +24,9 @@ from ortserve.server.http.wire import CannedResponse, canned
 from ortserve.server.read_lag import ReadLag, read_lag_of
 from ortserve.telemetry import Telemetry, echoable_id
 from ortserve.tenancy.gate import TenantGate
+
+if TYPE_CHECKING:
+    from ortserve.core.dataplane import DataPlane  # the supervisor imports this, not ONNX Runtime
 
 __all__ = ["EarlyRefusal", "infer_target"]
 
