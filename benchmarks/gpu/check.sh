@@ -12,7 +12,7 @@
 #   1. conv net and 2-layer encoder on CPU / CUDA / TensorRT FP32, FP16, INT8 (with a calibration
 #      table written by ortserve's tool) at batch 1/8/32, IOBinding off and on, each answer
 #      compared with the CPU's (benchmarks/gpu/check_models.py);
-#   2. the CUDA-marked tests (tests/core/test_binding_cuda.py);
+#   2. the CUDA-marked tests (tests/core/test_binding_cuda.py, test_cuda_ipc_cuda.py, tests/llm/test_device_kv_cuda.py);
 #   3. the LLM's tokens/s: host pool on CPU, device pool on cpu OrtValues, device pool on CUDA
 #      (check_device.py llm);
 #   4. the fallback drill of docs/resilience.md: a fault injected at L0 (the CUDA session), L2
@@ -93,14 +93,15 @@ timeout 240 "$py" benchmarks/gpu/check_models.py "${models[@]}" \
 worst "${PIPESTATUS[0]}"
 
 echo "## 2. CUDA-marked tests" | tee -a "$out/table.md"
-if "$py" -c 'import pytest, hypothesis' 2>/dev/null; then
-  timeout 60 "$py" -m pytest -q -p no:cacheprovider -m cuda tests/core/test_binding_cuda.py >"$out/pytest.txt" 2>&1
+if [ "$full" -eq 1 ] && "$py" -c 'import pytest, hypothesis, pytest_asyncio' 2>/dev/null; then
+  timeout 60 "$py" -m pytest -q -rs -p no:cacheprovider -m cuda tests/core/test_binding_cuda.py \
+    tests/core/test_cuda_ipc_cuda.py tests/llm/test_device_kv_cuda.py >"$out/pytest.txt" 2>&1
   code=$?
   tail -3 "$out/pytest.txt" | tee -a "$out/table.md"
   if [ "$code" -ne 0 ]; then worst 1; fi
   if grep -q skipped "$out/pytest.txt"; then worst 2; fi
 else
-  echo "pytest or hypothesis not importable: CUDA tests NOT RUN" | tee -a "$out/table.md"; worst 2
+  echo "pytest, hypothesis, pytest-asyncio or ortserve's dependencies not importable: CUDA tests NOT RUN" | tee -a "$out/table.md"; worst 2
 fi
 
 step=3
