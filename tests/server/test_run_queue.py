@@ -85,10 +85,23 @@ def test_every_readable_connection_waits_at_most_one_budget_of_handlers() -> Non
     for _ in range(30):
         before = clock.now
         loop.iterate(lambda: reads_at.append(clock.now))
-        # An iteration's handler work: the budget plus at most the one request that crossed it.
+        # An iteration's handler work: the budget plus at most the one request that crossed it
+        # (the reads here take no time, so the budget stays the least one).
         assert clock.now - before < 0.002 + 0.0007 + 1e-12
     gaps = [b - a for a, b in itertools.pairwise(reads_at)]
     assert max(gaps) < 0.0027 and queue.waiting == 0
+
+
+def test_a_turn_runs_as_long_as_the_reads_before_it_so_reading_cannot_starve_the_admitted() -> None:
+    queue, loop, clock, log = make(budget_s=0.002)
+    for number in range(40):
+        queue.defer(Request(f"r{number}", 0.001, clock, log))
+    loop.iterate(lambda: setattr(clock, "now", clock.now + 0.010))  # 2 ms run, then 10 ms of reads
+    assert len(log) == 2
+    loop.iterate()  # the next turn gets the 10 ms the reads took
+    assert len(log) == 12
+    loop.iterate()  # no reads in between: back to the least budget
+    assert len(log) == 14
 
 
 def test_a_request_longer_than_the_budget_still_runs_one_per_turn() -> None:

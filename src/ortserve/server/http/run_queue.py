@@ -7,11 +7,15 @@ the sum of every admitted request read in it, and a connection readable late in 
 iteration waited through all of them before it was read (or refused). Here the connection
 leaves the request on its own queue and hands itself to the loop's :class:`RunQueue`; the
 queue runs the waiting connections from one callback scheduled with ``call_soon``, which the
-loop calls after the current iteration's reads, and stops after ``budget_s`` of handler
-work: whatever is left runs in the next iteration, after that iteration's reads. So every
-iteration is at most the reads and refusals it finds plus one budget of handlers, and a
-connection that becomes readable waits at most one budget of handlers before it is read
-(and, under overload, refused from its first bytes).
+loop calls after the current iteration's reads, and stops after its budget of handler work:
+whatever is left runs in the next iteration, after that iteration's reads. The budget is the
+longer of ``budget_s`` (2 ms) and the stretch since the previous turn (the reads and
+refusals in between): under overload the loop alternates equal stretches of reading and
+running, so a connection that becomes readable waits at most as long again as the reads
+before it (and, under overload, is refused from its first bytes), and the admitted requests
+still get half the loop. A fixed 2 ms starved them: with every iteration reading hundreds of
+connections, the requests waiting for a turn grew without bound, unseen by admission (small_mlp,
+1,600 connections at 4x: every request timed out, where running them inline answered some).
 
 A connection's verdict was taken when its head was read; by the time it runs, the handlers
 before it in the same turn may have filled the queue, so it is asked again before its body
@@ -36,7 +40,7 @@ from typing import Protocol
 __all__ = ["DEFAULT_BUDGET_S", "RunQueue", "Runnable", "run_queue_of", "run_queues"]
 
 DEFAULT_BUDGET_S = 0.002
-"""Handler work per loop iteration before the loop reads again. A heavy_mlp JSON request is
+"""The least handler work per loop iteration before the loop reads again. A heavy_mlp JSON request is
 decoded and submitted in about 50-100 us, so 2 ms is 20-40 of them: enough to fill a batch
 per iteration, short against the 20 ms a refusal may take."""
 
@@ -54,8 +58,9 @@ class RunQueue:
 
     Args:
         loop: the loop whose iterations are bounded.
-        budget_s: handler time per turn; the turn stops at the first request that ends past it
-            (at least one request runs per turn).
+        budget_s: the least handler time per turn (a turn may run as long as the reads before
+            it took); the turn stops at the first request that ends past its budget (at least
+            one request runs per turn).
         clock: the precise clock (tests pass their own).
     """
 
@@ -67,6 +72,7 @@ class RunQueue:
         "_clock",
         "_loop",
         "_scheduled",
+        "_since",
         "_waiting",
         "accept_burst_max",
         "accepts",
@@ -88,6 +94,7 @@ class RunQueue:
         self._clock = clock
         self._waiting: deque[Runnable] = deque()
         self._scheduled = False
+        self._since = 0.0  # the end of the previous turn that left work, or the first deferral since
         self.ran = 0
         """Requests run after the reads, over the loop's life."""
         self.turns = 0
@@ -125,12 +132,13 @@ class RunQueue:
         self._waiting.append(connection)
         if not self._scheduled:
             self._scheduled = True
+            self._since = self._clock()
             self._loop.call_soon(self._turn)
 
     def _turn(self) -> None:
         waiting, clock = self._waiting, self._clock
         started = clock()
-        ends = started + self._budget_s
+        ends = started + max(self._budget_s, started - self._since)  # as long as the reads, at least
         ran = 0
         now = started
         while waiting:
@@ -145,6 +153,7 @@ class RunQueue:
             self.turn_max_s = now - started
         if waiting:  # the rest after the next iteration's reads
             self.carried += 1
+            self._since = now
             self._loop.call_soon(self._turn)
         else:
             self._scheduled = False
