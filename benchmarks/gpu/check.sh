@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: one prepared script for a machine lent with an NVIDIA GPU (the device tool), under
-# 8 minutes in all (each step has its own timeout: 30+240+60+60+45+45 s), that never changes the
+# 8 minutes in all (each step has its own timeout: 60+200+60+60+45+45 s = 7 min 50 s), that never changes the
 # device's settings (no nvidia-smi -pm/-ac/-lgc/-r, no MIG change, no reset; nvidia-smi is only
 # asked to list).
 #
@@ -57,7 +57,7 @@ else
 fi
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-  timeout 30 "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  timeout 60 "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "check.sh: installing the carried wheels failed"; exit 2; }
   export PYTHONPATH=/tmp/site
 fi
@@ -88,7 +88,7 @@ small=()
 echo "## 1. models on every provider (IOBinding off / on)" | tee -a "$out/table.md"
 if [ "$dry" -eq 1 ]; then models=(--small --runs 2 --batches 1,8); else models=(--runs 20 --batches 1,8,32); fi
 if [ "$full" -eq 1 ]; then models+=(--providers cpu,cuda,trt,trt-fp16,trt-int8); else models+=(--providers cpu,cuda,trt,trt-fp16); worst 2; fi
-timeout 240 "$py" benchmarks/gpu/check_models.py "${models[@]}" \
+timeout 200 "$py" benchmarks/gpu/check_models.py "${models[@]}" \
   --out "$out/check.json" 2>&1 | tee -a "$out/table.md"
 worst "${PIPESTATUS[0]}"
 
