@@ -169,3 +169,34 @@ def test_cuda_graph_is_read_from_the_cuda_providers_options() -> None:
     assert cuda_graph_enabled(Session({"CUDAExecutionProvider": {"enable_cuda_graph": "1"}}))
     assert not cuda_graph_enabled(Session({"CUDAExecutionProvider": {"enable_cuda_graph": "0"}}))
     assert not cuda_graph_enabled(Session({"CPUExecutionProvider": {}}))
+
+
+def test_the_llm_config_knob_puts_cuda_graphs_into_the_cuda_providers_options() -> None:
+    from ortserve.config.llm import LlmConfig
+    from ortserve.core.session import SessionPlan
+    from ortserve.llm.device_kv import with_cuda_graph
+
+    plan = SessionPlan(
+        providers=(("CUDAExecutionProvider", {"device_id": "1"}), ("CPUExecutionProvider", {})),
+        missing=(),
+        intra_op_threads=1,
+        inter_op_threads=1,
+        cpu_affinity=None,
+        optimization_level="all",
+    )
+    assert LlmConfig().enable_cuda_graph is False and with_cuda_graph(plan, False) is plan
+    assert with_cuda_graph(plan, LlmConfig(enable_cuda_graph=True).enable_cuda_graph).providers == (
+        ("CUDAExecutionProvider", {"enable_cuda_graph": "1", "device_id": "1"}),
+        ("CPUExecutionProvider", {}),
+    )
+    explicit = SessionPlan(
+        providers=(("CUDAExecutionProvider", {"enable_cuda_graph": "0"}),),
+        missing=(),
+        intra_op_threads=1,
+        inter_op_threads=1,
+        cpu_affinity=None,
+        optimization_level="all",
+    )
+    assert with_cuda_graph(explicit, True).providers[0][1] == {
+        "enable_cuda_graph": "0"
+    }  # the model's own wins

@@ -41,6 +41,9 @@ class LlmConfig(BaseModel):
     """A request that could not get its first token within this long is refused at once (429)."""
     kv_pool_bytes: Annotated[int, Field(ge=1 << 20)] = 1 << 30
     """Keys and values of running sequences at most; beyond, the newest are preempted."""
+    enable_cuda_graph: bool = False
+    """CUDA sessions: decode steps captured as CUDA graphs, one per row count (the keys and values
+    pool is then allocated whole at the first request; limits in docs/device.md)."""
     cache_salt_header: Annotated[str, Field(min_length=1, max_length=64)] | None = "authorization"
     """Prefix-cache salt by tenant: requests whose value of this header differ never share a
     cached prefix nor learn of one through ``cached_tokens`` (null: only the ``cache_salt``

@@ -14,7 +14,8 @@ The same code runs on ``cpu`` OrtValues with host ``memmove`` s (tests/llm/test_
 checks its greedy tokens against the host pool's); the server takes this path only when the
 LLM session's first provider is CUDA (or TensorRT).
 
-CUDA graphs (``enable_cuda_graph`` in the CUDA provider's options): ONNX Runtime replays a
+CUDA graphs (``llm.enable_cuda_graph: true`` in the model's config, or ``enable_cuda_graph`` in
+the CUDA provider's options): ONNX Runtime replays a
 captured graph only when every input and output is bound at the same address with the same
 shape as at capture. With ``fixed_shapes`` the pool is allocated once at its full size (never
 reallocated, so addresses hold), the mask is padded to the pool's capacity (its width is then
@@ -26,6 +27,7 @@ docs/device.md for the limits.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,11 +37,19 @@ import numpy.typing as npt
 
 from ortserve.core.binding import DeviceSpec
 from ortserve.core.cuda_ipc import HostMemory, MemoryOps
+from ortserve.core.session import SessionPlan
 from ortserve.llm.kv_backend import DecoderSession, KvFull
 from ortserve.llm.kv_pool import KvPool
 from ortserve.llm.sequence import Sequence
 
-__all__ = ["DeviceKvPool", "DevicePooledBackend", "cuda_graph_enabled", "device_backend", "memory_for"]
+__all__ = [
+    "DeviceKvPool",
+    "DevicePooledBackend",
+    "cuda_graph_enabled",
+    "device_backend",
+    "memory_for",
+    "with_cuda_graph",
+]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -398,3 +408,15 @@ def device_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> 
     if device is None:
         return None
     return DevicePooledBackend(decoder, max_len, budget_bytes, device, cuda_graph=cuda_graph_enabled(session))
+
+
+def with_cuda_graph(plan: SessionPlan, enabled: bool) -> SessionPlan:
+    """The plan with ``enable_cuda_graph`` in the CUDA provider's options when the LLM config
+    asks for it (``llm.enable_cuda_graph``); an option the model's own provider list sets wins."""
+    if not enabled:
+        return plan
+    providers = tuple(
+        (name, {"enable_cuda_graph": "1", **options} if name == "CUDAExecutionProvider" else options)
+        for name, options in plan.providers
+    )
+    return dataclasses.replace(plan, providers=providers)

@@ -16,6 +16,7 @@ import onnxruntime as ort
 from ortserve.config.model import ModelConfig
 from ortserve.core.model_files import ModelFiles
 from ortserve.core.session import build_session, plan_session
+from ortserve.llm.device_kv import with_cuda_graph
 from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
 from ortserve.llm.layout import LlmFiles, check_graph, read_llm_files
 from ortserve.llm.prefix_cache import PrefixCache
@@ -63,6 +64,7 @@ def _prepare(
     else:
         files, tokenizer = _read_verified(verified)
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
+    plan = with_cuda_graph(plan, config.llm.enable_cuda_graph)  # into the CUDA provider's options
     session = build_session(path, plan, files=None if verified is None else verified.model)
     layout = check_graph(files, _signature(session.get_inputs()), _signature(session.get_outputs()))
     return _Prepared(files, DecoderSession(session, layout), tokenizer, tuple(session.get_providers()))
