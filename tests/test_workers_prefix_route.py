@@ -205,6 +205,7 @@ def test_a_request_whose_prefix_another_worker_holds_is_answered_by_it(tmp_path:
     else:
         assert response.chunks == [b'{"answered":"by one"}'] and (b"x-extra", b"7") in response.headers
     assert all(name not in (b"content-length", b"transfer-encoding") for name, _ in response.headers)
+    assert (b"x-ortserve-prefix-worker", b"1") in response.headers
     directory.close()
     holder_table.close()
 

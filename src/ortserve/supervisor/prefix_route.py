@@ -14,8 +14,8 @@ worker has served is one this worker has served too, or nobody has served any, i
 the request itself (a new conversation stays where the kernel put it: the load stays
 balanced); otherwise it forwards the request over the holder's private Unix socket, marked
 with the launch's token so the holder answers it itself, and relays the answer, streamed or
-whole. The holder checks the request's credentials and limits as for any client (the headers
-go along).
+whole, with the holder's index in ``x-ortserve-prefix-worker``. The holder checks the
+request's credentials and limits as for any client (the headers go along).
 
 What is hashed is what every turn of a conversation starts with, seeded with the model, the
 ``cache_salt`` and the API key (``authorization``, which the prefix cache salts by): for chat,
@@ -50,6 +50,7 @@ from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
 
 __all__ = [
+    "FORWARDED_HEADER",
     "ROUTED_PATHS",
     "PrefixDirectory",
     "PrefixRouter",
@@ -68,6 +69,8 @@ MAX_BLOCKS = 1 << 16
 """Blocks hashed at most (4 MiB of text): a longer prompt is routed by its first 4 MiB."""
 SLOTS = 1 << 15
 """Entries per worker's table (8 bytes each: 256 KiB)."""
+FORWARDED_HEADER = b"x-ortserve-prefix-worker"
+"""On an answer relayed from the worker holding the prompt's prefix: that worker's index."""
 _MAX_HEAD_BYTES = 64 * 1024
 _NOT_PASSED = {
     b"host",
@@ -282,6 +285,7 @@ class PrefixRouter:
         self.forwarded += 1
         content_type = headers.get(b"content-type", b"application/json")
         passed = [(n, v) for n, v in headers.items() if n not in _NOT_RETURNED]
+        passed.append((FORWARDED_HEADER, b"%d" % chosen))
         if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
             return HttpResponse(status, [], content_type, passed, stream=_relay(reader, writer))
         try:
