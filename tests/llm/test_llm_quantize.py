@@ -49,6 +49,43 @@ def test_matmulnbits_multiplies_by_the_dequantized_weights(bits: int, block: int
     assert error < (0.5 if bits == 4 else 0.04)
 
 
+@pytest.mark.parametrize(("bits", "level"), [(4, 0), (4, 4), (8, 0), (8, 4)])
+def test_symmetric_weights_have_no_zero_points_and_onnx_runtime_multiplies_by_them(
+    bits: int, level: int
+) -> None:
+    rng = np.random.default_rng(bits * 10 + level)
+    weight = rng.standard_normal((256, 40)).astype(np.float32)
+    weight[:32, 0] = 0.0  # an all-zero block: scale 0, every code the middle one
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    model, _ = quantize_matmuls(_matmul_model(weight), bits, 32, symmetric=True, accuracy_level=level)
+    node = model.graph.node[0]
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert len(node.input) == 3 and attributes["accuracy_level"] == level
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = x @ dequantize(weight, bits, 32, symmetric=True)
+    # level 4 rounds the activations to int8 per block too: about 1% of a product's size
+    tolerance = 1e-3 if level == 0 else 0.05 * np.abs(x).max() * np.abs(weight).max() * 16
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-3, atol=tolerance)
+
+
+def test_symmetric_rounding_is_ggmls_q4_0_and_q8_0() -> None:
+    """Hand-worked blocks: Q4_0's scale is the signed value of largest magnitude over -8 and
+    its codes trunc(x/scale + 8.5); Q8_0's scale is the largest magnitude over 127, codes
+    rounded half away from zero; scales are stored as float16."""
+    block = np.zeros((32, 1), np.float32)
+    block[:4, 0] = [-2.0, 1.0, 0.25, 0.5]  # largest magnitude -2.0: Q4_0 scale 0.25
+    q4 = dequantize(block, 4, 32, symmetric=True)[:4, 0]
+    # codes: trunc(-2/0.25 + 8.5) = 0 -> -8 * 0.25; trunc(4 + 8.5) = 12 -> 1.0; 9 -> 0.25; 10 -> 0.5
+    np.testing.assert_array_equal(q4, [-2.0, 1.0, 0.25, 0.5])
+    block[:4, 0] = [1.27, 0.005, -0.015, 0.0]  # Q8_0 scale 0.01 (float16: 0.010002136)
+    q8 = dequantize(block, 8, 32, symmetric=True)[:4, 0]
+    scale = float(np.float16(np.float32(1.27) / np.float32(127)))
+    # 0.005 / 0.01 = 0.5 rounds away from zero to 1, -1.5 to -2 (round-half-even would give 0, -2)
+    np.testing.assert_allclose(q8, [127 * scale, scale, -2 * scale, 0.0], rtol=1e-6)
+    with pytest.raises(ConfigError, match="accuracy_level"):
+        quantize_matmuls(_matmul_model(np.ones((64, 8), np.float32)), 4, 32, accuracy_level=5)
+
+
 def test_bad_bits_and_block_sizes_are_refused() -> None:
     weight = np.ones((64, 8), np.float32)
     with pytest.raises(ConfigError, match="int4 or int8"):
