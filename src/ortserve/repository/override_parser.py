@@ -53,6 +53,7 @@ _LOG_LINE = 2000
 _MAX_LOG_LINES = 20
 _FILE_WORDS = ("path", "dir", "file")
 _LONG_STRING = 4096
+_NICE = 10
 _REFUSAL_CHARS = 2000
 """A refusal lists every invalid value (pydantic): 5,000 of them made a 100 KB message."""
 
@@ -334,6 +335,8 @@ def main() -> None:
     """The child's entry: answers go out on a private copy of stdout, and whatever else would
     be printed goes to stderr, so no stray print can break a frame."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # On the server's CPU (it inherits the server's affinity) a parse must yield to the loop.
+    os.nice(_NICE)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     serve(sys.stdin.buffer, answers)
