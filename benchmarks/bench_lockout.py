@@ -14,9 +14,17 @@ measure the server). Once all are held, new clients probe the server for ``--pro
 each on a new connection: HTTP ``GET /v2/health/ready`` and gRPC
 ``grpc.health.v1.Health/Check``. Reported: how many were answered (200 / SERVING), the
 latency percentiles of every probe (a refusal counts at the time it took), and the server's
-CPU share while probed.
+CPU share while probed. Where the time goes: each HTTP probe's connect and answer are timed
+apart (a connect past ~1 s is a SYN the kernel dropped: the accept queue), and every 100 ms
+a sampler reads the server's CPU time, how long its loop thread was runnable but waiting for
+a CPU (``/proc/PID/task/PID/schedstat``), CPU 0's busy time and the kernel's accept-queue
+counters (system-wide); each probe over 500 ms is listed beside those figures and the
+attacker's closes and re-opens in the seconds it waited. ``--server-nice -10`` is the
+control experiment (the server's loop no longer waits behind the other processes on its CPU);
+``--py-spy PATH`` profiles the server while it is probed.
 
     python benchmarks/bench_lockout.py --old-src /tmp/old/src
+    python benchmarks/bench_lockout.py --old-src src --variants new [--new-src /tmp/head/src] [--server-nice -10]
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ import resource
 import selectors
 import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
@@ -110,7 +120,7 @@ def hold(
     host: str,
     targets: list[tuple[int, bytes]],
     opened: mp.Queue[tuple[int, int]],
-    reopened: mp.Queue[tuple[int, int]],
+    reopened: mp.Queue[tuple[int, int, dict[int, list[int]]]],
     stop: Event,
 ) -> None:
     """In a child process: open and stall one connection per target, report, then keep them
@@ -129,6 +139,8 @@ def hold(
     closed: list[tuple[int, bytes]] = []
     count = restalled = 0
     next_reopen = time.monotonic() + 0.5
+    # Per whole second (monotonic): connections the server closed, re-opened, calls re-opened.
+    timeline: dict[int, list[int]] = {}
     while not stop.is_set():
         for key, _ in selector.select(timeout=0.1):
             sock = key.fileobj
@@ -140,35 +152,49 @@ def hold(
             except OSError:
                 data = b""
             target, client = key.data
+            second = timeline.setdefault(int(time.monotonic()), [0, 0, 0])
             if not data:
                 selector.unregister(sock)
                 sock.close()
                 closed.append(target)
+                second[0] += 1
             elif client is not None:
                 more, opened = restall(client, data)
                 if more:
                     with contextlib.suppress(OSError):
                         sock.send(more)
                 restalled += opened
+                second[2] += opened
         if closed and time.monotonic() >= next_reopen:
             for target in closed:
                 held = stall(host, *target)
                 if held is not None:
                     selector.register(held[0], selectors.EVENT_READ, (target, held[1]))
                     count += 1
+                    timeline.setdefault(int(time.monotonic()), [0, 0, 0])[1] += 1
             closed = []
             next_reopen = time.monotonic() + 0.5
-    reopened.put((count, restalled))
+    reopened.put((count, restalled, timeline))
     for key in list(selector.get_map().values()):
         key.fileobj.close()  # type: ignore[union-attr]
 
 
+PHASES: list[tuple[float, float]] = []
+"""Each HTTP probe's (connect, answer) milliseconds, in order: a connect past ~1 s is a SYN
+the kernel dropped and the client sent again (the accept queue), a slow answer is the loop."""
+
+
 def http_probe(server: ServerProcess) -> bool:
     connection = http.client.HTTPConnection(server.host, server.http_port, timeout=10)
+    started = time.perf_counter()
+    connected = started
     try:
+        connection.connect()
+        connected = time.perf_counter()
         connection.request("GET", "/v2/health/ready")
         return connection.getresponse().status == 200
     finally:
+        PHASES.append(((connected - started) * 1000, (time.perf_counter() - connected) * 1000))
         connection.close()
 
 
@@ -183,21 +209,91 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(call: Callable[[], bool]) -> tuple[bool, float]:
+Probe = tuple[bool, float, float]
+"""(answered, milliseconds, when it began: monotonic seconds)."""
+_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop", "SyncookiesSent")
+
+
+def tcp_counters() -> dict[str, int]:
+    """The kernel's accept-queue counters (TcpExt of /proc/net/netstat)."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:]))
+            return {name: int(table.get(name, 0)) for name in _COUNTERS}
+    return {}
+
+
+class Sampler(threading.Thread):
+    """Every 100 ms: the server's CPU seconds and the kernel's accept-queue counters, so a slow
+    probe can be put beside what the server and the kernel did while it waited."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float, dict[str, int]]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.1):
+            with contextlib.suppress(OSError):
+                counters: dict[str, int] = {
+                    **tcp_counters(),
+                    "server_waited_ns": run_queue_ns(self.pid),
+                    "probe_waited_ns": run_queue_ns(os.getpid()),
+                    "cpu0_busy_ticks": cpu0_busy_ticks(),
+                }
+                self.samples.append((time.monotonic(), cpu_seconds(self.pid), counters))
+
+    def window(self, begin: float, end: float) -> dict[str, object]:
+        """From ``begin`` to ``end``: the server's CPU share, the share of the time its loop
+        thread and the probing thread were ready to run but waited for a CPU (schedstat), and
+        the accept-queue counters' growth."""
+        inside = [s for s in self.samples if begin - 0.1 <= s[0] <= end + 0.1]
+        if len(inside) < 2:
+            return {}
+        (t0, c0, k0), (t1, c1, k1) = inside[0], inside[-1]
+        span = max(t1 - t0, 1e-3)
+        grown = {name: k1[name] - k0.get(name, 0) for name in k1}
+        return {
+            "server_cpu_share": round((c1 - c0) / span, 2),
+            "server_loop_waiting_for_cpu_share": round(grown.pop("server_waited_ns") / 1e9 / span, 2),
+            "probe_waiting_for_cpu_share": round(grown.pop("probe_waited_ns") / 1e9 / span, 2),
+            "cpu0_busy_share": round(grown.pop("cpu0_busy_ticks") / os.sysconf("SC_CLK_TCK") / span, 2),
+            **{name: n for name, n in grown.items() if n},
+        }
+
+
+def cpu0_busy_ticks() -> int:
+    """Clock ticks CPU 0 (the server's) has spent on anything but idle and I/O wait."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu0 "):
+            ticks = [int(x) for x in line.split()[1:]]
+            return sum(ticks) - ticks[3] - ticks[4]
+    return 0
+
+
+def run_queue_ns(pid: int) -> int:
+    """Nanoseconds the main thread of ``pid`` has spent runnable but waiting for a CPU."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1])
+
+
+def timed(call: Callable[[], bool]) -> Probe:
+    began = time.monotonic()
     started = time.perf_counter()
     try:
         ok = call()
     except Exception:
         ok = False
-    return ok, (time.perf_counter() - started) * 1000
+    return ok, (time.perf_counter() - started) * 1000, began
 
 
-def summary(results: list[tuple[bool, float]]) -> dict[str, object]:
-    times = sorted(ms for _, ms in results)
-    slow = [(i, round(ms)) for i, (_, ms) in enumerate(results) if ms > 500]
+def summary(results: list[Probe]) -> dict[str, object]:
+    times = sorted(ms for _, ms, _ in results)
+    slow = [(i, round(ms)) for i, (_, ms, _) in enumerate(results) if ms > 500]
     return {
         "slow_probes": slow[:20],  # (index, ms): when, in the run, the tail happened
-        "answered": sum(ok for ok, _ in results),
+        "answered": sum(ok for ok, _, _ in results),
         "of": len(results),
         "p50_ms": round(statistics.median(times), 2),
         "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 2),
@@ -205,30 +301,62 @@ def summary(results: list[tuple[bool, float]]) -> dict[str, object]:
     }
 
 
-def probe(server: ServerProcess, seconds: float) -> tuple[list[tuple[bool, float]], list[tuple[bool, float]]]:
-    """New clients, one every 50 ms, alternating HTTP and gRPC, for ``seconds``."""
+def probe(
+    server: ServerProcess, seconds: float
+) -> tuple[list[Probe], list[Probe], list[tuple[float, float]]]:
+    """New clients, one every 50 ms, alternating HTTP and gRPC, for ``seconds``; and each HTTP
+    probe's (connect, answer) milliseconds."""
     http_results, grpc_results = [], []
+    PHASES.clear()
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         http_results.append(timed(lambda: http_probe(server)))
         time.sleep(0.05)
         grpc_results.append(timed(lambda: grpc_probe(server)))
         time.sleep(0.05)
-    return http_results, grpc_results
+    return http_results, grpc_results, list(PHASES)
 
 
-def scene(server: ServerProcess, stalled: int, http_share: float, seconds: float) -> dict[str, object]:
+def where_time_went(
+    http_results: list[Probe],
+    grpc_results: list[Probe],
+    phases: list[tuple[float, float]],
+    sampler: Sampler,
+    timeline: dict[int, list[int]],
+) -> list[dict[str, object]]:
+    """Every probe over 500 ms beside what happened while it waited: its phases (HTTP), the
+    server's CPU share, the accept-queue counters' growth, the attacker's closes/re-opens."""
+    slow: list[dict[str, object]] = []
+    for kind, results in (("http", http_results), ("grpc", grpc_results)):
+        for index, (ok, ms, began) in enumerate(results):
+            if ms <= 500:
+                continue
+            row: dict[str, object] = {"probe": kind, "index": index, "ms": round(ms), "answered": ok}
+            if kind == "http" and index < len(phases):
+                row["connect_ms"], row["answer_ms"] = (round(x) for x in phases[index])
+            row.update(sampler.window(began, began + ms / 1000))
+            seconds = range(int(began) - 1, int(began + ms / 1000) + 1)
+            row["attacker_closed_reopened_calls"] = [timeline.get(t, [0, 0, 0]) for t in seconds]
+            slow.append(row)
+    return slow
+
+
+def scene(
+    server: ServerProcess, stalled: int, http_share: float, seconds: float, py_spy: str | None = None
+) -> dict[str, object]:
     http_every = round(1 / http_share) if http_share > 0 else 0
     targets = [
         (server.http_port, HTTP_STALL) if http_every and i % http_every == 0 else (server.grpc_port, GRPC)
         for i in range(stalled)
     ]
-    quiet_http, quiet_grpc = probe(server, 10.0)  # the same probes with no attack: the noise floor
+    quiet_http, quiet_grpc, _ = probe(server, 10.0)  # the same probes with no attack: the noise floor
     opened: mp.Queue[tuple[int, int]] = mp.Queue()
-    reopened: mp.Queue[tuple[int, int]] = mp.Queue()
+    reopened: mp.Queue[tuple[int, int, dict[int, list[int]]]] = mp.Queue()
     stop = mp.Event()
     shares = [targets[start : start + PER_PROCESS] for start in range(0, stalled, PER_PROCESS)]
     holders = [mp.Process(target=hold, args=(server.host, share, opened, reopened, stop)) for share in shares]
+    sampler = Sampler(server.process.pid)
+    sampler.start()
     started = time.perf_counter()
     for holder in holders:
         holder.start()
@@ -236,13 +364,39 @@ def scene(server: ServerProcess, stalled: int, http_share: float, seconds: float
     open_s = time.perf_counter() - started
     time.sleep(2.0)
     cpu_before, wall_before = cpu_seconds(server.process.pid), time.monotonic()
-    http_results, grpc_results = probe(server, seconds)
+    counters_before = tcp_counters()
+    profiler = None
+    if py_spy:  # where the server's CPU goes while probed (collapsed stacks, idle excluded)
+        out = OUT / f"lockout-profile-{server.process.pid}.txt"
+        profiler = subprocess.Popen(
+            [
+                *(py_spy, "record", "-p", str(server.process.pid), "-d", str(int(seconds))),
+                *("-r", "200", "-f", "raw", "-o", str(out), "--nonblocking"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    http_results, grpc_results, phases = probe(server, seconds)
+    if profiler is not None:
+        profiler.wait(60)
     server_cpu = (cpu_seconds(server.process.pid) - cpu_before) / (time.monotonic() - wall_before)
+    counters = {name: value - counters_before[name] for name, value in tcp_counters().items()}
+    whole = sampler.window(wall_before, time.monotonic())
     load = os.getloadavg()[0]
     stop.set()
     again = [reopened.get(timeout=60) for _ in holders]
     for holder in holders:
         holder.join()
+    sampler.done.set()
+    sampler.join()
+    timeline: dict[int, list[int]] = {}
+    for _, _, seconds_seen in again:
+        for second, numbers in seconds_seen.items():
+            merged = timeline.setdefault(second, [0, 0, 0])
+            for i, n in enumerate(numbers):
+                merged[i] += n
+    connects = sorted(c for c, _ in phases)
+    answers = sorted(a for _, a in phases)
     return {
         "stalled": sum(n for n, _ in counts),
         "connect_failures": sum(f for _, f in counts),
@@ -250,11 +404,16 @@ def scene(server: ServerProcess, stalled: int, http_share: float, seconds: float
         "open_s": round(open_s, 2),
         "server_cpu_share": round(server_cpu, 2),
         "load_average_1m": round(load, 1),
-        "reopened_by_attacker": sum(n for n, _ in again),
-        "calls_reopened_by_attacker": sum(n for _, n in again),
+        "reopened_by_attacker": sum(n for n, _, _ in again),
+        "calls_reopened_by_attacker": sum(n for _, n, _ in again),
+        "accept_queue_counters_while_probed": counters,
+        "while_probed": whole,
         "http": summary(http_results),
+        "http_connect_p99_ms": round(connects[min(len(connects) - 1, int(len(connects) * 0.99))], 1),
+        "http_answer_p99_ms": round(answers[min(len(answers) - 1, int(len(answers) * 0.99))], 1),
         "grpc": summary(grpc_results),
         "no_attack": {"http": summary(quiet_http), "grpc": summary(quiet_grpc)},
+        "slow_probes_explained": where_time_went(http_results, grpc_results, phases, sampler, timeline),
     }
 
 
@@ -265,6 +424,17 @@ def main() -> None:
     parser.add_argument("--http-share", type=float, default=0.2)
     parser.add_argument("--probe-seconds", type=float, default=30.0)
     parser.add_argument("--variants", default="old,new")
+    parser.add_argument("--py-spy", help="py-spy's path: profile the server while it is probed")
+    parser.add_argument(
+        "--server-nice",
+        type=int,
+        default=0,
+        help="the server's loop thread's nice value (a control experiment: below 0, the other "
+        "processes sharing its CPU wait for it, not it for them)",
+    )
+    parser.add_argument(
+        "--new-src", type=Path, help="src/ of the tree measured as new (default: this checkout's)"
+    )
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # raised as far as allowed; inherited
@@ -273,13 +443,18 @@ def main() -> None:
     repository = OUT / "lockout-models"  # small_mlp alone: readiness needs a model
     (repository / "small_mlp" / "1").mkdir(parents=True, exist_ok=True)
     onnx.save(build_mlp(*DEMO_MODELS["small_mlp"], "small_mlp"), str(repository / "small_mlp/1/model.onnx"))
-    variants = {"old": {"PYTHONPATH": str(args.old_src.resolve())}, "new": {}}
+    variants = {
+        "old": {"PYTHONPATH": str(args.old_src.resolve())},
+        "new": {"PYTHONPATH": str(args.new_src.resolve())} if args.new_src else {},
+    }
     results: dict[str, dict[str, object]] = {}
     for name in args.variants.split(","):
         log = OUT / f"lockout-{name}.log"
         extra = ["--log-level", "WARNING", "--max-connections", str(args.stalled)]
         with run_server(repository, log, extra, env=variants[name], pin_cpu=0) as server:
-            results[name] = scene(server, args.stalled, args.http_share, args.probe_seconds)
+            if args.server_nice:
+                os.setpriority(os.PRIO_PROCESS, server.process.pid, args.server_nice)
+            results[name] = scene(server, args.stalled, args.http_share, args.probe_seconds, args.py_spy)
         print(name, json.dumps(results[name]), flush=True)
     result = {**machine_stamp(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results}
     (OUT / "lockout.json").write_text(json.dumps(result, indent=2))
