@@ -9,7 +9,9 @@ kernel picks the worker. Then each follow-up is repeated ``--repeats`` times on 
 connections: the answers relayed from the other worker (``x-ortserve-prefix-worker``) against
 those answered where they landed give the forward's cost, on TTFT and on the inter-token
 latency of a streamed answer (``--tokens`` tokens). ``--workers 1`` is run too, as the
-reference of a follow-up with no worker to choose.
+reference of a follow-up with no worker to choose. First, the forward's CPU cost in one
+process: the router relaying a holder's 128-event stream over a Unix socket, against asking
+the holder directly, for answers of 1 and 128 events (``--hop-only``: that alone).
 
 Usage: ``python benchmarks/bench_workers_prefix.py [--conversations 8] [--repeats 6]``;
 writes benchmarks/out/workers_prefix.json.
@@ -132,6 +134,75 @@ async def conversations(
     }
 
 
+async def hop_cost(requests: int, tokens: int) -> dict[str, float]:
+    """The forward's own cost, in one process: a router (worker 0) relays ``requests`` streamed
+    answers of ``tokens`` SSE events from a holder (worker 1) on a Unix socket, against the
+    same holder asked directly; microseconds per request and per relayed event."""
+    from ortserve.server.http.messages import HttpRequest, HttpResponse
+    from ortserve.supervisor.prefix_route import PrefixDirectory, PrefixRouter, prefix_hashes
+
+    folder = Path(tempfile.mkdtemp())
+    body = orjson.dumps({"model": MODEL, "prompt": list(range(3, 515)), "stream": True})
+    event = b'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" the"}]}\n\n'
+
+    async def holder(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        for _ in range(tokens):
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(holder, str(folder / "worker-1.sock"))
+    PrefixDirectory(folder, 1, 2).record(prefix_hashes("/v1/completions", body))
+    router = PrefixRouter(PrefixDirectory(folder, 0, 2), lambda i: folder / f"worker-{i}.sock", "t")
+
+    async def local(request: HttpRequest) -> HttpResponse:
+        raise AssertionError("the holder answers")
+
+    handler = router.wrap("/v1/completions", local)
+
+    async def direct() -> None:
+        reader, writer = await asyncio.open_unix_connection(str(folder / "worker-1.sock"))
+        writer.write(b"POST / HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        while await reader.read(1 << 16):
+            pass
+        writer.close()
+
+    async def relayed() -> None:
+        response = await handler(HttpRequest("POST", "/v1/completions", "", {}, body))
+        assert response.stream is not None
+        async for _ in response.stream:
+            pass
+
+    figures = {}
+    for name, call in (
+        ("direct", direct),
+        ("relayed", relayed),
+        ("direct_again", direct),
+        ("relayed_again", relayed),
+    ):
+        started = time.process_time()
+        for _ in range(requests):
+            await call()
+        figures[name] = (time.process_time() - started) / requests * 1e6
+    server.close()
+    extra = (figures["relayed"] + figures["relayed_again"] - figures["direct"] - figures["direct_again"]) / 2
+    return {
+        "cpu_us_per_request_direct": round((figures["direct"] + figures["direct_again"]) / 2, 1),
+        "cpu_us_per_request_relayed": round((figures["relayed"] + figures["relayed_again"]) / 2, 1),
+        "forward_cpu_us_per_request": round(extra, 1),
+        "forward_cpu_us_per_event": round(extra / tokens, 2),
+        "forwarded": router.forwarded,
+    }
+
+
 def wait_all_ready(server: ServerProcess, timeout_s: float = 120.0) -> None:
     """Until the supervisor's merged model state says ready (every worker has the model)."""
     deadline = time.monotonic() + timeout_s
@@ -160,8 +231,14 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--hop-only", action="store_true", help="only the in-process forward cost")
     args = parser.parse_args()
     summary: dict[str, object] = {"machine": machine_stamp()}
+    for events in (1, 128):
+        summary[f"hop_cost_{events}_events"] = hop = asyncio.run(hop_cost(300, events))
+        print(f"forward cost in process, {events} events: {json.dumps(hop)}", flush=True)
+    if args.hop_only:
+        return
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         build_model(root / "models" / MODEL)
