@@ -125,10 +125,11 @@ class KvPool:
         if self.bytes_for(wanted_slots, _round_up(self.max_len, _GRANULE)) <= self.budget_bytes:
             wanted_cap = _round_up(self.max_len, _GRANULE)
         if self.bytes_for(wanted_slots, wanted_cap) > self.budget_bytes:
-            wanted_slots, wanted_cap = (
-                slots,
-                min(_round_up(capacity, _GRANULE), _round_up(self.max_len, _GRANULE)),
-            )
+            wanted_cap = min(_round_up(capacity, _GRANULE), _round_up(self.max_len, _GRANULE))
+            # As many slots as the budget holds (not one more at a time: past half the budget,
+            # every admission copied the whole pool, seconds each on a busy core).
+            most = self.budget_bytes // max(self.bytes_for(1, wanted_cap), 1)
+            wanted_slots = max(slots, min(wanted_slots, most))
         if self.bytes_for(wanted_slots, wanted_cap) > self.budget_bytes:
             raise KvFull(
                 f"{rows} rows of {length} tokens need {self.bytes_for(wanted_slots, wanted_cap)} bytes "
