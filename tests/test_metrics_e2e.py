@@ -80,7 +80,9 @@ def traffic_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         for rows in ROW_SIZES:
             assert post(infer, infer_body(rows)) == 200
         assert post(infer, infer_body(1, width=3)) == 400
-        assert post(infer, infer_body(1, timeout=1)) == 504  # 1 µs: refused at admission, unmeetable
+        assert (
+            post(infer, infer_body(1, timeout=1)) == 504
+        )  # 1 µs: refused at admission, unmeetable (outcome "deadline")
         assert post(f"{server.http_url}/v2/models/small_mlp/versions/9/infer", infer_body(1)) == 404
         with ThreadPoolExecutor(CONCURRENT) as pool:
             statuses = list(pool.map(lambda _: post(infer, infer_body(1)), range(CONCURRENT)))
@@ -95,12 +97,12 @@ def metrics_url(server: ServerProcess) -> str:
 def test_request_counters_show_each_outcome_exactly(traffic_server: ServerProcess) -> None:
     found = scrape(metrics_url(traffic_server))
     successes = len(ROW_SIZES) + CONCURRENT
-    expected = {"success": successes, "invalid": 1, "overloaded": 1, "deadline": 0, "internal": 0}
+    expected = {"success": successes, "invalid": 1, "overloaded": 0, "deadline": 1, "internal": 0}
     for outcome, count in expected.items():
         assert found[key("ortserve_requests_total", transport="http", outcome=outcome, **SMALL)] == count
     unknown = key("ortserve_requests_total", model="", version="", transport="http", outcome="invalid")
     assert found[unknown] == 1  # an unknown version never becomes a label of its own
-    assert found[key("ortserve_scheduler_rejections_total", reason="overloaded", **SMALL)] == 1
+    assert found[key("ortserve_scheduler_rejections_total", reason="deadline", **SMALL)] == 1
 
 
 def test_latency_histogram_buckets_add_up(traffic_server: ServerProcess) -> None:
