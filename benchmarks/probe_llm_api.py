@@ -8,11 +8,15 @@ Markdown table row: "yes", or the 400's message when the server refuses it by na
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
 from ortserve.testing import ServerProcess, run_server
@@ -112,6 +116,46 @@ def _json_schema(server: ServerProcess) -> str:
     return "yes (answer parses and validates)" if set(value) == {"name", "n"} else "no"
 
 
+def _json_object(server: ServerProcess) -> str:
+    answer = _json(server, "/v1/chat/completions", {**_CHAT, "max_tokens": 40, "temperature": 1.0, "seed": 2,
+                                                     "response_format": {"type": "json_object"}})  # fmt: skip
+    choice = _choices(answer)[0]
+    if choice["finish_reason"] == "length":
+        return "yes (cut by max_tokens: finish_reason length)"
+    value = json.loads(str(choice["message"]["content"]))  # type: ignore[index]
+    return "yes (answer parses as an object)" if isinstance(value, dict) else "no"
+
+
+def _template(server: ServerProcess) -> str:
+    """The ``templated`` copy of the demo LM renders ``tools`` and a ``chat_template_kwargs``
+    variable: the rendered prompt (``/tokenize`` + ``/detokenize``) shows both."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    body: Answer = {"model": _TEMPLATED, "messages": [{"role": "user", "content": "hi"}], "tools": [tool],
+            "chat_template_kwargs": {"mood": "sunny"}}  # fmt: skip
+    tokens = _json(server, "/tokenize", body)["tokens"]
+    text = str(_json(server, "/detokenize", {"model": _TEMPLATED, "tokens": tokens})["prompt"])
+    squeezed = text.replace(" ", "")  # the demo's tiny tokenizer detokenizes with spaces between pieces
+    ok = "tools:get_weather" in squeezed and "moodsunny" in squeezed
+    return "yes (`tools` and `chat_template_kwargs` reach the Jinja2 template)" if ok else f"no ({text!r})"
+
+
+def _grpc_stream(server: ServerProcess) -> str:
+    request = service_pb2.ModelInferRequest(model_name=DEMO_LLM_NAME, id="probe")
+    tensor = request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    tensor.contents.bytes_contents.append(_PROMPT.encode())
+    request.parameters["max_tokens"].int64_param = 8
+    with grpc.insecure_channel(f"{server.host}:{server.grpc_port}") as channel:
+        answers = list(
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), timeout=60)
+        )
+    finals = [a.infer_response.parameters["triton_final_response"].bool_param for a in answers]
+    if any(a.error_message for a in answers) or finals[-1:] != [True] or len(answers) < 2:
+        return f"no ({len(answers)} responses, final flags {finals})"
+    return (
+        f"yes (`ModelStreamInfer`: {len(answers)} responses for 8 tokens, the last `triton_final_response`)"
+    )
+
+
 def _tools(server: ServerProcess) -> str:
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
             "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"],
@@ -146,17 +190,36 @@ _PROBES: list[tuple[str, Callable[[ServerProcess], str]]] = [
     ("`n=2`", _n),
     ("`logit_bias`", _logit_bias),
     ("`min_p`, `repetition_penalty`, `presence_penalty`, `frequency_penalty`", _penalties),
+    ("`response_format` `json_object`", _json_object),
     ("`response_format` `json_schema`", _json_schema),
     ("`tools` + `tool_choice`", _tools),
     ("`POST /v1/responses`", _responses),
+    ("chat template: `tools`, `chat_template_kwargs` passed in", _template),
+    ("token streaming over gRPC", _grpc_stream),
     ("an unknown field", _unknown),
 ]
+
+
+_TEMPLATED = "templated"
+
+
+def _write_templated(models: Path) -> None:
+    """A copy of the demo LM whose chat template renders the tools and a ``mood`` variable."""
+    shutil.copytree(models / DEMO_LLM_NAME, models / _TEMPLATED)
+    config_path = models / _TEMPLATED / "1" / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = (
+        "{% if tools %}tools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}{% endif %}"
+        "{% if mood %}mood {{ mood }} {% endif %}" + config["chat_template"]
+    )
+    config_path.write_text(json.dumps(config))
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         write_demo_llm(root / "models")
+        _write_templated(root / "models")
         with run_server(root / "models", root / "server.log", ["--intra-op-threads", "1"]) as server:
             print("| feature | ortserve |\n|---|---|")
             for name, probe in _PROBES:
