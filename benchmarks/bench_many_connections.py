@@ -53,10 +53,14 @@ REFUSALS = ("429", "503", "1008", "1014")  # HTTP, and gRPC RESOURCE_EXHAUSTED /
 
 
 def scrape(server: ServerProcess) -> dict[str, float]:
-    """The loop's counters and gauges, and the scheduler's rejections, summed."""
+    """The loop's counters and gauges, and the scheduler's rejections, summed (empty when the
+    overloaded server does not answer the scrape in time: its figures are then missing)."""
     url = f"http://{server.host}:{server.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
     found: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("ortserve_loop_") or line.startswith("ortserve_scheduler_rejections_total"):
@@ -68,6 +72,8 @@ def scrape(server: ServerProcess) -> dict[str, float]:
 
 def loop_figures(after: dict[str, float], before: dict[str, float], cpu_s: float) -> dict[str, float]:
     """The loop's work over one point (maxima are since the previous scrape)."""
+    if not after or not before:
+        return {}
     d = {k: after[k] - before.get(k, 0.0) for k in after}
     heads = d.get("ortserve_loop_request_heads_total", 0.0)
     samples = d.get("ortserve_loop_lag_samples_total", 0.0) or 1.0
@@ -146,6 +152,7 @@ def one_round(root: Path, logs: Path, env: dict[str, str] | None, args: argparse
                 conns, streams = (4, 16) if transport == "grpc" else (64, 1)
                 capacity = point(server, model, transport, 0, conns, streams, args.seconds)
                 entry: dict = {"capacity": capacity}
+                progress(result | {f"{model}/{transport}": entry})
                 print(f"  {model} {transport} capacity: {capacity['goodput']:.0f}/s, "
                       f"p99 {capacity['admitted_p99_ms']} ms, load {capacity['load_average_1m']}", flush=True)  # fmt: skip
                 shapes = [(c, 1) for c in args.connections]
@@ -173,17 +180,24 @@ def one_round(root: Path, logs: Path, env: dict[str, str] | None, args: argparse
                             f"    {model} {transport} {connections}x{per} {multiple}x: {line(row, capacity)}",
                             flush=True,
                         )
+                        progress(result | {f"{model}/{transport}": entry})
                 result[f"{model}/{transport}"] = entry
     return result
 
 
+def progress(partial: dict) -> None:
+    """The round so far, kept in case a later point fails."""
+    OUT.mkdir(exist_ok=True)
+    (OUT / "many_connections_partial.json").write_text(json.dumps(partial, indent=2, default=str))
+
+
 def line(row: dict, capacity: dict) -> str:
-    loop = row["loop"]
+    loop = row["loop"] or {}
     return (
         f"goodput {row['of_capacity']} (bound {row['bound']}, r {row['r']}), "
         f"admitted p99 {row['admitted_p99_ms']} ms (2x cap {2 * (capacity['admitted_p99_ms'] or 0):.0f}), "
         f"429 p99 {row['refused_p99_ms']} ms, timeouts {row['timeouts']}, load {row['load_average_1m']}, "
-        f"lag {loop['lag_mean_ms']}/{loop['lag_max_ms']} ms, cpu/head {loop['cpu_us_per_head']} us, "
+        f"lag {loop.get('lag_mean_ms')}/{loop.get('lag_max_ms')} ms, cpu/head {loop.get('cpu_us_per_head')} us, "
         f"turn max {loop.get('turn_max_ms')} ms over-budget {loop.get('turns_over_budget')}, "
         f"accept burst {loop.get('accept_burst_max')}, write pauses {loop.get('write_pauses')}"
     )
@@ -211,7 +225,7 @@ def medians(rounds: list[dict]) -> dict:
                 values = [v for v in values if v is not None]
                 cell[figure] = round(statistics.median(values), 3) if values else None
             for figure in LOOP_KEYS:
-                values = [row["loop"].get(figure) for row in rows]
+                values = [(row["loop"] or {}).get(figure) for row in rows]
                 values = [v for v in values if v is not None]
                 cell[figure] = round(statistics.median(values), 3) if values else None
             cell["rounds"] = len(rows)
@@ -253,6 +267,46 @@ def plot(table: dict, path: Path) -> bool:
     return True
 
 
+def markdown(table: dict) -> str:
+    """The medians as a RESULTS.md table: one row per point."""
+    rows = [
+        "| point | goodput / cap. (bound) | r | admitted p50 / p99 ms (2x cap. p99) | 429 p99 ms | timeouts "
+        "| load | loop lag mean / max ms | turn max ms (over budget) | CPU us / head | accept burst |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    capacity_p99: dict[str, float] = {}
+    for key, cell in table.items():
+        if key.endswith("/capacity"):
+            capacity_p99[key.rsplit("/", 1)[0]] = cell["admitted_p99_ms"] or 0.0
+
+    def fmt(value: object, digits: int = 0) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.{digits}f}"
+        return str(value)
+
+    for key, cell in table.items():
+        model_transport = "/".join(key.split("/")[:2])
+        if key.endswith("/capacity"):
+            rows.append(
+                f"| {key} | {fmt(cell['goodput'])}/s | | {fmt(cell['admitted_p50_ms'])} / "
+                f"{fmt(cell['admitted_p99_ms'])} | | {fmt(cell['timeouts'])} | {fmt(cell['load_average_1m'], 1)} "
+                f"| {fmt(cell['lag_mean_ms'], 1)} / {fmt(cell['lag_max_ms'])} | | {fmt(cell['cpu_us_per_head'])} | |"
+            )
+            continue
+        rows.append(
+            f"| {key} | {fmt(cell['of_capacity'], 2)} ({fmt(cell['bound'], 2)}) | {fmt(cell['r'], 3)} "
+            f"| {fmt(cell['admitted_p50_ms'])} / {fmt(cell['admitted_p99_ms'])} "
+            f"({fmt(2 * capacity_p99.get(model_transport, 0.0))}) | {fmt(cell['refused_p99_ms'])} "
+            f"| {fmt(cell['timeouts'])} | {fmt(cell['load_average_1m'], 1)} "
+            f"| {fmt(cell['lag_mean_ms'], 1)} / {fmt(cell['lag_max_ms'])} "
+            f"| {fmt(cell['turn_max_ms'])} ({fmt(cell['turns_over_budget'])}) "
+            f"| {fmt(cell['cpu_us_per_head'])} | {fmt(cell['accept_burst_max'])} |"
+        )
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     split = lambda kind: lambda s: [kind(x) for x in s.split(",")]  # noqa: E731
@@ -268,7 +322,13 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path, help="src/ of an older checkout, measured alternately")
     parser.add_argument("--new-src", type=Path, help="src/ of the checkout to measure (default: this one)")
     parser.add_argument("--name", default="many_connections")
+    parser.add_argument("--table-from", type=Path, help="only print a written result's medians as markdown")
     args = parser.parse_args()
+    if args.table_from is not None:
+        written = json.loads(args.table_from.read_text())
+        for name, table in written["medians"].items():
+            print(f"{name}:\n{markdown(table)}\n")
+        return
     OUT.mkdir(exist_ok=True)
     new_env = (
         None if args.new_src is None else {"PYTHONPATH": str(args.new_src), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -296,6 +356,8 @@ def main() -> None:
     }
     (OUT / f"{args.name}.json").write_text(json.dumps(results, indent=2, default=str))
     plotted = plot(tables["new"], OUT / f"{args.name}.png")
+    for name, table in tables.items():
+        print(f"{name}:\n{markdown(table)}\n")
     print("wrote", OUT / f"{args.name}.json", "and the plot" if plotted else "(no matplotlib: no plot)")
 
 
