@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from click.testing import CliRunner
 
@@ -16,7 +17,7 @@ from ortserve.core.tensorrt import InputShape, int8_table, tensorrt_options
 from ortserve.quantization.tensorrt_int8 import TABLE_FILES, TABLE_NAME
 
 
-def _table(demo_repository: Path, tmp_path: Path) -> tuple[Path, Path]:
+def _table(demo_repository: Path, tmp_path: Path) -> tuple[Path, npt.NDArray[np.float32]]:
     root = tmp_path / "models"
     shutil.copytree(demo_repository / "small_mlp", root / "small_mlp")
     inputs = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)

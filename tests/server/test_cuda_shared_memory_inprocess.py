@@ -92,10 +92,10 @@ async def test_an_infer_reads_its_input_from_and_writes_its_output_into_a_cuda_r
     assert ("copy_to_host", (memory.ctypes.data, 16)) in fake.calls
     assert ("copy_from_host", (memory.ctypes.data + 32, 8)) in fake.calls
 
-    request["inputs"][0]["parameters"] = {**window, "shared_memory_offset": 56}  # type: ignore[index]
+    request["inputs"][0]["parameters"] = {**window, "shared_memory_offset": 56}
     status, answer = await _post(app, "/v2/models/tiny/infer", request)
     assert status == 400 and "exceeds the 64 bytes" in str(answer["error"])
-    request["inputs"][0]["parameters"] = {**window, "shared_memory_region": "nope"}  # type: ignore[index]
+    request["inputs"][0]["parameters"] = {**window, "shared_memory_region": "nope"}
     status, answer = await _post(app, "/v2/models/tiny/infer", request)
     assert status == 400 and "not registered" in str(answer["error"])
     assert (await _post(app, "/v2/cudasharedmemory/unregister", {}))[0] == 200
