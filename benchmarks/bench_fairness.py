@@ -7,6 +7,10 @@ tenant's p99 beside a flooding one.
    shares); tenancy on with two tenants alternating (``X-Tenant-Id``).
 2. ``fairness``: ``bench_tenants.py``'s quiet tenant (one request at a time) alone, then beside
    ``ortserve bench -c 32`` (tenant ``default``), with tenancy on (the same large quota).
+3. ``deep``: the quiet tenant on heavy_mlp beside ``ortserve bench -c 128`` on it, so batches of
+   the flood queue ahead; ``--instances 1 2`` runs it once per ``instances`` count (the sessions
+   share the server's one core; with two, the last free one is kept for the quiet tenant), and
+   reports the flood's answered requests per second beside the quiet tenant's latencies.
 
 Run old against new by pointing ``PYTHONPATH`` at the old tree's ``src`` (the server
 subprocesses inherit it), server on CPU 0, clients on CPU 1:
@@ -108,8 +112,37 @@ def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float,
     return float(p50), float(p99), len(latencies), refused
 
 
-def deep_flood(root: Path, model: str, width: int, connections: int, seconds: float) -> dict[str, float]:
-    """As ``bench_tenants.fairness``, with a flood deep enough to queue batches ahead (tenancy on)."""
+def _found(document: object, key: str) -> object:
+    """The first value of ``key`` anywhere in a JSON document (None: absent)."""
+    if isinstance(document, dict):
+        if key in document:
+            return document[key]
+        document = list(document.values())
+    if isinstance(document, list):
+        for item in document:
+            value = _found(item, key)
+            if value is not None:
+                return value
+    return None
+
+
+def _answered(result: object) -> float:
+    """The flood's 200s per second of its run."""
+    statuses = _found(result, "statuses")
+    elapsed = _found(result, "elapsed_s")
+    ok = statuses.get("200", 0) if isinstance(statuses, dict) else 0
+    return float(ok) / float(elapsed) if isinstance(elapsed, int | float) and elapsed else 0.0
+
+
+def deep_flood(
+    root: Path, model: str, width: int, connections: int, seconds: float, instances: int = 1
+) -> dict[str, float]:
+    """As ``bench_tenants.fairness``, with a flood deep enough to queue batches ahead (tenancy on);
+    ``instances``: the model's ``instances`` (sessions sharing the server's one core)."""
+    config = root / "models" / model / "config.yaml"
+    text = "".join(line for line in config.read_text().splitlines(True) if not line.startswith("instances:"))
+    config.write_text(text + f"instances: {instances}\n")
+    flood_out = root / "flood.json"
     args = ["--intra-op-threads", "1", "--tenant-quota", UNLIMITED]
     with run_server(root / "models", root / "server.log", args, pin_cpu=0) as server:
         quiet_p99(server.http_port, model, width, 1.0)  # warm
@@ -125,12 +158,18 @@ def deep_flood(root: Path, model: str, width: int, connections: int, seconds: fl
             "-c",
             str(connections),
         ]
-        command += ["-d", str(seconds + 3), "--warmup", "0.5", "--no-progress"]
+        command += ["-d", str(seconds + 3), "--warmup", "0.5", "--no-progress", "-o", str(flood_out)]
         flooding = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.5)
         shared = quiet_p99(server.http_port, model, width, seconds)
         flooding.wait()
+    flood_result = json.loads(flood_out.read_text())
     return {
+        "instances": instances,
+        "flood_sent_per_s": _found(flood_result, "achieved_rate"),  # refused ones too
+        "flood_answered_per_s": round(_answered(flood_result), 1),
+        "flood_statuses": _found(flood_result, "statuses"),
+        "flood_p50_latency_ms": _found(_found(flood_result, "latency_ms"), "p50"),
         "solo_p50_ms": round(solo[0], 2),
         "solo_p99_ms": round(solo[1], 2),
         "flood_p50_ms": round(shared[0], 2),
@@ -151,6 +190,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--instances", type=int, nargs="+", default=[1], help="deep: one run per count")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -159,8 +199,11 @@ def main() -> None:
             print(json.dumps(fairness(root, UNLIMITED, args.seconds), indent=2))
             return
         if args.part == "deep":
-            found = deep_flood(root, args.model, args.width, args.connections, args.seconds)
-            print(json.dumps(found, indent=2))
+            runs = [
+                deep_flood(root, args.model, args.width, args.connections, args.seconds, n)
+                for n in args.instances
+            ]
+            print(json.dumps({"load average": os.getloadavg(), "runs": runs}, indent=2))
             return
         os.sched_setaffinity(0, {0})
         import uvloop

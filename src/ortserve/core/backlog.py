@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ortserve.core.adaptive import ServiceMeter
@@ -12,7 +13,7 @@ from ortserve.core.admission import in_flight_capacity, wait_target
 from ortserve.core.batch import Pending, Run
 from ortserve.core.clock import TimerHandle
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.fairness import TenantShares
+from ortserve.core.fairness import ActiveTenants, TenantShares, tenant_key
 from ortserve.core.policy import SchedulingPolicy, StandingQueue
 from ortserve.errors import DeadlineExceeded, ModelNotReady, OrtServeError, Overloaded
 
@@ -48,6 +49,7 @@ class Backlog:
         "_cost_model",
         "_policy",
         "_standing",
+        "active",
         "busy",
         "busy_until",
         "changes",
@@ -93,6 +95,8 @@ class Backlog:
         :meth:`share_by_tenant`); None: tenancy off, or one tenant's work (``solo``) queued."""
         self.solo = ""
         """With tenancy on and no shares kept, the tenant whose work is queued (if any is)."""
+        self.active: ActiveTenants | None = None
+        """With tenancy on, the tenants seen lately and those running (see :class:`ActiveTenants`)."""
 
     def share_by_tenant(self) -> TenantShares:
         """Keep each tenant's share of the queue (a second tenant's request came); the requests
@@ -113,6 +117,10 @@ class Backlog:
         self.queued_rows += pending.rows
         if self.shares is not None:
             self.shares.add(pending)
+        if pending.tenant is not None:
+            if self.active is None:
+                self.active = ActiveTenants()
+            self.active.arrived(pending)
 
     def remove(self, pending: Pending) -> None:
         """Take a request off the books; its timer is cancelled on the loop."""
@@ -182,10 +190,13 @@ class Backlog:
             # timer resolution woke us a fraction early: re-arming would only spin.
             if wait_until > now and not timer_fired:
                 return [], wait_until
-            batch = self._take_batch(head, now)
+            kept = () if self.active is None else self.active.kept_from(now, self.busy, self.instances)
+            batch = self._take_batch(head, now, kept)
             if batch:
                 self.busy += 1
                 return batch, now
+            if kept:  # the last instance waits for a tenant with nothing running (or an end)
+                return [], math.inf
         return [], math.inf
 
     def _wait_until(self, head: Pending, now: float) -> float:
@@ -205,12 +216,13 @@ class Backlog:
             until = min(until, latest_start)
         return until
 
-    def _take_batch(self, head: Pending, now: float) -> list[Pending]:
+    def _take_batch(self, head: Pending, now: float, kept: Collection[str] = ()) -> list[Pending]:
         """The head request and the queued requests that fit beside it, in lane order.
 
         Requests whose deadline passed leave without running, and so do those that waited
         past the queue-wait target while the queue stands late (CoDel: running them only
-        makes everyone behind them late too).
+        makes everyone behind them late too). The ``kept`` tenants' requests wait (the last
+        free instance is kept for the others: :class:`ActiveTenants`).
         """
         max_rows = self._policy.max_batch_size
         target = wait_target(self._policy, self._cost_model, self.service.slowdown)
@@ -222,7 +234,9 @@ class Backlog:
         shed_before = now - target if shedding else -math.inf
         late_before = self._late_before(now)
         if self.shares is not None and self.shares.contended:
-            return self._take_fair(now, shed_before, late_before)
+            return self._take_fair(now, shed_before, late_before, kept)
+        if kept and tenant_key(head) in kept:  # one tenant's work queued, and it has a batch running
+            return []
         batch: list[Pending] = []
         rows = 0
         for lane in self.lanes:
@@ -260,7 +274,9 @@ class Backlog:
                 break
         return batch
 
-    def _take_fair(self, now: float, shed_before: float, late_before: float) -> list[Pending]:
+    def _take_fair(
+        self, now: float, shed_before: float, late_before: float, kept: Collection[str] = ()
+    ) -> list[Pending]:
         """:meth:`_take_batch` while two or more tenants have queued work: round-robin over
         the tenants (:meth:`TenantShares.take`), with the same requests leaving unrun."""
 
@@ -280,7 +296,7 @@ class Backlog:
             return False
 
         assert self.shares is not None
-        batch = self.shares.take(self._policy.max_batch_size, usable)
+        batch = self.shares.take(self._policy.max_batch_size, usable, kept)
         for pending in batch:
             self.remove(pending)
         return batch
@@ -327,6 +343,8 @@ class Backlog:
         self.busy_until.append(run.expected_end)
         self.running_requests += len(batch)
         self.running_rows += rows
+        if self.active is not None:
+            self.active.began(run, batch)
         return run, predicted if self._cost_model.fitted else math.inf
 
     def unbook(self, run: Run) -> None:
@@ -334,6 +352,8 @@ class Backlog:
         self.changes += 1
         self.busy -= 1
         self.busy_until.remove(run.expected_end)
+        if self.active is not None:
+            self.active.ended(run)
         self.running_requests -= len(run.batch)
         self.running_rows -= run.rows
 

@@ -12,7 +12,13 @@ behind all of it (FIFO). With them, while two or more tenants have queued work:
   refused (429 + Retry-After) while the others are under theirs, and a full queue makes room
   for a tenant under its share by pushing out the newest request of the tenant holding most;
 - the wait admission counts ahead of a tenant's request is what round-robin puts ahead of it
-  (its own queued rows, once per tenant), not the whole queue.
+  (its own queued rows, once per tenant), not the whole queue;
+- with two or more instances (``instance_group`` count), while two or more tenants have sent
+  requests within the last second, the last free instance is kept for the tenants with no
+  batch running (:class:`ActiveTenants`): a flood does not take every instance, so a quiet
+  tenant's request starts at once instead of waiting for a flood's batch to end. On one core
+  its run then shares the core with the flood's batch (the kernel favours the thread that
+  was asleep) instead of queueing behind it: see benchmarks/RESULTS.md, "quiet tenant".
 
 One tenant (or tenancy off: nothing is kept at all) keeps the FIFO path as it was. The books
 kept here are lazy like the lanes': a request that leaves is only marked (``Pending.live``)
@@ -24,11 +30,15 @@ Not locked itself: used under the scheduler's lock, like the :class:`Backlog` th
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from ortserve.core.batch import Pending
 
-__all__ = ["TenantShares", "tenant_key"]
+__all__ = ["ACTIVE_S", "ActiveTenants", "TenantShares", "tenant_key"]
+
+ACTIVE_S = 1.0
+"""A tenant that sent a request this recently is active: a client sending one request at a
+time, with gaps between them, still counts while it has nothing queued."""
 
 _UNNAMED = ""
 """The key of requests that name no tenant (a pipeline's own model calls)."""
@@ -130,17 +140,20 @@ class TenantShares:
         return None
 
     # -- taking batches --------------------------------------------------------------------
-    def take(self, max_rows: int, usable: Callable[[Pending], bool]) -> list[Pending]:
+    def take(
+        self, max_rows: int, usable: Callable[[Pending], bool], excluded: Collection[str] = ()
+    ) -> list[Pending]:
         """A batch taken round-robin: the first tenant's oldest request of the most urgent
         lane, then one request from each tenant in turn while the batch has room (the same
         input shapes, at most ``max_rows`` rows; 0: one request). ``usable`` says whether a
         live request may still run (else it has left the queue, dropped or removed); taken
-        requests are still to be removed by the caller."""
+        requests are still to be removed by the caller. The ``excluded`` tenants' requests
+        wait (see :class:`ActiveTenants`)."""
         batch: list[Pending] = []
         rows = 0
         signature: tuple[tuple[int, ...], ...] = ()
         for lane in self.lanes:
-            open_tenants = list(lane)
+            open_tenants = [t for t in lane if t not in excluded] if excluded else list(lane)
             while open_tenants and (not batch or (max_rows and rows < max_rows)):
                 still_open: list[str] = []
                 for tenant in open_tenants:
@@ -162,6 +175,53 @@ class TenantShares:
                         return batch
                 open_tenants = still_open
         return batch
+
+
+class ActiveTenants:
+    """Which tenants sent requests lately and which have batches running, to keep the last free
+    instance of a version with several for the tenants that have none running.
+
+    Kept only with tenancy on (a request named its tenant); under the scheduler's lock.
+    """
+
+    __slots__ = ("_runs", "running", "seen")
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        """Each tenant's latest arrival."""
+        self.running: dict[str, int] = {}
+        """Batches running that hold a request of the tenant; a tenant with none is not a key."""
+        self._runs: dict[int, tuple[str, ...]] = {}
+        """The tenants of each running batch, by ``id`` of its run."""
+
+    def arrived(self, pending: Pending) -> None:
+        self.seen[tenant_key(pending)] = pending.arrival
+        if len(self.seen) > 64:  # forget the long gone (a loop per 64 tenants' arrivals)
+            newest = max(self.seen.values())
+            self.seen = {t: at for t, at in self.seen.items() if at > newest - ACTIVE_S}
+
+    def began(self, run: object, batch: Iterable[Pending]) -> None:
+        tenants = tuple({tenant_key(p) for p in batch})
+        self._runs[id(run)] = tenants
+        for tenant in tenants:
+            self.running[tenant] = self.running.get(tenant, 0) + 1
+
+    def ended(self, run: object) -> None:
+        for tenant in self._runs.pop(id(run), ()):
+            left = self.running[tenant] - 1
+            if left:
+                self.running[tenant] = left
+            else:
+                del self.running[tenant]
+
+    def kept_from(self, now: float, busy: int, instances: int) -> Collection[str]:
+        """The tenants that may not take the next free instance: those with a batch running,
+        when it is the last one free and two or more tenants are active; else none."""
+        if instances < 2 or busy != instances - 1 or not self.running:
+            return ()
+        since = now - ACTIVE_S
+        active = sum(1 for at in self.seen.values() if at > since)
+        return self.running if active > 1 else ()
 
 
 def _front(queue: deque[Pending] | None, usable: Callable[[Pending], bool]) -> Pending | None:
