@@ -37,7 +37,12 @@ def _timeline(
     if not inside:
         return {}
     busy = sum(s[1] for s in inside)
+    # The machine's own noise: decode-only steps of the median width, one and the same work.
+    width = _pct([s[2] for s in inside], 0.5)
+    plain = [s[1] for s in inside if s[3] == 0 and s[2] == width]
     return {
+        "plain_steps": float(len(plain)),
+        "plain_step_p99_over_p50": _pct(plain, 0.99) / max(_pct(plain, 0.5), 1e-9),
         "steps": float(len(inside)),
         "busy_share": busy / (stop - start),
         "rows_median": float(_pct([s[2] for s in inside], 0.5)),
@@ -101,7 +106,16 @@ async def _run(
             "requests": float(len(traces)), "no_tokens": float(sum(1 for t in traces if t[1] is None)),
         }  # fmt: skip
 
+    engine = served.engine
+
+    def model_share(before: tuple[float, float]) -> dict[str, float]:
+        """ONNX Runtime's share of the engine's step time since ``before`` (the rest is the
+        engine's Python: admission, sampling, events)."""
+        spent = engine.step_seconds - before[0]
+        return {"model_share_of_steps": (engine.decoder.run_seconds - before[1]) / max(spent, 1e-9)}
+
     closed: list[tuple[float, float | None, list[float], int]] = []
+    mark = (engine.step_seconds, engine.decoder.run_seconds)
     start = time.perf_counter() + 3.0
     stop = start + duration
 
@@ -110,7 +124,10 @@ async def _run(
             await one(closed)
 
     await asyncio.gather(*(client() for _ in range(streams)))
-    result: dict[str, object] = {"closed": summary(closed, start, stop) | _timeline(steps, start, stop)}
+    result: dict[str, object] = {
+        "closed": summary(closed, start, stop) | _timeline(steps, start, stop) | model_share(mark)
+    }
+    mark = (engine.step_seconds, engine.decoder.run_seconds)
     # Capacity in requests/s: the closed loop's output tokens/s over the mean output (136 tokens).
     rate = open_rate * max(float(result["closed"]["output_tokens_per_s"]) / 136.0, 0.05)  # type: ignore[index]
     opened: list[tuple[float, float | None, list[float], int]] = []
@@ -130,6 +147,7 @@ async def _run(
         summary(opened, start + warmup, stop)
         | _timeline(steps, start + warmup, stop)
         | {"rate": rate, "unfinished": float(len(pending)), "errors": dict(errors)}
+        | model_share(mark)
     )
     for task in pending:
         task.cancel()

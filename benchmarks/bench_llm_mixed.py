@@ -151,15 +151,39 @@ def summary(run: Run, start: float, stop: float) -> dict[str, float]:
     }
 
 
-class Sampler(threading.Thread):
-    """Polls the server's running and waiting sequences twice a second (the running-set size)."""
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of a process (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, url: str) -> None:
+
+def _per_cpu(run: Run, sampler: Sampler, start: float, stop: float) -> dict[str, float]:
+    ok = [t for t in run.traces if t.ok]
+    chunks = sum(len(t.chunks) for t in ok)
+    per_chunk = sum(t.output_tokens for t in ok) / chunks if chunks else 1.0
+    tokens = sum(1 for t in ok for c in t.chunks if start <= c <= stop) * per_chunk
+    cpu = sampler.cpu_between(start, stop)
+    return {"server_cpu_share": cpu / (stop - start), "output_tokens_per_cpu_s": tokens / max(cpu, 1e-9)}
+
+
+class Sampler(threading.Thread):
+    """Polls the server's running and waiting sequences twice a second (the running-set size),
+    and its CPU seconds: on a core shared with other work, tokens per CPU second of the server
+    compare phases that got different shares of the core."""
+
+    def __init__(self, url: str, pid: int) -> None:
         super().__init__(daemon=True)
         self.url, self.stop, self.samples = url, threading.Event(), []  # type: ignore[var-annotated]
+        self.pid, self.cpu = pid, [(time.perf_counter(), _cpu_seconds(pid))]
+
+    def cpu_between(self, start: float, stop: float) -> float:
+        """Server CPU seconds in [start, stop] (the nearest samples inside)."""
+        inside = [c for t, c in self.cpu if start <= t <= stop]
+        return inside[-1] - inside[0] if len(inside) > 1 else 0.0
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
+            self.cpu.append((time.perf_counter(), _cpu_seconds(self.pid)))
             found = {}
             try:
                 with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as reply:
@@ -218,10 +242,12 @@ def main() -> None:
                     root / layout, log, ["--intra-op-threads", "1"], env=env, pin_cpu=0
                 ) as server:
                     url = server.http_url
-                    sampler = Sampler(url)
+                    pid = server.process.pid
+                    sampler = Sampler(url, pid)
                     sampler.start()
-                    closed = summary(*asyncio.run(closed_loop(url, args.streams, args.duration, round_index)))
-                    closed |= sampler.medians()
+                    run, start, stop = asyncio.run(closed_loop(url, args.streams, args.duration, round_index))
+                    closed = summary(run, start, stop) | _per_cpu(run, sampler, start, stop)
+                    closed |= sampler.medians() | {"load_1m": os.getloadavg()[0]}
                     print(
                         f"{name} closed {args.streams}: {json.dumps({k: round(v, 1) for k, v in closed.items()})}",
                         flush=True,
@@ -229,17 +255,21 @@ def main() -> None:
                     result: dict[str, dict[str, float]] = {"closed": closed}
                     for multiple in (float(x) for x in args.open_rate.split(",")):
                         rate = multiple * max(closed["requests_per_s"], 0.05)
-                        sampler = Sampler(url)
+                        sampler = Sampler(url, pid)
                         sampler.start()
                         run, start, stop, unfinished = asyncio.run(
                             open_loop(url, rate, args.duration, 100 + round_index)
                         )
                         opened = summary(run, start + args.open_warmup, stop)
+                        opened |= _per_cpu(run, sampler, start + args.open_warmup, stop)
                         opened |= {"rate": rate, "unfinished_after_drain": unfinished}
                         opened["of_closed"] = opened["output_tokens_per_s"] / max(
                             closed["output_tokens_per_s"], 1e-9
                         )
-                        opened |= sampler.medians()
+                        opened["of_closed_per_cpu"] = opened["output_tokens_per_cpu_s"] / max(
+                            closed["output_tokens_per_cpu_s"], 1e-9
+                        )
+                        opened |= sampler.medians() | {"load_1m": os.getloadavg()[0]}
                         print(
                             f"{name} open x{multiple}: {json.dumps({k: round(v, 2) for k, v in opened.items()})}",
                             flush=True,

@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--costs", default="0.012,0.0022,0.000001,0.012,0.00095")
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--max-queue-wait", type=float, default=30.0)
+    parser.add_argument("--prefill-share", type=float, default=None, help="EngineLimits.prefill_share")
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -109,8 +110,9 @@ def main() -> None:
                 if event.token_ids:
                     stamps.setdefault(sequence, []).extend([clock.now] * len(event.token_ids))
 
+        extra = {} if args.prefill_share is None else {"prefill_share": args.prefill_share}
         limits = EngineLimits(max_num_seqs=64, max_waiting=256, max_context_len=4096,
-                              max_queue_wait_s=args.max_queue_wait)  # fmt: skip
+                              max_queue_wait_s=args.max_queue_wait, **extra)  # type: ignore[arg-type]  # fmt: skip
         engine = GenerationEngine(backend.decoder, limits, PrefixCache(0, 1.0, clock), sink, clock, backend)  # type: ignore[arg-type]
         engine.tune(a + b + c * 300, p + p0 / 64, b)
         rng = random.Random(seed)

@@ -64,6 +64,9 @@ class EngineLimits:
     """A request that could not get its first token within this long is refused (429)."""
     kv_pool_bytes: int = 1 << 30
     """Keys and values of running sequences at most (the pool); beyond, preemption."""
+    prefill_share: float = PREFILL_SHARE
+    """Prompt prefill a step may carry beside its decode, in decode steps (time to first token
+    against ITL p99 / p50; see :data:`PREFILL_SHARE`)."""
 
 
 class GenerationEngine:
@@ -162,7 +165,7 @@ class GenerationEngine:
     def _prefill_wall_s(self) -> float:
         """Wall seconds a prompt token takes to prefill while streams decode: its own cost,
         plus the decode steps its chunks share (a chunk is at most PREFILL_SHARE of a step)."""
-        return self.prefill_token_s * (1.0 + 1.0 / PREFILL_SHARE)
+        return self.prefill_token_s * (1.0 + 1.0 / self.limits.prefill_share)
 
     def idle(self) -> bool:
         return not self._waiting and self.running == 0
@@ -177,7 +180,7 @@ class GenerationEngine:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def warm_up(self, prompt_tokens: int = 64, steps: int = 3) -> None:
+    def warm_up(self, prompt_tokens: int = 64, steps: int = 5) -> None:
         """Run a prefill and decode steps before the version is ready (not on the thread), and
         take the automatic defaults from their times: the latency target from the one-row
         step, the prefill chunk from the per-token prefill cost."""
@@ -230,8 +233,10 @@ class GenerationEngine:
         # Warm-up is no engine step: its model time must not count in the steps' share of
         # ONNX Runtime (it made model_run_seconds exceed engine_step_seconds on a fresh server).
         decoder.run_seconds = 0.0
-        one_row = float(np.median(times))
-        self.tune(one_row, prefill_s / prompt_tokens, (float(np.median(wide)) - one_row) / (rows - 1))
+        # The fastest of the runs: a step stretched by a neighbour on a shared core inflated the
+        # latency target tenfold with it (and the running set grew to the pool's limit).
+        one_row = min(times)
+        self.tune(one_row, prefill_s / prompt_tokens, (min(wide) - one_row) / (rows - 1))
 
     def itl_target_s(self) -> float:
         """``max_itl_ms``, or ten times the one-row step measured at load. Fixed: a target that
@@ -437,7 +442,7 @@ class GenerationEngine:
         if self._prefilling:
             joining = sum(s.length for s in self._prefilling)
             heading = max(plain, self.cost.predict(len(decoding) + len(self._prefilling), held + joining))
-        room = min((1.0 + PREFILL_SHARE) * heading, self.itl_target_s()) - plain
+        room = min((1.0 + self.limits.prefill_share) * heading, self.itl_target_s()) - plain
         return max(32, min(most, int(room / self.prefill_token_s)))
 
     def _prefill(self, events: Events, decode_s: float) -> int:

@@ -63,7 +63,10 @@ class StepCostModel:
         self.coef = prior
         # Every term costs time, and a step reads the weights whatever its rows: without these
         # bounds a noisy machine fits a negative intercept, and tokens/s seems to fall with rows.
-        self._lower = np.array([0.3 * one_row_s, 0.0, 0.0, 0.0, 0.0])
+        # A row costs at least half what warm-up measured: on a core shared with other work the
+        # fit put every row's cost in a noisy intercept, predicted the same step for 16 rows as
+        # for 40, and the running set grew to the pool's limit (ITL p99 seconds).
+        self._lower = np.array([0.3 * one_row_s, 0.5 * per_row, 0.0, 0.0, 0.0])
         self.observed = 0
         self.one_row_s = one_row_s
 
