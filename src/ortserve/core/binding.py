@@ -3,8 +3,11 @@
 ``session.run`` hands ONNX Runtime host arrays and takes host arrays back; on a CUDA or
 TensorRT session that is an allocation on the device for every input and output of every
 batch, plus ONNX Runtime's own staging. Here each worker thread keeps one IOBinding and a
-small arena of device tensors keyed by name, shape and type: a batch's inputs are copied into
-the arena's tensors in place (``update_inplace``, one host-to-device copy), outputs whose shape
+small arena of tensors keyed by name, shape, type and memory: on CUDA a batch's inputs are
+copied into reusable *pinned* host tensors (``cuda_pinned``, see :func:`staging_memory`), which
+the provider moves to the device by DMA; where pinned memory cannot be allocated (an ONNX
+Runtime without the CUDA provider) they are copied into device tensors in place
+(``update_inplace``, one host-to-device copy from pageable memory). Outputs whose shape
 the graph fixes up to the batch dimension are bound to arena tensors too, and one
 ``copy_outputs_to_cpu`` brings the answers back as fresh host arrays. Nothing handed to a
 caller is ever reused, so outputs may stay zero-copy views all the way to the wire.
@@ -19,8 +22,11 @@ device allocation per tensor per batch. The path itself is device-agnostic and t
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,9 +36,15 @@ import onnxruntime as ort
 
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 
-__all__ = ["BindingRun", "DeviceSpec", "bindable", "binding_device"]
+__all__ = ["PINNED", "Allocate", "BindingRun", "DeviceSpec", "bindable", "binding_device", "staging_memory"]
+
+logger = logging.getLogger(__name__)
 
 Array = npt.NDArray[np.generic]
+
+PINNED: Final = "cuda_pinned"
+"""ONNX Runtime's name of page-locked host memory, which its CUDA provider copies to the device
+by DMA (asynchronously, without staging it again in a pinned bounce buffer)."""
 
 _DEVICE_PROVIDERS: Final = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda"}
 _STRING: Final = "tensor(string)"
@@ -60,6 +72,32 @@ def binding_device(session: ort.InferenceSession) -> DeviceSpec | None:
     return DeviceSpec(_DEVICE_PROVIDERS[providers[0]], int(options.get("device_id", "0") or 0))
 
 
+Allocate = Callable[[list[int], "np.dtype[np.generic]", str, int], ort.OrtValue]
+"""``OrtValue.ortvalue_from_shape_and_type``'s signature: shape, dtype, device name, index."""
+
+
+def _allocate(shape: list[int], dtype: np.dtype[np.generic], kind: str, index: int) -> ort.OrtValue:
+    return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, kind, index)
+
+
+def staging_memory(device: DeviceSpec, allocate: Allocate = _allocate) -> tuple[DeviceSpec | None, str]:
+    """Where a batch's inputs are staged before the device copies them in, and why (for the
+    load log line).
+
+    On CUDA, pinned host memory (``cuda_pinned``) where this ONNX Runtime can allocate it: one
+    host copy into the pinned tensor, then the provider's DMA to the device. Otherwise (an
+    ONNX Runtime without the CUDA provider, a host session) None: inputs go straight into the
+    arena's tensors from the caller's pageable host arrays (``update_inplace``).
+    """
+    if device.kind != "cuda":
+        return None, f"inputs copied into {device.kind} tensors"
+    try:
+        allocate([1], np.dtype(np.uint8), PINNED, device.index)
+    except Exception as exc:  # ONNX Runtime raises a bare Exception for an unknown device type
+        return None, f"pinned host memory unavailable ({exc}): inputs copied from pageable host memory"
+    return DeviceSpec(PINNED, device.index), "inputs staged in pinned host memory (cuda_pinned)"
+
+
 def bindable(session: ort.InferenceSession) -> bool:
     """Whether an IOBinding can carry every input and output: ONNX Runtime binds no string
     tensors (and bfloat16 goes through :mod:`~ortserve.core.ortvalues`), so such a graph keeps
@@ -76,25 +114,25 @@ class _Arena:
     shapes from growing device memory without end.
     """
 
-    __slots__ = ("_capacity", "_device", "_values")
+    __slots__ = ("_allocate", "_capacity", "_values")
 
-    def __init__(self, device: DeviceSpec, capacity: int) -> None:
-        self._device = device
+    def __init__(self, capacity: int, allocate: Allocate = _allocate) -> None:
         self._capacity = capacity
-        self._values: OrderedDict[tuple[str, tuple[int, ...], str], ort.OrtValue] = OrderedDict()
+        self._allocate = allocate
+        self._values: OrderedDict[tuple[str, tuple[int, ...], str, str], ort.OrtValue] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._values)
 
-    def take(self, name: str, shape: tuple[int, ...], dtype: np.dtype[np.generic]) -> ort.OrtValue:
-        key = (name, shape, dtype.str)
+    def take(
+        self, name: str, shape: tuple[int, ...], dtype: np.dtype[np.generic], memory: DeviceSpec
+    ) -> ort.OrtValue:
+        key = (name, shape, dtype.str, memory.kind)
         value = self._values.get(key)
         if value is not None:
             self._values.move_to_end(key)
             return value
-        value = ort.OrtValue.ortvalue_from_shape_and_type(
-            list(shape), dtype, self._device.kind, self._device.index
-        )
+        value = self._allocate(list(shape), dtype, memory.kind, memory.index)
         self._values[key] = value
         if len(self._values) > self._capacity:
             self._values.popitem(last=False)
@@ -117,10 +155,14 @@ class BindingRun:
         session: a session for which :func:`bindable` holds.
         output_names: the outputs to fetch, in order.
         device: where the arena's tensors live.
-        arena_shapes: how many distinct (name, shape, type) tensors each thread keeps.
+        arena_shapes: how many distinct (name, shape, type, memory) tensors each thread keeps.
+        staging: where inputs are staged (pinned host memory); None: chosen by
+            :func:`staging_memory` (tests pass one, with ``allocate`` standing in for it).
+        allocate: makes the arena's tensors (``OrtValue.ortvalue_from_shape_and_type``).
+        label: names the session in the log line that says where inputs are staged.
     """
 
-    __slots__ = ("_device", "_local", "_outputs", "_session", "_shapes")
+    __slots__ = ("_allocate", "_device", "_local", "_outputs", "_session", "_shapes", "_staging")
 
     def __init__(
         self,
@@ -128,10 +170,26 @@ class BindingRun:
         output_names: list[str],
         device: DeviceSpec,
         arena_shapes: int = 16,
+        staging: DeviceSpec | None = None,
+        allocate: Allocate = _allocate,
+        label: str = "",
     ) -> None:
         self._session = session
         self._device = device
         self._shapes = arena_shapes
+        self._allocate = allocate
+        if staging is None:
+            staging, why = staging_memory(device, allocate)
+        else:
+            why = f"inputs staged in {staging.kind} memory"
+        self._staging = staging
+        logger.info(
+            "%sIOBinding data path on %s:%d, %s",
+            f"{label}: " if label else "",
+            device.kind,
+            device.index,
+            why,
+        )
         self._local = threading.local()
         declared = {arg.name: arg for arg in session.get_outputs()}
         batch = _batch_symbol(session.get_inputs())
@@ -140,6 +198,11 @@ class BindingRun:
     @property
     def device(self) -> DeviceSpec:
         return self._device
+
+    @property
+    def staging(self) -> DeviceSpec | None:
+        """The pinned memory inputs are staged in, or None (copied straight into the arena)."""
+        return self._staging
 
     def arena_size(self) -> int:
         """Tensors held by the calling thread's arena (for tests of the bound)."""
@@ -150,17 +213,23 @@ class BindingRun:
         """Run once; outputs in ``output_names`` order as host arrays the caller owns."""
         binding, arena = self._state()
         rows: int | None = None
+        staging = self._staging
         for name, array in feeds.items():
             array = np.ascontiguousarray(array)
             if rows is None and array.ndim:
                 rows = int(array.shape[0])
-            value = arena.take(name, array.shape, array.dtype)
-            value.update_inplace(array)
+            if staging is None:
+                value = arena.take(name, array.shape, array.dtype, self._device)
+                value.update_inplace(array)
+            else:  # page-locked host memory: a plain host copy, the provider DMAs it in
+                value = arena.take(name, array.shape, array.dtype, staging)
+                if array.nbytes:
+                    ctypes.memmove(value.data_ptr(), array.ctypes.data, array.nbytes)
             binding.bind_ortvalue_input(name, value)
         for output in self._outputs:
             if output.tail is not None and rows is not None:
                 binding.bind_ortvalue_output(
-                    output.name, arena.take(output.name, (rows, *output.tail), output.dtype)
+                    output.name, arena.take(output.name, (rows, *output.tail), output.dtype, self._device)
                 )
             else:
                 binding.bind_output(output.name, self._device.kind, self._device.index)
@@ -177,7 +246,7 @@ class BindingRun:
     def _state(self) -> tuple[ort.IOBinding, _Arena]:
         state: tuple[ort.IOBinding, _Arena] | None = getattr(self._local, "state", None)
         if state is None:
-            state = (self._session.io_binding(), _Arena(self._device, self._shapes))
+            state = (self._session.io_binding(), _Arena(self._shapes, self._allocate))
             self._local.state = state
         return state
 

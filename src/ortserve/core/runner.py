@@ -73,7 +73,7 @@ class OrtRunner:
             if needs_ort_values(session):
                 self._ort_values = OrtValueRun(session, self.output_names)
             elif bindable(session) and (device := bind_on or binding_device(session)) is not None:
-                self._ort_values = BindingRun(session, self.output_names, device)
+                self._ort_values = BindingRun(session, self.output_names, device, label=name)
         self.inline_below_s = 100e-6
         self._threads = [
             threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)
