@@ -286,3 +286,23 @@ def test_bench_openai_transport_reports_tokens_and_latencies(
         assert 0 < level["ttft_s"]["p50"] <= level["e2e_s"]["p50"] and level["itl_s"]["p99"] > 0
     missed = CliRunner().invoke(main, [*args[:-2], "--slo", "p50=1us"])
     assert missed.exit_code == 3 and "MISSED" in missed.output
+
+
+def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(client: openai.OpenAI) -> None:
+    """vLLM's stream_options.continuous_usage_stats (guidellm sends it): the counts grow chunk by
+    chunk and the last usage equals the answer's."""
+    chunks = list(
+        client.chat.completions.create(
+            model=DEMO_LLM_NAME,
+            messages=[{"role": "user", "content": _OPENING}],
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        )
+    )
+    counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
+    assert len(counts) == len(chunks) and counts == sorted(counts)
+    assert counts[0] == 0 and counts[-1] == 12 and len(set(counts)) > 5
+    assert all(c.usage is not None and c.usage.prompt_tokens == chunks[0].usage.prompt_tokens for c in chunks)  # type: ignore[union-attr]

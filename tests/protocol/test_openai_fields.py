@@ -22,7 +22,8 @@ _CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         ("functions", [{"name": "f"}]),
         ("store", True),
         ("service_tier", "flex"),
-        ("stream_options", {"include_usage": True, "continuous_usage_stats": True}),
+        ("stream_options", {"include_usage": True, "continuous_usage_stats": "yes"}),
+        ("stream_options", {"include_usage": True, "obfuscation": False}),
         ("prediction", {"type": "content", "content": "x"}),
     ],
 )

@@ -70,11 +70,11 @@ def _check_value(name: str, value: object) -> None:
         raise InvalidField(name, f"{name} must be a string")
     if name == "stream_options" and value is not None:
         if not isinstance(value, dict) or set(value) - {"include_usage", "continuous_usage_stats"}:
-            raise InvalidField(name, "stream_options: only include_usage is supported")
-        if value.get("continuous_usage_stats") not in (None, False):
             raise InvalidField(
-                name, "stream_options.continuous_usage_stats: usage comes in the last chunk only"
+                name, "stream_options: only include_usage and continuous_usage_stats are supported"
             )
+        if not isinstance(value.get("continuous_usage_stats", False), bool):
+            raise InvalidField(name, "stream_options.continuous_usage_stats must be a boolean")
         if not isinstance(value.get("include_usage", False), bool):
             raise InvalidField(name, "stream_options.include_usage must be a boolean")
 

@@ -94,6 +94,20 @@ def _usage(streams: list[GenerationStream]) -> codec.Usage:
     return codec.Usage(first.prompt_tokens, completion, first.cached_tokens)
 
 
+def _usage_now(streams: list[GenerationStream], reply: _Reply) -> codec.Usage | None:
+    """The usage so far, for a chunk of a stream that asked for it in every chunk."""
+    return _usage(streams) if reply.continuous_usage else None
+
+
+def _continuous_usage(fields: Mapping[str, object]) -> bool:
+    options = fields.get("stream_options")
+    return (
+        isinstance(options, dict)
+        and options.get("include_usage") is True
+        and (options.get("continuous_usage_stats") is True)
+    )
+
+
 def _token_logprobs(llm: LlmVersion, event: GenerationEvent) -> list[TokenLogprob]:
     text = llm.tokenizer.token_text
     return [
@@ -161,6 +175,9 @@ class _Reply:
     model: str
     include_usage: bool
     logprobs: bool
+    continuous_usage: bool = False
+    """vLLM's ``stream_options.continuous_usage_stats`` (with ``include_usage``): every chunk
+    carries the usage so far (guidellm asks for it)."""
 
 
 async def _chat_events(
@@ -171,19 +188,19 @@ async def _chat_events(
         {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         for i in range(len(streams))
     ]
-    yield choices.chat_chunk(*head, opening)
+    yield choices.chat_chunk(*head, opening, _usage_now(streams, reply))
     calls = [StreamedCalls(tools) for _ in streams]
     async for index, event in _merged(streams):
         text = calls[index].feed(event.text)
         if text or (reply.logprobs and event.token_ids):
             logprobs = choices.chat_logprobs(_token_logprobs(llm, event)) if reply.logprobs else None
             delta = {"index": index, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}
-            yield choices.chat_chunk(*head, [delta])
+            yield choices.chat_chunk(*head, [delta], _usage_now(streams, reply))
         if event.finish_reason is not None:
             rest, deltas, finish = calls[index].finish(event.finish_reason)
             if rest:
                 piece = {"index": index, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}
-                yield choices.chat_chunk(*head, [piece])
+                yield choices.chat_chunk(*head, [piece], _usage_now(streams, reply))
             if deltas:
                 piece = {
                     "index": index,
@@ -191,9 +208,9 @@ async def _chat_events(
                     "logprobs": None,
                     "finish_reason": None,
                 }
-                yield choices.chat_chunk(*head, [piece])
+                yield choices.chat_chunk(*head, [piece], _usage_now(streams, reply))
             last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}
-            yield choices.chat_chunk(*head, [last])
+            yield choices.chat_chunk(*head, [last], _usage_now(streams, reply))
     if reply.include_usage:
         yield choices.chat_chunk(*head, [], _usage(streams))
     yield codec.DONE
@@ -227,7 +244,7 @@ async def start_chat(llm: LlmVersion, parsed: codec.ChatRequest, cache_salt: str
     prompt = llm.tokenizer.encode(rendered, special=False)
     streams = _start(llm, prompt, params, cache_salt, request_priority(parsed.fields))
     reply = _Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage,
-                   parsed.fields.get("logprobs") is True)  # fmt: skip
+                   parsed.fields.get("logprobs") is True, _continuous_usage(parsed.fields))  # fmt: skip
 
     async def whole() -> bytes:
         done = await _collect_all(llm, streams, n)
@@ -267,7 +284,7 @@ async def _completion_events(
                 "logprobs": logprobs,
                 "finish_reason": event.finish_reason,
             }
-            yield choices.completion_chunk(*head, [piece])
+            yield choices.completion_chunk(*head, [piece], _usage_now(streams, reply))
     if reply.include_usage:
         yield choices.completion_chunk(*head, [], _usage(streams))
     yield codec.DONE
@@ -294,7 +311,8 @@ async def start_completion(llm: LlmVersion, parsed: codec.CompletionRequest, cac
         echo = llm.tokenizer.decode(prompt)
     echoed = echo if parsed.echo else ""
     streams = _start(llm, prompt, params, cache_salt, request_priority(parsed.fields))
-    reply = _Reply(f"cmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage, logprobs)
+    reply = _Reply(f"cmpl-{uuid.uuid4().hex}", int(time.time()), parsed.model, parsed.include_usage, logprobs,
+                   _continuous_usage(parsed.fields))  # fmt: skip
 
     async def whole() -> bytes:
         done = await _collect_all(llm, streams, n)
