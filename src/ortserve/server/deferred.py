@@ -41,6 +41,9 @@ class Deferred(Generic[_T]):
 
     future: asyncio.Future[Any]
     finish: Callable[[asyncio.Future[Any]], _T]
+    failed: Callable[[BaseException], _T] | None = None
+    """The answer when ``finish`` raised (the request failed, or encoding its answer did),
+    called by the transport's one guard around ``finish``; None: that guard answers 500."""
 
 
 class _Bindable(Protocol):

@@ -19,7 +19,6 @@ from ortserve.protocol.http_codec import (
     encode_server_metadata,
 )
 from ortserve.protocol.tensors import TensorLimits
-from ortserve.server.deferred import attempt
 from ortserve.server.exchange import Exchange
 from ortserve.server.http.answers import answered, failed, failure, settled
 from ortserve.server.http.encoding import answer_coding, compress_answer, inflate_then_route
@@ -275,7 +274,11 @@ class HttpApp:
         pending = exchange.submit(scope, infer_request, request.text_header, request.tenant)
         request.scope = None  # the deferred answer finishes it
         binary_default = infer_request.parameters.get("binary_data_output", False) is True
-        return Deferred(pending, functools.partial(_infer_response, exchange, binary_default, scope))
+        return Deferred(
+            pending,
+            functools.partial(_infer_response, exchange, binary_default, scope),
+            functools.partial(failed, exchange, scope),
+        )
 
     async def _infer_decoded_off_loop(
         self,
@@ -312,11 +315,13 @@ class HttpApp:
 def _infer_response(
     exchange: Exchange, binary_default: bool, scope: RequestScope, done: asyncio.Future[InferResponse]
 ) -> HttpResponse:
-    """The deferred answer of an OIP request (the future's callback: no task per request)."""
-    response = attempt(_encoded, scope, binary_default, done)
-    if isinstance(response, Exception):
-        return failed(exchange, scope, response)
-    return answered(exchange, scope, response, None)
+    """The deferred answer of an OIP request (the future's callback: no task per request).
+
+    Raises:
+        what the request failed with, or encoding its answer raised: the transport's guard
+        answers it with the Deferred's ``failed`` (the scope finished with it).
+    """
+    return answered(exchange, scope, _encoded(scope, binary_default, done), None)
 
 
 def _encoded(scope: RequestScope, binary_default: bool, done: asyncio.Future[InferResponse]) -> HttpResponse:

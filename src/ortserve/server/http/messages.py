@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ortserve.errors import OrtServeError
-from ortserve.server.deferred import Deferred
+from ortserve.server.deferred import Deferred, attempt
 
 if TYPE_CHECKING:
     from ortserve.telemetry import RequestScope
@@ -90,8 +90,10 @@ def map_response(result: RouteResult, change: Callable[[HttpResponse], HttpRespo
     if isinstance(result, HttpResponse):
         return change(result)
     if isinstance(result, Deferred):
-        finish = result.finish
-        return Deferred(result.future, lambda future: change(finish(future)))
+        finish, failed = result.finish, result.failed
+        if failed is None:
+            return Deferred(result.future, lambda future: change(finish(future)))
+        return Deferred(result.future, lambda future: change(finish(future)), lambda exc: change(failed(exc)))
     return _changed(result, change)
 
 
@@ -106,7 +108,12 @@ async def resolve_response(result: RouteResult) -> HttpResponse:
     if isinstance(result, HttpResponse):
         return result
     if isinstance(result, Deferred):
-        with contextlib.suppress(Exception):  # finish() turns the failure into a response
+        with contextlib.suppress(Exception):  # finish() raises it, failed() answers it
             await result.future
-        return result.finish(result.future)
+        answer = attempt(result.finish, result.future)
+        if isinstance(answer, Exception):
+            if result.failed is None:
+                raise answer
+            return result.failed(answer)
+        return answer
     return await result

@@ -137,7 +137,7 @@ class Responder(asyncio.Protocol, abc.ABC):
             if isinstance(result, Deferred):
                 self._task = result.future
                 result.future.add_done_callback(
-                    functools.partial(self._on_deferred, result.finish, keep_alive=keep_alive)
+                    functools.partial(self._on_deferred, result, keep_alive=keep_alive)
                 )
                 return
             task = self._loop.create_task(result)
@@ -151,7 +151,7 @@ class Responder(asyncio.Protocol, abc.ABC):
 
     def _on_deferred(
         self,
-        finish: Callable[[asyncio.Future[Any]], HttpResponse],
+        deferred: Deferred[HttpResponse],
         future: asyncio.Future[Any],
         *,
         keep_alive: bool,
@@ -159,7 +159,7 @@ class Responder(asyncio.Protocol, abc.ABC):
         self._task = None
         if future.cancelled():
             return
-        response = _answer_of(finish, future)
+        response = _answer_of(deferred.finish, future, deferred.failed)
         if self._respond(response, keep_alive):
             self._next()
 
@@ -265,11 +265,16 @@ class Responder(asyncio.Protocol, abc.ABC):
         self._held = self._answering = 0
 
 
-def _answer_of(handler: Callable[[_A], _Answer], arg: _A) -> _Answer | HttpResponse:
-    """``handler(arg)``; a 500 if it raised. The app maps every error of its own (a handler
-    raising is a bug): the traceback is logged, the client told nothing of it."""
+def _answer_of(
+    handler: Callable[[_A], _Answer], arg: _A, failed: Callable[[BaseException], _Answer] | None = None
+) -> _Answer | HttpResponse:
+    """``handler(arg)``, or ``failed``'s answer to what it raised (a deferred answer's failure,
+    its request's scope settled there). Without ``failed`` a raise is a bug (the app maps
+    every error of its own): the traceback is logged, the client told nothing of it: 500."""
     try:
         return handler(arg)
-    except Exception:
+    except Exception as exc:
+        if failed is not None:
+            return failed(exc)
         logger.exception("unhandled error in an HTTP handler")
         return HttpResponse(500, [encode_error("internal server error")])
