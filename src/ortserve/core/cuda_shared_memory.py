@@ -7,14 +7,18 @@ and the byte size under a name. Infer requests then name a window of the region 
 
 What the server does with a window:
 
-- an input is copied device-to-host once (``cudaMemcpy``) into a host buffer the batcher reads,
-  because the batcher assembles each batch from several requests in host memory;
+- an input is copied device-to-host once (``cudaMemcpy``) when the request is decoded, into a
+  host buffer (:class:`HostCopy`) that remembers its window: the validator, traffic captures and
+  the batcher (which joins several requests in host memory) read it;
 - an output is copied host-to-device into the window before the answer is sent (no data on the
   wire);
-- :meth:`CudaRegion.bind_input` / :meth:`CudaRegion.bind_output` bind a window straight to an
-  IOBinding by device pointer (no copy at all) for a caller that runs one request's tensors
-  itself; the batched runner does not use them yet (a batch of several requests is not one
-  window).
+- a request that runs alone on a CUDA or TensorRT session (the binding path,
+  :class:`~ortserve.core.binding.BindingRun`) with every input a whole window is run straight on
+  the windows: its inputs bound by device pointer (:meth:`CudaRegion.bind_input`; the host copy
+  is not uploaded again), and each output the request put in a window of its exact size bound
+  to that window (:meth:`CudaWindow.bind`; ONNX Runtime writes the answer there and the copy
+  into the window is skipped). The DataPlane hands the request's output windows to its input
+  windows (:func:`link_outputs`). A batch of several requests takes the copy path.
 
 Safety: the extension is off unless ``--cuda-shared-memory-regions N`` is given; every window
 is checked against the registered byte size, and the registered size against the size of the
@@ -60,8 +64,12 @@ __all__ = [
     "CudaRegionStatus",
     "CudaSharedMemoryRegistry",
     "CudaWindow",
+    "HostCopy",
+    "InputWindow",
     "SharedMemoryRegions",
     "decode_raw_handle",
+    "input_window",
+    "link_outputs",
     "shared_memory_registry",
 ]
 
@@ -126,18 +134,19 @@ class CudaRegion:
             self._runtime.close_ipc_handle(self.pointer)
 
     def read(self, offset: int, size: int, what: str) -> memoryview:
-        """A host copy of ``size`` bytes at ``offset`` (one device-to-host copy)."""
+        """A host copy of ``size`` bytes at ``offset`` (one device-to-host copy); the copy
+        remembers its window (:func:`input_window`), so a run of this request alone can bind
+        the window itself instead of uploading the copy."""
         self.check(offset, size, what)
-        buffer = bytearray(size)
+        buffer = HostCopy.of(InputWindow(self, offset, size))
         if size:
             self._acquire(what)
             try:
                 self._runtime.set_device(self.status.device_id)
-                address = np.frombuffer(buffer, dtype=np.uint8).ctypes.data
-                self._runtime.copy_to_host(address, self.pointer + offset, size)
+                self._runtime.copy_to_host(int(buffer.ctypes.data), self.pointer + offset, size)
             finally:
                 self._release()
-        return memoryview(buffer)
+        return buffer.data
 
     def write(self, offset: int, data: bytes | memoryview, what: str) -> None:
         """Copy ``data`` host-to-device at ``offset``."""
@@ -191,9 +200,10 @@ class CudaRegion:
 
 
 class CudaWindow:
-    """An output's window in a CUDA region, written chunk by chunk as :func:`write_output` does."""
+    """An output's window in a CUDA region, written chunk by chunk as :func:`write_output` does
+    (or by ONNX Runtime itself when a run bound it: :meth:`bind`, then nothing is copied)."""
 
-    __slots__ = ("_offset", "_region", "_size", "_what")
+    __slots__ = ("_offset", "_region", "_size", "_what", "filled")
 
     def __init__(self, region: CudaRegion, offset: int, size: int, what: str) -> None:
         region.check(offset, size, what)
@@ -201,16 +211,103 @@ class CudaWindow:
         self._offset = offset
         self._size = size
         self._what = what
+        self.filled = False
+        """Set by a run that wrote the whole window through a binding: the answer's later
+        write is skipped (the window already holds exactly those bytes)."""
 
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def region(self) -> CudaRegion:
+        return self._region
+
+    def fits(self, shape: Sequence[int], dtype: np.dtype[np.generic]) -> bool:
+        """Whether an output of ``shape`` and ``dtype`` fills the window exactly."""
+        return math.prod(shape) * dtype.itemsize == self._size
+
+    def bind(
+        self, binding: object, name: str, shape: Sequence[int], dtype: np.dtype[np.generic]
+    ) -> Callable[[], None]:
+        """Bind output ``name`` straight to the window (see :meth:`CudaRegion.bind_output`)."""
+        return self._region.bind_output(binding, name, self._offset, shape, dtype)
+
     def __setitem__(self, index: slice, value: bytes | memoryview, /) -> None:
+        if self.filled:  # ONNX Runtime wrote the answer into the window during the run
+            return
         start, stop, step = index.indices(self._size)
         written = len(value) if isinstance(value, bytes) else value.nbytes
         if step != 1 or stop - start != written:
             raise InvalidInput(f"{self._what}: a write of {written} bytes does not fit [{start}:{stop}]")
         self._region.write(self._offset + start, value, self._what)
+
+
+@dataclass(slots=True, eq=False)
+class InputWindow:
+    """Where a decoded input's bytes came from, and the request's CUDA output windows
+    (:func:`link_outputs`), for a run that binds them straight to the device."""
+
+    region: CudaRegion
+    offset: int
+    size: int
+    outputs: dict[str, CudaWindow] | None = None
+
+
+class HostCopy(np.ndarray):
+    """A CUDA input window's host copy (bytes) that remembers the window it was read from."""
+
+    window: InputWindow
+
+    @classmethod
+    def of(cls, window: InputWindow) -> HostCopy:
+        copy = np.empty(window.size, dtype=np.uint8).view(cls)
+        copy.window = window
+        return copy
+
+
+def input_window(array: np.ndarray) -> InputWindow | None:
+    """The CUDA window ``array`` is the whole host copy of, or None.
+
+    Follows ``array``'s bases (the decoder's ``frombuffer`` and ``reshape`` views) to a
+    :class:`HostCopy`; an array the validator converted or a batch joined is a new array and
+    has none. Only a C-contiguous view of every byte of the copy counts: it is then the
+    window's tensor, in the same layout.
+    """
+    base: object = array
+    for _ in range(6):
+        if isinstance(base, HostCopy):
+            whole = base.ctypes.data == array.ctypes.data and base.nbytes == array.nbytes
+            return base.window if whole and array.flags.c_contiguous else None
+        if isinstance(base, memoryview):
+            base = base.obj
+        elif isinstance(base, np.ndarray):
+            base = base.base
+        else:
+            return None
+    return None
+
+
+def link_outputs(inputs: Sequence[object], targets: dict[str, Window]) -> None:
+    """Hand a request's CUDA output windows to its CUDA input windows, so that the run of
+    this request alone can bind them too (:class:`~ortserve.core.binding.BindingRun`).
+    Nothing happens unless every input came from a CUDA window.
+
+    Args:
+        inputs: the request's decoded inputs (anything with a ``data`` array).
+        targets: its outputs' windows, as :meth:`SharedMemoryRegions.output_targets` gives them.
+    """
+    outputs = {name: target for name, target in targets.items() if isinstance(target, CudaWindow)}
+    if not outputs:
+        return
+    windows = []
+    for each in inputs:
+        data = getattr(each, "data", None)
+        window = input_window(data) if isinstance(data, np.ndarray) else None
+        if window is None:
+            return
+        windows.append(window)
+    for window in windows:
+        window.outputs = outputs
 
 
 def decode_raw_handle(raw: object) -> bytes:
@@ -237,6 +334,9 @@ class CudaSharedMemoryRegistry:
         max_regions: bound on registered regions; 0 turns the extension off.
         runtime: returns the CUDA runtime or raises :class:`CudaUnavailable` (tests pass a fake).
         taken: names held elsewhere in the same namespace (the system regions).
+        memory_kind: ONNX Runtime's name of the regions' memory when a run binds them
+            (``cuda``; tests of the served path on the CPU, whose fake device memory is host
+            memory, pass ``cpu``).
     """
 
     def __init__(
@@ -244,10 +344,12 @@ class CudaSharedMemoryRegistry:
         max_regions: int = 0,
         runtime: Callable[[], CudaRuntime] = cuda_runtime,
         taken: Callable[[str], bool] = lambda name: False,
+        memory_kind: str = "cuda",
     ) -> None:
         self.max_regions = max_regions
         self._runtime = runtime
         self._taken = taken
+        self._kind = memory_kind
         self._regions: dict[str, CudaRegion] = {}
 
     @property
@@ -306,7 +408,9 @@ class CudaSharedMemoryRegistry:
             raise InvalidInput(
                 f"CUDA region {name!r}: byte_size {byte_size} exceeds the {exported} bytes the handle exports"
             )
-        self._regions[name] = CudaRegion(CudaRegionStatus(name, device_id, byte_size), pointer, runtime)
+        self._regions[name] = CudaRegion(
+            CudaRegionStatus(name, device_id, byte_size), pointer, runtime, self._kind
+        )
 
     def unregister(self, name: str | None = None) -> None:
         """Close one region (or all with None); unknown names are no error, as in Triton."""
@@ -344,6 +448,7 @@ class SharedMemoryRegions(SharedMemoryRegistry):
         max_regions: system regions at most (0: system shared memory off).
         max_cuda_regions: CUDA regions at most (0: CUDA shared memory off).
         runtime: the CUDA runtime's loader (a fake in tests).
+        memory_kind: see :class:`CudaSharedMemoryRegistry`.
     """
 
     def __init__(
@@ -352,9 +457,10 @@ class SharedMemoryRegions(SharedMemoryRegistry):
         max_cuda_regions: int = 0,
         directory: Path = SHM_DIRECTORY,
         runtime: Callable[[], CudaRuntime] = cuda_runtime,
+        memory_kind: str = "cuda",
     ) -> None:
         super().__init__(max_regions, directory)
-        self.cuda = CudaSharedMemoryRegistry(max_cuda_regions, runtime, self._has_system)
+        self.cuda = CudaSharedMemoryRegistry(max_cuda_regions, runtime, self._has_system, memory_kind)
 
     def _has_system(self, name: str) -> bool:
         return name in self._regions

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from ortserve.core.cuda_shared_memory import link_outputs
 from ortserve.core.model import Servable, ServedVersion
 from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
@@ -133,6 +134,8 @@ class DataPlane:
         served = self._resolver.resolve(request.model_name, request.model_version) if router is None else None
         outputs = request.outputs
         targets = self.shared_memory.output_targets(outputs) if outputs else None
+        if targets is not None and router is None:  # CUDA windows a lone run can bind (core/binding.py)
+            link_outputs(request.inputs, targets)
         pending = router.submit(request) if router is not None else _submit(served, request)
         return pending if targets is None else deliver_to_shared_memory(pending, targets)
 
