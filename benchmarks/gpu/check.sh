@@ -18,7 +18,10 @@
 #   4. the fallback drill of docs/resilience.md: a fault injected at L0 (the CUDA session), L2
 #      (the CPU session) answers, marked degraded; NVML's GPU gauges present (check_device.py drill);
 #   5. CUDA shared memory end to end: a cudaMalloc'd region registered by IPC handle, the input read
-#      from it and the output written into it (check_device.py cudashm).
+#      from it and the output written into it (check_device.py cudashm); then, in process, a lone
+#      request on a CUDA session run straight on its windows (input and output bound by device
+#      pointer: the direct path taken, host copies counted, 1 D2H + 0 H2D against the copy path's
+#      1 + 1) with its latency against the copy path's, A/B/A'.
 #
 # ONNX Runtime with CUDA. The device image has Python 3.12, numpy, onnx and a CPU-only onnxruntime
 # 1.30, and reaches no package index. onnxruntime-gpu must be brought: put its wheel(s) for

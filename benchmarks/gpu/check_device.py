@@ -4,7 +4,10 @@
                                                     # cpu OrtValues, device pool on CUDA
     python benchmarks/gpu/check_device.py drill     # a fault at L0 -> L2 answers, marked degraded
     python benchmarks/gpu/check_device.py cudashm   # a client's cudaMalloc'd region registered by
-                                                    # IPC handle, input read and output written there
+                                                    # IPC handle, input read and output written there;
+                                                    # then a lone request run straight on its windows
+                                                    # (no host copy but the decoder's) against the
+                                                    # copy path, copies counted, latency A/B/A'
 
 Each prints Markdown rows and exits 0 (measured and right), 1 (a wrong answer) or 2 (the GPU
 part was not measured here: no CUDA provider or no CUDA runtime; the CPU part still ran).
@@ -244,6 +247,12 @@ class _ClientCuda:
 
 
 def _cudashm(args: argparse.Namespace) -> int:
+    served = _cudashm_served(args)
+    direct = _cudashm_direct(args)
+    return max(served, direct) if WRONG not in (served, direct) else WRONG
+
+
+def _cudashm_served(args: argparse.Namespace) -> int:
     from ortserve.core.cuda_ipc import CudaUnavailable
 
     print("| CUDA shared memory | register (HTTP, b64 handle) | infer in/out in the region | unregister |")
@@ -316,6 +325,204 @@ def _cudashm_tritonclient(
         f"| device 0, tritonclient.http | 200, listed {'yes' if listed else 'NO'} | 200, {'right' if right else 'WRONG'} | 200 |"
     )
     return 0 if right and listed else WRONG
+
+
+class _Counted:
+    """The server's CUDA runtime with its host copies counted. An IPC handle made by this process
+    opens to its own pointer: CUDA refuses to open a handle in the process that exported it, and
+    this check runs the server in process to count what its data path asks of CUDA."""
+
+    def __init__(self, runtime: Any, own: dict[bytes, int]) -> None:
+        self._runtime = runtime
+        self._own = own
+        self.copies = {"copy_to_host": 0, "copy_from_host": 0}
+
+    def device_count(self) -> int:
+        return int(self._runtime.device_count()) if hasattr(self._runtime, "device_count") else 1
+
+    def set_device(self, device: int) -> None:
+        if hasattr(self._runtime, "set_device"):
+            self._runtime.set_device(device)
+
+    def open_ipc_handle(self, handle: bytes) -> int:
+        return self._own[handle]
+
+    def close_ipc_handle(self, pointer: int) -> None:
+        pass
+
+    def allocation_size(self, pointer: int) -> int | None:
+        return None
+
+    def copy_to_host(self, destination: int, source: int, size: int) -> None:
+        self.copies["copy_to_host"] += 1
+        self._runtime.copy_to_host(destination, source, size)
+
+    def copy_from_host(self, destination: int, source: int, size: int) -> None:
+        self.copies["copy_from_host"] += 1
+        self._runtime.copy_from_host(destination, source, size)
+
+
+def _cudashm_direct(args: argparse.Namespace) -> int:
+    """A lone request whose input and output are CUDA windows, on a CUDA session (the binding
+    path): run straight on the windows (inputs and output bound by device pointer: one host copy,
+    the decoder's) against the copy path (forced: the windows not bound), in process, A/B/A'.
+    Without CUDA the same runs on the CPU (host memory standing for the device): NOT MEASURED."""
+    import asyncio
+    from unittest import mock
+
+    from ortserve.core import binding as binding_module
+    from ortserve.core.cuda_ipc import CudaUnavailable, HostMemory
+
+    gpu = _has_cuda()
+    try:
+        client: _ClientCuda | None = _ClientCuda() if gpu else None
+    except (CudaUnavailable, OSError):
+        client, gpu = None, False
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    size = x.nbytes
+    host = np.zeros(2 * size, dtype=np.uint8)
+    pointer = client.malloc(2 * size) if client is not None else int(host.ctypes.data)
+    runtime = _Counted(client_runtime() if client is not None else HostMemory(), {b"h" * 64: pointer})
+
+    def put(data: Any) -> None:
+        if client is not None:
+            client.copy(pointer, data.ctypes.data, size, 1)
+        else:
+            host[:size] = np.frombuffer(data.tobytes(), dtype=np.uint8)
+
+    def output() -> Any:
+        out = np.empty_like(x)
+        if client is not None:
+            client.copy(out.ctypes.data, pointer + size, size, 2)
+        else:
+            out[...] = host[size:].view(np.float32).reshape(2, 4)
+        return out
+
+    lone = {"direct": 0}
+    on_windows = binding_module.BindingRun._run_on_windows
+
+    def counted(self: Any, feeds: Any, windows: Any) -> Any:
+        lone["direct"] += 1
+        return on_windows(self, feeds, windows)
+
+    arms: dict[str, list[float]] = {"direct": [], "copy": [], "direct'": []}
+    copies: dict[str, dict[str, int]] = {
+        arm: {key: 0 for key in runtime.copies} for arm in ("direct", "copy")
+    }
+    requests = 200 if gpu else 50
+
+    async def measure() -> bool:
+        right = True
+        app, close = await _in_process_app(runtime, gpu)
+        try:
+            for arm in ("direct", "copy", "direct'"):  # A/B/A'
+                with contextlib.ExitStack() as forced:
+                    if arm == "copy":
+                        forced.enter_context(
+                            mock.patch.object(binding_module.BindingRun, "_windows", lambda self, feeds: None)
+                        )
+                    before = dict(runtime.copies)
+                    for index in range(requests):
+                        given = x + index
+                        put(given)
+                        started = time.perf_counter()
+                        status = await _in_process_infer(app, size)
+                        arms[arm].append(time.perf_counter() - started)
+                        if index % 25 == 0 or index == requests - 1:
+                            right = right and status == 200 and np.array_equal(output(), 2 * given)
+                    for key, count in runtime.copies.items():
+                        copies[arm.rstrip("'")][key] += count - before[key]
+        finally:
+            await close()
+        return right
+
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(binding_module.BindingRun, "_run_on_windows", counted))
+            if not gpu:  # the CPU session on the binding path, as a CUDA session is
+                stack.enter_context(
+                    mock.patch(
+                        "ortserve.core.runner.binding_device", lambda s: binding_module.DeviceSpec("cpu")
+                    )
+                )
+            right = asyncio.run(measure())
+    finally:
+        if client is not None:
+            client.free(pointer)
+    runs = {"direct": 2 * requests, "copy": requests}
+    per = {
+        arm: f"{copies[arm]['copy_to_host'] / runs[arm]:g} D2H + {copies[arm]['copy_from_host'] / runs[arm]:g} H2D"
+        for arm in runs
+    }
+    took = lone["direct"] == 2 * requests
+    bare = copies["direct"]["copy_from_host"] == 0 and copies["copy"]["copy_from_host"] == requests
+    where = "CUDA device 0" if gpu else "CPU stand-in, NOT MEASURED"
+    print()
+    print(
+        "| lone request on CUDA windows | runs on the windows | host copies per request (direct / copy path) | median latency direct / copy / direct' (us) | right |"
+    )
+    print("|---|---|---|---|---|")
+    medians = " / ".join(f"{np.median(arms[arm]) * 1e6:.0f}" for arm in arms)
+    print(
+        f"| {where} | {lone['direct']}/{2 * requests} | {per['direct']} / {per['copy']} | {medians} | "
+        f"{'yes' if right else 'WRONG'} |"
+    )
+    if not (took and bare and right):
+        return WRONG
+    return 0 if gpu else NOT_MEASURED
+
+
+def client_runtime() -> Any:
+    from ortserve.core.cuda_ipc import cuda_runtime
+
+    return cuda_runtime()
+
+
+async def _in_process_app(runtime: Any, gpu: bool) -> tuple[Any, Any]:
+    from ortserve.core.cuda_shared_memory import SharedMemoryRegions
+    from ortserve.core.dataplane import DataPlane
+    from ortserve.core.types import ServerMetadata
+    from ortserve.protocol.tensors import TensorLimits
+    from ortserve.repository.manager import LifecycleManager
+    from ortserve.repository.registry import ModelRegistry
+    from ortserve.server.http.app import HttpApp
+    from ortserve.server.http.shared_memory_routes import add_shared_memory_routes
+    from ortserve.settings import ServerSettings
+
+    root = Path(tempfile.mkdtemp(prefix="check-cudashm-"))
+    (root / "doubling" / "1").mkdir(parents=True)
+    onnx.save(_doubling_model(), str(root / "doubling" / "1" / "model.onnx"))
+    (root / "doubling" / "config.yaml").write_text(f"providers: [{CUDA}]\n" if gpu else "", encoding="utf-8")
+    registry = ModelRegistry()
+    await LifecycleManager(registry, ServerSettings(model_repository=root, intra_op_threads=1)).start()
+    regions = SharedMemoryRegions(0, 4, runtime=lambda: runtime, memory_kind="cuda" if gpu else "cpu")
+    app = HttpApp(
+        DataPlane(registry, ServerMetadata("ortserve", "check", ()), regions),
+        TensorLimits(1 << 20, 8, 1 << 20),
+    )
+    add_shared_memory_routes(app, regions)
+    regions.cuda.register("r", b"h" * 64, 0, 64)
+
+    async def close() -> None:
+        regions.close()
+        await registry.unload_all(5.0)
+
+    return app, close
+
+
+async def _in_process_infer(app: Any, size: int) -> int:
+    from ortserve.server.http.messages import HttpRequest, HttpResponse, resolve_response
+
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": size}
+    document = {
+        "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32", "parameters": region}],
+        "outputs": [{"name": "y", "parameters": {**region, "shared_memory_offset": size}}],
+    }
+    response = await resolve_response(
+        app(HttpRequest("POST", "/v2/models/doubling/infer", "", {}, json.dumps(document).encode()))
+    )
+    assert isinstance(response, HttpResponse)
+    return int(response.status)
 
 
 def main() -> int:

@@ -80,4 +80,6 @@ def test_check_sh_dry_run_runs_every_step_on_the_cpu_and_marks_gpu_rows_not_meas
     assert "| conv | cpu | 8 |" in table and "| encoder | cpu | 1 |" in table
     assert "| cpu, device pool on cpu OrtValues | DevicePooledBackend |" in table
     assert "| injected persistent fault | CPU (stand-in: no CUDA provider) | 5/5 | yes | yes |" in table
+    # CUDA shared memory bound straight to the windows: taken for every lone request, no H2D copy
+    assert "| CPU stand-in, NOT MEASURED | 100/100 | 1 D2H + 0 H2D / 1 D2H + 1 H2D |" in table
     assert table.count("NOT MEASURED") >= 3 and "| NO |" not in table and "WRONG" not in table
