@@ -93,7 +93,7 @@ def quiet_p99(port: int, model: str, width: int, seconds: float) -> tuple[float,
     body = json.dumps(
         {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, width], "data": [0.5] * width}]}
     )
-    connection = http.client.HTTPConnection("127.0.0.1", port)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # a stall fails the run
     headers = {"Content-Type": "application/json", "X-Tenant-Id": "quiet"}
     latencies: list[float] = []
     refused = 0

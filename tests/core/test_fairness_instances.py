@@ -102,3 +102,13 @@ async def test_two_floods_hold_one_instance_each() -> None:
     executor.finish()  # a's last batch: a has nothing queued but is still active
     await settle()
     assert [quiet_rows(job.feeds) for job in executor.running] == [4]  # b keeps to one instance
+
+
+async def test_a_batch_holding_both_tenants_keeps_no_instance_back() -> None:
+    scheduler, executor, _ = make(max_batch_size=4)
+    for i in range(8):  # in one tick, nothing running: the first batch takes both in turn
+        scheduler.submit(rows(1, 1 + i), 1, tenant="a")
+        scheduler.submit(rows(1, QUIET + i), 1, tenant="b")
+    await settle()
+    assert len(executor.running) == 2  # nobody left to keep the second instance for
+    assert [quiet_rows(job.feeds) for job in executor.running] == [2, 2]

@@ -13,9 +13,9 @@ behind all of it (FIFO). With them, while two or more tenants have queued work:
   for a tenant under its share by pushing out the newest request of the tenant holding most;
 - the wait admission counts ahead of a tenant's request is what round-robin puts ahead of it
   (its own queued rows, once per tenant), not the whole queue;
-- with two or more instances (``instance_group`` count), while two or more tenants have sent
-  requests within the last second, the last free instance is kept for the tenants with no
-  batch running (:class:`ActiveTenants`): a flood does not take every instance, so a quiet
+- with two or more instances (``instance_group`` count), while a tenant that sent a request
+  within the last second has no batch running, the last free instance is kept for it
+  (:class:`ActiveTenants`): a flood does not take every instance, so a quiet
   tenant's request starts at once instead of waiting for a flood's batch to end. On one core
   its run then shares the core with the flood's batch (the kernel favours the thread that
   was asleep) instead of queueing behind it: see benchmarks/RESULTS.md, "quiet tenant".
@@ -216,12 +216,14 @@ class ActiveTenants:
 
     def kept_from(self, now: float, busy: int, instances: int) -> Collection[str]:
         """The tenants that may not take the next free instance: those with a batch running,
-        when it is the last one free and two or more tenants are active; else none."""
+        when it is the last one free and an active tenant has none running (it is kept for
+        that one); else none (a batch holding every active tenant keeps nothing back)."""
         if instances < 2 or busy != instances - 1 or not self.running:
             return ()
         since = now - ACTIVE_S
-        active = sum(1 for at in self.seen.values() if at > since)
-        return self.running if active > 1 else ()
+        running = self.running
+        waiting = any(at > since and tenant not in running for tenant, at in self.seen.items())
+        return running if waiting else ()
 
 
 def _front(queue: deque[Pending] | None, usable: Callable[[Pending], bool]) -> Pending | None:
