@@ -273,17 +273,14 @@ def input_window(array: np.ndarray) -> InputWindow | None:
     has none. Only a C-contiguous view of every byte of the copy counts: it is then the
     window's tensor, in the same layout.
     """
-    base: object = array
-    for _ in range(6):
+    base: object = array.base
+    depth = 0
+    while base is not None and depth < 6:  # frombuffer, reshape: a window is 2-3 bases away
         if isinstance(base, HostCopy):
             whole = base.ctypes.data == array.ctypes.data and base.nbytes == array.nbytes
             return base.window if whole and array.flags.c_contiguous else None
-        if isinstance(base, memoryview):
-            base = base.obj
-        elif isinstance(base, np.ndarray):
-            base = base.base
-        else:
-            return None
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+        depth += 1
     return None
 
 
