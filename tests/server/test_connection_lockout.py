@@ -218,6 +218,41 @@ async def test_a_grpc_call_left_without_its_request_ends_deadline_exceeded_and_f
         await until(lambda: site.cap.open == 1 and site.cap.evictable == 1)  # quiet again, evictable
 
 
+async def _call_ended(
+    reader: asyncio.StreamReader, client: h2.connection.H2Connection, stream_id: int
+) -> bytes:
+    """Read until ``stream_id`` is reset; its grpc-status."""
+    status = b""
+    while True:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        assert data, "the server closed before answering"
+        for event in client.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                status = dict(event.headers).get(b"grpc-status", status)
+            if isinstance(event, h2.events.StreamReset) and event.stream_id == stream_id:
+                return status
+
+
+async def test_a_peer_whose_call_came_too_late_is_not_read_for_three_graces() -> None:
+    """The sustained attack re-opened a stalled call as soon as the server ended one: 10,000
+    connections cost a call each per 10 s grace, and that churn kept the server's loop busy
+    on a shared CPU. The next call on such a connection is read only after three graces (it
+    is ended at its own deadline after that), and the connection stays evictable meanwhile."""
+    async with serving(header_timeout_s=0.3) as site:
+        reader, writer = await site.connect(site.grpc_port)
+        client, preface = opened_call()
+        writer.write(preface)
+        assert await _call_ended(reader, client, 1) == b"4"  # DEADLINE_EXCEEDED after 0.3 s
+        loop = asyncio.get_running_loop()
+        reopened = loop.time()
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "x")]
+        client.send_headers(3, [*fields, ("content-type", "application/grpc"), ("te", "trailers")])
+        writer.write(client.data_to_send())
+        await until(lambda: site.cap.open == 1 and site.cap.evictable == 1)
+        assert await _call_ended(reader, client, 3) == b"4"
+        assert loop.time() - reopened >= 3 * 0.3 + 0.3 - 0.05  # rest, then its own grace
+
+
 # -- one peer's share ----------------------------------------------------------------------
 
 

@@ -99,6 +99,7 @@ class Http2Connection(asyncio.Protocol):
         self._timer_at = 0.0  # the loop time the timer fires at
         # The soonest a request just begun can be late (none has made progress yet).
         self._first_due = min(config.request_grace_s, config.request_timeout_s)
+        self._resting = False  # a request came too late: nothing is read for a while (_rest)
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -143,7 +144,14 @@ class Http2Connection(asyncio.Protocol):
             self._reading = False
 
     def _resume_reading(self) -> None:
-        if self._reading or self._write_paused or self._parked or self._closed or self._transport is None:
+        if (
+            self._reading
+            or self._write_paused
+            or self._parked
+            or self._resting
+            or self._closed
+            or self._transport is None
+        ):
             return
         self._transport.resume_reading()
         self._reading = True
@@ -367,16 +375,39 @@ class Http2Connection(asyncio.Protocol):
         if self._closed:
             return
         if self._engine.awaiting and not self._parked:
-            for stream_id in self._engine.expired_requests():
+            late = self._engine.expired_requests()
+            for stream_id in late:
                 call = self._calls.get(stream_id)
                 if call is None:
                     self._engine.reset_stream(stream_id, ErrorCode.CANCEL)
                 else:  # answered, then the stream reset (the client may still be sending)
                     call.fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "the request was not received in time"))
+            if late:
+                self._rest()
         delay = self._engine.tick()
         self._flush()
         if delay is not None:
             self._arm(self._loop.time() + delay)
+
+    def _rest(self) -> None:
+        """A call's request did not arrive in time: read nothing more from this peer for three
+        times the grace a request gets. A peer that re-opens a stalled call at once (issue 27's
+        sustained attack: 10,000 of them) made the server end ~300 calls a second; resting,
+        the connection has no call open and is the first the cap evicts, and the attack's
+        calls ended halved (server CPU -20%, probe medians 2-3x lower; benchmarks/RESULTS.md,
+        "issue 27, the three open points"). A real client's other calls on the connection
+        keep their clocks (postponed by the rest)."""
+        if self._resting or self._closed:
+            return
+        self._resting = True
+        self._pause_reading()
+        # Not reading is the server's choice: the other calls' request clocks skip the rest.
+        self._engine.postpone_requests(3 * self._first_due)
+        self._loop.call_later(3 * self._first_due, self._end_rest)
+
+    def _end_rest(self) -> None:
+        self._resting = False
+        self._resume_reading()
 
     def _arm(self, when: float) -> None:
         self._timer_at = when
