@@ -293,8 +293,12 @@ def link_outputs(inputs: Sequence[object], targets: dict[str, Window]) -> None:
         inputs: the request's decoded inputs (anything with a ``data`` array).
         targets: its outputs' windows, as :meth:`SharedMemoryRegions.output_targets` gives them.
     """
-    outputs = {name: target for name, target in targets.items() if isinstance(target, CudaWindow)}
-    if not outputs:
+    outputs: dict[str, CudaWindow] | None = None
+    for name, target in targets.items():  # a loop: system windows only cost ~100 ns
+        if type(target) is CudaWindow:
+            outputs = outputs or {}
+            outputs[name] = target
+    if outputs is None:
         return
     windows = []
     for each in inputs:
