@@ -19,6 +19,7 @@ from ortserve.core.cuda_shared_memory import (
     input_window,
     link_outputs,
 )
+from ortserve.core.runner import OrtRunner
 from ortserve.core.types import InferInput
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -120,3 +121,21 @@ def test_a_window_on_another_device_or_an_unlinked_output_keeps_the_arena(
     (got,) = fresh({"x": _decoded(other, 0, X)})  # input bound, no output window linked
     np.testing.assert_array_equal(got, 3.0 * X)
     assert fresh.arena_size() == 1  # the output's arena tensor only
+
+
+def test_a_screened_version_never_runs_on_the_windows(session: ort.InferenceSession) -> None:
+    """The screen read the decoded copy; the client could change the device memory after it."""
+    fake = FakeCuda()
+    region, memory = _region(fake)
+    memory[:32] = np.frombuffer(X.tobytes(), dtype=np.uint8)
+    decoded = _decoded(region, 0, X)
+    target = CudaWindow(region, 32, 32, "output 'y'")
+    link_outputs([InferInput("x", "FP32", (2, 4), decoded, {})], {"y": target})
+    memory[:32] = 0  # changed after the decoded copy was made (and screened)
+    runner = OrtRunner(session, 1, "screened", bind_on=DeviceSpec("cpu"), screened=True)
+    try:
+        (got,), _ = runner.run_blocking({"x": decoded})
+    finally:
+        runner.close()
+    np.testing.assert_array_equal(got, 3.0 * X)  # the screened values ran
+    assert not target.filled and not memory[32:].any()

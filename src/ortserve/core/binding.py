@@ -161,9 +161,20 @@ class BindingRun:
             :func:`staging_memory` (tests pass one, with ``allocate`` standing in for it).
         allocate: makes the arena's tensors (``OrtValue.ortvalue_from_shape_and_type``).
         label: names the session in the log line that says where inputs are staged.
+        windows: run a lone request straight on its CUDA shared-memory windows
+            (:meth:`_run_on_windows`); False where the inputs are screened before the run.
     """
 
-    __slots__ = ("_allocate", "_device", "_local", "_outputs", "_session", "_shapes", "_staging")
+    __slots__ = (
+        "_allocate",
+        "_device",
+        "_local",
+        "_on_windows",
+        "_outputs",
+        "_session",
+        "_shapes",
+        "_staging",
+    )
 
     def __init__(
         self,
@@ -174,8 +185,10 @@ class BindingRun:
         staging: DeviceSpec | None = None,
         allocate: Allocate = _allocate,
         label: str = "",
+        windows: bool = True,
     ) -> None:
         self._session = session
+        self._on_windows = windows
         self._device = device
         self._shapes = arena_shapes
         self._allocate = allocate
@@ -217,7 +230,7 @@ class BindingRun:
         request alone: a joined batch is a new array) binds the windows themselves
         (:meth:`_run_on_windows`).
         """
-        windows = self._windows(feeds)
+        windows = self._windows(feeds) if self._on_windows else None
         if windows is not None:
             return self._run_on_windows(feeds, windows)
         binding, arena = self._state()

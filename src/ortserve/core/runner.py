@@ -55,6 +55,9 @@ class OrtRunner:
         name: used to name the worker threads.
         bind_on: run through an IOBinding on this device whatever the provider (tests of the
             device path on the CPU); None decides from the session's first provider.
+        screened: the scheduler screens this version's inputs (input sandbox): a lone request
+            is then never run straight on its CUDA windows, whose device memory the client
+            could change after the screen read the decoded copy.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class OrtRunner:
         instances: int,
         name: str,
         bind_on: DeviceSpec | None = None,
+        screened: bool = False,
     ) -> None:
         self._session = session
         self._instances = instances
@@ -73,7 +77,9 @@ class OrtRunner:
             if needs_ort_values(session):
                 self._ort_values = OrtValueRun(session, self.output_names)
             elif bindable(session) and (device := bind_on or binding_device(session)) is not None:
-                self._ort_values = BindingRun(session, self.output_names, device, label=name)
+                self._ort_values = BindingRun(
+                    session, self.output_names, device, label=name, windows=not screened
+                )
         self.inline_below_s = 100e-6
         self._threads = [
             threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)

@@ -190,7 +190,10 @@ def _prepare(
     parts = VersionParts(label, path, plan, session, inputs, outputs, max_batch, warmup, given.files)
     guard = build_guard(parts, config, settings)
     chain = None if guard is None else guard.chain
-    runner = OrtRunner(session if chain is None else chain, config.instances, f"{name}-{version}")
+    screened = guard is not None and guard.sandbox is not None
+    runner = OrtRunner(
+        session if chain is None else chain, config.instances, f"{name}-{version}", screened=screened
+    )
     if chain is not None and settings.enable_fault_injection and config.faults:
         runner.inline_below_s = 0.0  # injected latency and hangs must not stall the event loop
     cost = BatchCostModel()
