@@ -65,10 +65,10 @@ def test_an_accepted_key_is_remembered_and_a_refused_one_never_is() -> None:
         with pytest.raises(Unauthenticated):
             keys.tenant_of("Bearer k-acmf")
     assert keys.tenant_of("bearer  k-globex ") == "globex"  # another spelling of the same key
-    assert keys._seen == {"Bearer k-acme": "acme", "bearer  k-globex ": "globex"}
+    assert keys.remembered == {"Bearer k-acme": "acme", "bearer  k-globex ": "globex"}
     for n in range(2000):  # bounded: forgotten all at once when full
         keys.tenant_of("Bearer k-acme" + " " * n)
-    assert len(keys._seen) <= 1024
+    assert len(keys.remembered) <= 1024
 
 
 def test_a_key_file_with_a_bad_line_or_a_repeated_token_is_refused(tmp_path: Path) -> None:

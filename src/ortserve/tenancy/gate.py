@@ -59,7 +59,8 @@ class TenantGate:
         """
         keys = self.keys  # self.tenant, inlined: once per request
         if keys is not None:
-            tenant = keys.tenant_of(headers("authorization"))
+            authorization = headers("authorization")
+            tenant = keys.remembered.get(authorization) or keys.tenant_of(authorization)
         else:
             named = headers(self._header)
             tenant = named[:_MAX_TENANT_NAME] if named else DEFAULT_TENANT

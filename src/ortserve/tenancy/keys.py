@@ -59,10 +59,11 @@ class ApiKeys:
             raise ValueError("no API key given")
         self._tenants = {token.encode(): tenant for token, tenant in tokens.items()}
         self._few = list(self._tenants.items()) if len(self._tenants) <= _COMPARED else None
-        self._seen: dict[str, str] = {}
+        self.remembered: dict[str | None, str] = {}
         """Header values already accepted -> tenant: a client sends the same one with every
         request, and finding it is one dict lookup (a hash with the per-process secret key, as
-        for more than eight keys) instead of a parse and a compare with every key."""
+        for more than eight keys) instead of a parse and a compare with every key. Read only
+        (the gate looks here first); :meth:`tenant_of` fills it."""
 
     @classmethod
     def from_sources(cls, keys: Iterable[str], key_file: Path | None) -> ApiKeys | None:
@@ -82,16 +83,14 @@ class ApiKeys:
         Raises:
             Unauthenticated: no header, not a bearer token, or an unknown token.
         """
-        if authorization is not None:
-            seen = self._seen.get(authorization)
-            if seen is not None:
-                return seen
+        seen = self.remembered.get(authorization)
+        if seen is not None:
+            return seen
         tenant = self.find(authorization)
         if tenant is not None:
-            assert authorization is not None
-            if len(self._seen) >= _SEEN:
-                self._seen.clear()
-            self._seen[authorization] = tenant
+            if len(self.remembered) >= _SEEN:
+                self.remembered.clear()
+            self.remembered[authorization] = tenant
             return tenant
         if authorization is None or len(authorization) > _MAX_TOKEN_BYTES:
             raise Unauthenticated("this server requires an API key: Authorization: Bearer <key>")
