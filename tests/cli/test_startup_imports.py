@@ -8,6 +8,7 @@ server is started in a subprocess and its ``sys.modules`` read once it answers r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,14 @@ def test_the_supervisor_of_workers_does_not_import_onnxruntime() -> None:
     probe = "import sys, ortserve.supervisor.supervisor; print('onnxruntime' in sys.modules)"
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert completed.stdout.strip() == "False", completed.stderr[-3000:]
+
+
+def test_the_zygote_imports_the_server_without_using_onnxruntime() -> None:
+    # The zygote of --workers imports every worker's modules with ONNX Runtime deferred; a
+    # module that reads an ONNX Runtime name at import (a type alias, say) breaks every start.
+    probe = "from ortserve.supervisor.zygote import preload; preload(); print('forkable')"
+    environment = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=environment
+    )
+    assert completed.stdout.strip() == "forkable", completed.stderr[-3000:]

@@ -73,7 +73,7 @@ def binding_device(session: ort.InferenceSession) -> DeviceSpec | None:
     return DeviceSpec(_DEVICE_PROVIDERS[providers[0]], int(options.get("device_id", "0") or 0))
 
 
-Allocate = Callable[[list[int], "np.dtype[np.generic]", str, int], ort.OrtValue]
+Allocate = Callable[[list[int], "np.dtype[np.generic]", str, int], "ort.OrtValue"]
 """``OrtValue.ortvalue_from_shape_and_type``'s signature: shape, dtype, device name, index."""
 
 
