@@ -139,3 +139,19 @@ def test_a_screened_version_never_runs_on_the_windows(session: ort.InferenceSess
         runner.close()
     np.testing.assert_array_equal(got, 3.0 * X)  # the screened values ran
     assert not target.filled and not memory[32:].any()
+
+
+def test_an_output_window_over_an_input_window_is_written_after_the_run(
+    session: ort.InferenceSession,
+) -> None:
+    """In place (the output's window is the input's): bound straight to both, ONNX Runtime could
+    overwrite an input it has yet to read; the copy path's answer is what the client gets."""
+    fake = FakeCuda()
+    region, memory = _region(fake)
+    memory[:32] = np.frombuffer(X.tobytes(), dtype=np.uint8)
+    decoded = _decoded(region, 0, X)
+    target = CudaWindow(region, 16, 32, "output 'y'")  # overlaps the input's second half
+    link_outputs([InferInput("x", "FP32", (2, 4), decoded, {})], {"y": target})
+    (got,) = BindingRun(session, ["y"], DeviceSpec("cpu"))({"x": decoded})
+    np.testing.assert_array_equal(got, 3.0 * X)
+    assert not target.filled  # written by the answer's copy, after the run

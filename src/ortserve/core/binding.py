@@ -285,7 +285,8 @@ class BindingRun:
         Inputs are bound to the windows' device pointers (no upload of the host copy); an
         output whose window the request named and whose size the graph fixes is bound to that
         window (ONNX Runtime writes the answer there, and the answer's copy into the window is
-        skipped: :attr:`CudaWindow.filled`); other outputs as usual. The host arrays returned
+        skipped: :attr:`CudaWindow.filled`) unless it overlaps an input's window (the copy path
+        reads every input before writing); other outputs as usual. The host arrays returned
         are ONNX Runtime's copies of every output, so whatever reads the answer reads it.
         """
         binding, arena = self._state()
@@ -303,7 +304,12 @@ class BindingRun:
             for output in self._outputs:
                 shape = None if output.tail is None or rows is None else (rows, *output.tail)
                 target = targets.get(output.name)
-                if shape is not None and target is not None and target.fits(shape, output.dtype):
+                if (
+                    shape is not None
+                    and target is not None
+                    and target.fits(shape, output.dtype)
+                    and not any(target.overlaps(window) for window in windows)
+                ):
                     releases.append(target.bind(binding, output.name, shape, output.dtype))
                     filled.append(target)
                 elif shape is not None:

@@ -226,6 +226,15 @@ class CudaWindow:
         """Whether an output of ``shape`` and ``dtype`` fills the window exactly."""
         return math.prod(shape) * dtype.itemsize == self._size
 
+    def overlaps(self, window: InputWindow) -> bool:
+        """Whether this output window shares bytes with an input's window: bound straight to
+        both, ONNX Runtime could write the output over an input it has yet to read."""
+        return (
+            window.region is self._region
+            and window.offset < self._offset + self._size
+            and self._offset < window.offset + window.size
+        )
+
     def bind(
         self, binding: object, name: str, shape: Sequence[int], dtype: np.dtype[np.generic]
     ) -> Callable[[], None]:
