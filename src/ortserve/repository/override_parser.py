@@ -54,6 +54,9 @@ _MAX_LOG_LINES = 20
 _FILE_WORDS = ("path", "dir", "file")
 _LONG_STRING = 4096
 _NICE = 10
+_CHILD = f"import os; os.nice({_NICE}); from {__name__} import main; main()"
+"""The child's program: on the server's CPU (it inherits the server's affinity) a parse must
+yield to the event loop, and so must the child's start-up (its imports), hence nice first."""
 _REFUSAL_CHARS = 2000
 """A refusal lists every invalid value (pydantic): 5,000 of them made a 100 KB message."""
 
@@ -139,7 +142,7 @@ class OverrideParser:
 
     def __init__(self, timeout_s: float = _TIMEOUT_S, command: list[str] | None = None) -> None:
         self.timeout_s = timeout_s
-        self.command = command or [sys.executable, "-m", __name__]
+        self.command = command or [sys.executable, "-c", _CHILD]
         self.started = 0
         """Children started so far (a dead or hung one is replaced on the next call)."""
         self._process: subprocess.Popen[bytes] | None = None
@@ -335,8 +338,6 @@ def main() -> None:
     """The child's entry: answers go out on a private copy of stdout, and whatever else would
     be printed goes to stderr, so no stray print can break a frame."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # On the server's CPU (it inherits the server's affinity) a parse must yield to the loop.
-    os.nice(_NICE)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     serve(sys.stdin.buffer, answers)
