@@ -21,6 +21,9 @@ from ortserve.core.cuda_shared_memory import (
 )
 from ortserve.core.runner import OrtRunner
 from ortserve.core.types import InferInput
+from ortserve.protocol.grpc import grpc_service_pb2 as pb
+from ortserve.protocol.grpc.codec import decode_infer_request
+from ortserve.protocol.tensors import TensorLimits
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 
@@ -155,3 +158,21 @@ def test_an_output_window_over_an_input_window_is_written_after_the_run(
     (got,) = BindingRun(session, ["y"], DeviceSpec("cpu"))({"x": decoded})
     np.testing.assert_array_equal(got, 3.0 * X)
     assert not target.filled  # written by the answer's copy, after the run
+
+
+def test_a_grpc_input_in_a_cuda_window_decodes_to_an_array_naming_its_window() -> None:
+    fake = FakeCuda()
+    handle, memory = fake.export(64)
+    memory[:32] = np.frombuffer(X.tobytes(), dtype=np.uint8)
+    regions = SharedMemoryRegions(0, 4, runtime=lambda: fake, memory_kind="cpu")
+    regions.cuda.register("io", handle, 0, 64)
+    tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[2, 4])
+    tensor.parameters["shared_memory_region"].string_param = "io"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 32
+    request = decode_infer_request(
+        pb.ModelInferRequest(model_name="m", inputs=[tensor]), TensorLimits(1 << 20, 8, 1 << 20), regions
+    )
+    data = request.inputs[0].data
+    np.testing.assert_array_equal(data, X)
+    window = input_window(data)
+    assert window is not None and window.offset == 0 and window.size == 32
