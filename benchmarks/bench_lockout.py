@@ -425,6 +425,7 @@ def main() -> None:
     parser.add_argument("--probe-seconds", type=float, default=30.0)
     parser.add_argument("--variants", default="old,new")
     parser.add_argument("--py-spy", help="py-spy's path: profile the server while it is probed")
+    parser.add_argument("--server-args", default="", help="more flags for the server, one string")
     parser.add_argument(
         "--server-nice",
         type=int,
@@ -450,7 +451,7 @@ def main() -> None:
     results: dict[str, dict[str, object]] = {}
     for name in args.variants.split(","):
         log = OUT / f"lockout-{name}.log"
-        extra = ["--log-level", "WARNING", "--max-connections", str(args.stalled)]
+        extra = ["--log-level", "WARNING", "--max-connections", str(args.stalled), *args.server_args.split()]
         with run_server(repository, log, extra, env=variants[name], pin_cpu=0) as server:
             if args.server_nice:
                 os.setpriority(os.PRIO_PROCESS, server.process.pid, args.server_nice)
