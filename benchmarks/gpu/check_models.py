@@ -30,7 +30,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from ortserve.core.binding import BindingRun, DeviceSpec, binding_device
+from ortserve.core.binding import BindingRun, DeviceSpec, binding_device, staging_memory
 
 _PROVIDERS: dict[str, tuple[list[tuple[str, dict[str, str]]], float]] = {
     # name -> (provider list, tolerance against the CPU answer)
@@ -243,6 +243,7 @@ def main() -> int:
     rows = measure("conv", conv_model(side=8 if args.small else 64), providers, batches, args.runs)
     rows += measure("encoder", encoder, providers, batches, args.runs)
     print(f"onnxruntime {ort.__version__}; available providers: {', '.join(available)}")
+    print(f"IOBinding on cuda:0: {staging_memory(DeviceSpec('cuda', 0))[1]}", file=sys.stderr)
     print("| model | provider | batch | session.run ms | IOBinding ms | max rel. error | ok |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

@@ -106,3 +106,44 @@ def test_a_shape_seen_before_reuses_its_staging_tensors(session: ort.InferenceSe
         for g, w in zip(got, session.run(names, every_type_feeds(4, seed))):
             np.testing.assert_array_equal(g, w)
     assert len(stand_in.kinds) == allocations
+
+
+def test_pinned_tensors_come_from_the_cuda_providers_host_accessible_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ONNX Runtime 1.32's Python API names no ``cuda_pinned`` device: pinned memory is the CUDA
+    provider's host-accessible memory info (``OrtEpDevice.memory_info(HOST_ACCESSIBLE)``)."""
+    from ortserve.core import binding
+
+    asked: list[object] = []
+    pinned = object()
+
+    class CudaDevice:
+        ep_name = "CUDAExecutionProvider"
+
+        def memory_info(self, kind: object) -> object:
+            asked.append(kind)
+            return pinned
+
+    class CpuDevice:
+        ep_name = "CPUExecutionProvider"
+
+    made: list[dict[str, object]] = []
+    real = ort.OrtValue.ortvalue_from_shape_and_type
+
+    def from_shape_and_type(
+        shape: list[int], dtype: np.dtype[np.generic], *args: object, **kwargs: object
+    ) -> ort.OrtValue:
+        made.append(kwargs)
+        return real(shape, dtype)  # host memory standing for the pinned allocator's
+
+    monkeypatch.setattr(ort, "get_ep_devices", lambda: [CpuDevice(), CudaDevice()])
+    monkeypatch.setattr(ort.OrtValue, "ortvalue_from_shape_and_type", staticmethod(from_shape_and_type))
+    binding._pinned_memory.cache_clear()
+    try:
+        staging, why = staging_memory(DeviceSpec("cuda", 0))
+    finally:
+        binding._pinned_memory.cache_clear()
+    assert staging == DeviceSpec(PINNED, 0) and "pinned" in why
+    assert asked == [ort.OrtDeviceMemoryType.HOST_ACCESSIBLE]
+    assert made == [{"memory_info": pinned}]

@@ -23,6 +23,7 @@ device allocation per tensor per batch. The path itself is device-agnostic and t
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -78,15 +79,41 @@ Allocate = Callable[[list[int], "np.dtype[np.generic]", str, int], "ort.OrtValue
 
 
 def _allocate(shape: list[int], dtype: np.dtype[np.generic], kind: str, index: int) -> ort.OrtValue:
+    if kind == PINNED:
+        memory = _pinned_memory(index)
+        if memory is not None:
+            return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=memory)
+        # Fall through: ONNX Runtime's Python API names no "cuda_pinned" device up to 1.32
+        # (it raises "Unsupported device type"), a release that does is used as it is.
     return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, kind, index)
+
+
+@functools.cache
+def _pinned_memory(index: int) -> object | None:
+    """The CUDA execution provider's host-accessible (pinned) memory, as ONNX Runtime 1.2x+
+    exposes it (``OrtEpDevice.memory_info(OrtDeviceMemoryType.HOST_ACCESSIBLE)``), or None.
+
+    The provider's devices are taken in the order ONNX Runtime lists them; page-locked memory
+    is usable by every device of the process (unified addressing), so the index only picks one.
+    """
+    devices = getattr(ort, "get_ep_devices", None)
+    memory_type = getattr(ort, "OrtDeviceMemoryType", None)
+    if devices is None or memory_type is None:
+        return None
+    cuda = [each for each in devices() if each.ep_name == "CUDAExecutionProvider"]
+    if not cuda:
+        return None
+    memory: object | None = cuda[min(index, len(cuda) - 1)].memory_info(memory_type.HOST_ACCESSIBLE)
+    return memory
 
 
 def staging_memory(device: DeviceSpec, allocate: Allocate = _allocate) -> tuple[DeviceSpec | None, str]:
     """Where a batch's inputs are staged before the device copies them in, and why (for the
     load log line).
 
-    On CUDA, pinned host memory (``cuda_pinned``) where this ONNX Runtime can allocate it: one
-    host copy into the pinned tensor, then the provider's DMA to the device. Otherwise (an
+    On CUDA, pinned host memory where this ONNX Runtime can allocate it (the CUDA provider's
+    host-accessible memory info, else a ``cuda_pinned`` device where the Python API names one):
+    one host copy into the pinned tensor, then the provider's DMA to the device. Otherwise (an
     ONNX Runtime without the CUDA provider, a host session) None: inputs go straight into the
     arena's tensors from the caller's pageable host arrays (``update_inplace``).
     """
