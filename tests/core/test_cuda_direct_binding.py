@@ -176,3 +176,17 @@ def test_a_grpc_input_in_a_cuda_window_decodes_to_an_array_naming_its_window() -
     np.testing.assert_array_equal(data, X)
     window = input_window(data)
     assert window is not None and window.offset == 0 and window.size == 32
+
+
+def test_a_binding_onnx_runtime_refuses_leaves_the_region_free_to_close() -> None:
+    fake = FakeCuda()
+    region, _ = _region(fake)
+
+    class Refusing:
+        def bind_input(self, *args: object) -> None:
+            raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        region.bind_input(Refusing(), "x", 0, (2, 4), np.dtype(np.float32))
+    region.close()
+    assert fake.opened == {}  # closed at once: no use was left counted

@@ -178,7 +178,11 @@ class CudaRegion:
         """Bind an input straight to the window's device pointer; returns the release to call
         once the run is over (the region stays open until then)."""
         dims, address = self._bound(offset, shape, dtype, f"input {name!r}")
-        binding.bind_input(name, self.kind, self.status.device_id, dtype, dims, address)  # type: ignore[attr-defined]
+        try:
+            binding.bind_input(name, self.kind, self.status.device_id, dtype, dims, address)  # type: ignore[attr-defined]
+        except BaseException:
+            self._release()  # not bound: nothing will call the release
+            raise
         return self._release
 
     def bind_output(
@@ -186,7 +190,11 @@ class CudaRegion:
     ) -> Callable[[], None]:
         """Bind an output straight to the window: ONNX Runtime writes the answer into it."""
         dims, address = self._bound(offset, shape, dtype, f"output {name!r}")
-        binding.bind_output(name, self.kind, self.status.device_id, dtype, dims, address)  # type: ignore[attr-defined]
+        try:
+            binding.bind_output(name, self.kind, self.status.device_id, dtype, dims, address)  # type: ignore[attr-defined]
+        except BaseException:
+            self._release()
+            raise
         return self._release
 
     def close(self) -> None:
