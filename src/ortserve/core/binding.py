@@ -4,7 +4,7 @@
 TensorRT session that is an allocation on the device for every input and output of every
 batch, plus ONNX Runtime's own staging. Here each worker thread keeps one IOBinding and a
 small arena of tensors keyed by name, shape, type and memory: on CUDA a batch's inputs are
-copied into reusable *pinned* host tensors (``cuda_pinned``, see :func:`staging_memory`), which
+copied into reusable *pinned* host tensors (see :func:`staging_memory`), which
 the provider moves to the device by DMA; where pinned memory cannot be allocated (an ONNX
 Runtime without the CUDA provider) they are copied into device tensors in place
 (``update_inplace``, one host-to-device copy from pageable memory). Outputs whose shape
