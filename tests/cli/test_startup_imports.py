@@ -93,18 +93,28 @@ def test_an_onnx_only_repository_starts_without_heavy_modules(tmp_path: Path) ->
 def test_serve_starts_with_the_collector_off_until_the_heap_is_frozen() -> None:
     import gc
 
+    import click
     from click.testing import CliRunner
 
     from ortserve.cli.main import main
     from ortserve.server.collector import freeze_startup_heap
 
     try:
-        assert CliRunner().invoke(main, ["demo", "--help"]).exit_code == 0
-        assert gc.isenabled()  # other commands keep it
-        assert CliRunner().invoke(main, ["serve", "--help"]).exit_code == 0
-        assert not gc.isenabled()
-        freeze_startup_heap()  # what Server.load calls once the models are loaded
-        assert gc.isenabled()
+        assert main.callback is not None
+        with click.Context(main) as ctx:
+            ctx.invoked_subcommand = "demo"
+            ctx.invoke(main.callback)
+            assert gc.isenabled()  # other commands keep it
+        with click.Context(main) as ctx:
+            ctx.invoked_subcommand = "serve"
+            ctx.invoke(main.callback)
+            assert not gc.isenabled()
+            freeze_startup_heap()  # what Server.load calls once the models are loaded
+            assert gc.isenabled()
+            gc.disable()
+        assert gc.isenabled()  # and the command's end, however it ends
+        assert CliRunner().invoke(main, ["serve", "--workers", "nonsense"]).exit_code != 0
+        assert gc.isenabled()  # a refused serve does not leave it off
     finally:
         gc.enable()
         gc.unfreeze()
