@@ -213,6 +213,13 @@ def main() -> None:
         "--open-rate", default="1.3", help="open loop rates / closed-loop requests/s, comma-separated"
     )
     parser.add_argument(
+        "--capacity-rps",
+        type=float,
+        default=0.0,
+        help="requests/s the open-loop multiples apply to (0: each closed loop's own; on a shared "
+        "core that moved 2x between minutes and the open loops of a slow minute were no overload)",
+    )
+    parser.add_argument(
         "--open-warmup",
         type=float,
         default=0.0,
@@ -255,6 +262,8 @@ def main() -> None:
                     result: dict[str, dict[str, float]] = {"closed": closed}
                     for multiple in (float(x) for x in args.open_rate.split(",")):
                         rate = multiple * max(closed["requests_per_s"], 0.05)
+                        if args.capacity_rps:  # one offered load for every variant and round
+                            rate = multiple * args.capacity_rps
                         sampler = Sampler(url, pid)
                         sampler.start()
                         run, start, stop, unfinished = asyncio.run(
