@@ -29,7 +29,8 @@ llama-server is not built or fetched by this script: pass its path (``--llama-se
 the Python with ``gguf`` (``--gguf-python``).
 
 Usage: ``python benchmarks/bench_llm_peer.py --llama-server PATH --gguf-python PATH
-[--pairs fp32,int8,int4] [--duration 20]``; writes benchmarks/out/llm_peer.json.
+[--pairs fp32,int8,int4] [--cells uniform_c1,...] [--duration 20]``; writes
+benchmarks/out/llm_peer.json (``--out``).
 """
 
 from __future__ import annotations
@@ -222,10 +223,13 @@ async def closed(url: str, streams: int, duration: float, seed: int, mixed: bool
     return summary(run, start, stop)
 
 
-def measure(url: str, duration: float, seed: int) -> dict[str, dict[str, float]]:
+CELLS = {"uniform_c1": (1, False), "uniform_c16": (16, False), "mixed_c16": (16, True), "mixed_c1": (1, True)}
+
+
+def measure(url: str, duration: float, seed: int, cells: list[str]) -> dict[str, dict[str, float]]:
     figures = {}
-    for name, streams, mixed in (("uniform_c1", 1, False), ("uniform_c16", 16, False), ("mixed_c16", 16, True),
-                                 ("mixed_c1", 1, True)):  # fmt: skip
+    for name in cells:
+        streams, mixed = CELLS[name]
         figures[name] = asyncio.run(closed(url, streams, duration, seed, mixed))
         f = figures[name]
         print(
@@ -245,9 +249,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--accuracy-level", type=int, default=4)
     parser.add_argument("--no-load", action="store_true", help="only the greedy check and perplexity")
+    parser.add_argument("--cells", default=",".join(CELLS), help="of " + ",".join(CELLS))
+    parser.add_argument("--out", default="llm_peer.json")
     args = parser.parse_args()
     os.sched_setaffinity(0, {1})
     pairs = args.pairs.split(",")
+    cells = args.cells.split(",")
     result: dict[str, object] = {"machine": machine_stamp(), "accuracy_level": args.accuracy_level}
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -268,14 +275,14 @@ def main() -> None:
                         entry["llama_text"] = greedy_text(url)
                         entry["llama_perplexity"] = llama_perplexity(url, held, weights.shape.vocab_size)
                         if not args.no_load:
-                            runs.append((side, measure(url, args.duration, seed)))
+                            runs.append((side, measure(url, args.duration, seed, cells)))
                     continue
                 log = root / f"ortserve_{pair}_{turn}.log"
                 extra = ["--intra-op-threads", "1"]
                 with run_server(root / f"ort_{pair}", log, extra, pin_cpu=0) as server:
                     entry.setdefault("ortserve_text", greedy_text(server.http_url))
                     if not args.no_load:
-                        runs.append((side, measure(server.http_url, args.duration, seed)))
+                        runs.append((side, measure(server.http_url, args.duration, seed, cells)))
             entry["text_equal"] = entry["ortserve_text"] == entry.get("llama_text")
             entry["runs"] = dict(runs)
             print(
@@ -290,7 +297,7 @@ def main() -> None:
                 )
             result[pair] = entry
             OUT.mkdir(exist_ok=True)
-            (OUT / "llm_peer.json").write_text(json.dumps(result, indent=2))
+            (OUT / args.out).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
