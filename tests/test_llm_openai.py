@@ -304,5 +304,7 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(client: open
     )
     counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
     assert len(counts) == len(chunks) and counts == sorted(counts)
-    assert counts[0] == 0 and counts[-1] == 12 and len(set(counts)) > 5
+    # the first chunk (the role) counts what was generated when it was written: 0, or 1 when the
+    # first token came before the loop wrote it (a busy machine)
+    assert counts[0] <= 1 and counts[-1] == 12 and len(set(counts)) > 5
     assert all(c.usage is not None and c.usage.prompt_tokens == chunks[0].usage.prompt_tokens for c in chunks)  # type: ignore[union-attr]
