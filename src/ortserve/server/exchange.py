@@ -286,10 +286,6 @@ class Exchange:
                 scope.routed = asyncio.get_running_loop().create_future()
             scope.routed.add_done_callback(lambda _: self.charge(tenant, streams))
 
-    def mirror(self, scope: RequestScope, llm: LlmVersion, stream: GenerationStream) -> None:
-        """:meth:`started` for one stream of a request without a tenant."""
-        self.started(scope, None, llm, (stream,))
-
     async def stream(
         self,
         scope: RequestScope,

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ortserve.errors import ModelNotFound
 from ortserve.llm.servable import LlmVersion
 from ortserve.protocol import openai_codec as codec
 from ortserve.repository.registry import ModelRegistry
@@ -24,7 +23,7 @@ from ortserve.server.http.errors import OPENAI
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.openai_answers import Answer, start_chat, start_completion
 
-__all__ = ["add_openai_routes", "llm_versions", "resolve_llm"]
+__all__ = ["add_openai_routes", "llm_versions"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,19 +31,6 @@ _Parsed = TypeVar("_Parsed", codec.ChatRequest, codec.CompletionRequest)
 
 _SSE = b"text/event-stream"
 _SSE_HEADERS = [(b"cache-control", b"no-cache")]
-
-
-def resolve_llm(registry: ModelRegistry, name: str, version: str | None = None) -> LlmVersion:
-    """The LLM version serving ``name`` now (a reload swaps it; the routes keep working).
-
-    Raises:
-        ModelNotFound: no such model, or it is not a generation model.
-        ModelNotReady: no version can take requests.
-    """
-    served = registry.resolve(name, version)
-    if not isinstance(served, LlmVersion):
-        raise ModelNotFound(f"model {name!r} is not a text-generation model (kind: llm)")
-    return served
 
 
 def llm_versions(registry: ModelRegistry) -> list[tuple[str, str, LlmVersion]]:
