@@ -17,7 +17,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from ortserve.errors import OrtServeError
 from ortserve.server.edge import EncodedRefusals, edge_verdict
 from ortserve.server.http.errors import error_response
 from ortserve.server.http.wire import CannedResponse, canned
@@ -155,7 +154,4 @@ def _tenant(gate: TenantGate, headers: dict[bytes, bytes]) -> str | None:
         value = headers.get(name.encode("latin-1"))
         return None if value is None else value.decode("latin-1")
 
-    try:
-        return gate.tenant(header)
-    except OrtServeError:
-        return None
+    return gate.named(header)
