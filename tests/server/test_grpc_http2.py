@@ -836,6 +836,7 @@ async def test_a_reset_call_is_cancelled_and_the_connection_serves_on(server: Se
     client.conn.reset_stream(stream_id, ErrorCodes.CANCEL)
     await client.sync()
     assert pending.cancelled()  # the queued work is withdrawn
+    assert server.listener.service.exchange.telemetry.live == set()  # its scope released
     await assert_serves(client)
 
 
@@ -849,6 +850,7 @@ async def test_many_streams_opened_and_reset_at_once_leave_nothing_behind(server
     await client.sync()
     assert len(server.held.pending) == 300
     assert all(pending.cancelled() for pending, _ in server.held.pending)
+    assert server.listener.service.exchange.telemetry.live == set()
     await assert_serves(client)
 
 
@@ -893,6 +895,9 @@ async def test_a_grpc_timeout_becomes_the_calls_deadline(server: Server) -> None
     assert request.timeout_s is not None and 0 < request.timeout_s <= 0.05  # the model's deadline too
     [(pending, _)] = server.held.pending
     assert pending.cancelled()
+    telemetry = server.listener.service.exchange.telemetry
+    assert telemetry.live == set()  # the request's scope is finished, as a 504's
+    assert telemetry.inflight().get("grpc", 0) == 0
     await assert_serves(client)
 
 

@@ -12,6 +12,7 @@ with a coroutine. A streaming handler is a coroutine that reads and writes messa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
-from ortserve.errors import OrtServeError
+from ortserve.errors import DeadlineExceeded, OrtServeError
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode, abort_from
 from ortserve.server.grpc.framing import MessageFramer
 from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, trailers, trailers_only
@@ -369,7 +370,13 @@ class GrpcCall:
         self, finish: Callable[[asyncio.Future[Any]], Message], done: asyncio.Future[Any]
     ) -> None:
         self._task = None
-        if done.cancelled() or self._ended:
+        if done.cancelled():
+            # The client left or the call ended first (its deadline, a limit): the finish
+            # still runs, so the request's scope is released (it raises CancelledError).
+            with contextlib.suppress(asyncio.CancelledError):
+                finish(done)
+            return
+        if self._ended:
             return
         answer = self._called(finish, done)
         if answer is not _FAILED:
@@ -461,6 +468,10 @@ class GrpcCall:
 
     def _on_deadline(self) -> None:
         self._timer = None
+        failed = self.scope_failed
+        if failed is not None and not self._ended:  # the request is counted and logged as a 504's
+            self.scope_failed = None
+            failed(DeadlineExceeded("Deadline Exceeded"))
         self._fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
     def _stop_timer(self) -> None:
