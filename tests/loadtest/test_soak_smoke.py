@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-SOAK = Path(__file__).parent.parent / "benchmarks" / "soak.py"
+SOAK = Path(__file__).parent.parent.parent / "benchmarks" / "soak.py"
 
 
 def test_a_short_soak_loses_no_answer_and_visits_every_level(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("gcc") is None, reason="the generator is built with gcc"),
 ]
 
-RUN = Path(__file__).parent.parent / "benchmarks" / "openloop" / "run.py"
+RUN = Path(__file__).parent.parent.parent / "benchmarks" / "openloop" / "run.py"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 

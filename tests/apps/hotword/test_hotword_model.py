@@ -26,7 +26,7 @@ from ortserve.apps.mlp import train_mlp
 from ortserve.errors import ConfigError
 from ortserve.pipeline.contract import PipelineContext
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent.parent
 DATES = [
     dt.date(2025, 1, 20),
     dt.date(2025, 4, 2),
