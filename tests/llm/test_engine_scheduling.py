@@ -74,6 +74,11 @@ class _FakeBackend:
     def activate(self, sequence: Sequence) -> None:
         self.rows.append(sequence)
 
+    def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
+        if sum(self.held.values()) + length > self.capacity:
+            raise KvFull("full")
+        self.held[child] = length  # a prefilling row, as KvPool.take makes it (activated later)
+
     def grow(self) -> None:
         if sum(self.held.values()) + len(self.rows) > self.capacity:
             raise KvFull("full")
@@ -254,7 +259,7 @@ def _closed_loop(
     stamps = _stamps(engine, clock)
     rng = np.random.default_rng(1)
     arrival: dict[Sequence, float] = {}
-    live = []
+    live: list[Sequence] = []
     while clock.now < seconds:
         live = [s for s in live if s.finish_reason is None]
         while len(live) < streams:
