@@ -282,3 +282,12 @@ def test_the_image_entry_command_serves_and_its_healthcheck_passes(tmp_path: Pat
         assert process.wait(60) == 0
     finally:
         server.stop()
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """CI must run exactly what the README tells a new developer to run (the extras included)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line for line in readme.splitlines() if "pip install -c constraints.txt" in line]
+    assert len(commands) == 1, "README.md shows one test command"
+    assert commands[0] in ci.splitlines()
