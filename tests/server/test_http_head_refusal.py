@@ -168,6 +168,17 @@ async def test_a_request_admitted_from_its_head_is_refused_at_its_turn_if_the_qu
     assert served.budget.held == 0  # and its bytes were given back
 
 
+async def test_a_request_refused_at_its_turn_echoes_its_request_id_as_at_its_head(served: Served) -> None:
+    first, _ = served.connect()
+    second, second_wire = served.connect()
+    served.on_handle.append(lambda: setattr(served.plane, "refusing", True))
+    first.data_received(post(b"one"))
+    second.data_received(post(b"two", extra=b"X-Request-ID: turn-2\r\n"))  # the parser's path
+    await asyncio.sleep(0)
+    reply = b"".join(second_wire.writes)
+    assert reply.startswith(b"HTTP/1.1 429") and b"x-request-id: turn-2\r\n" in reply.lower()
+
+
 @pytest.mark.parametrize(
     ("extra", "closes"),
     [

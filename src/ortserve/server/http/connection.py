@@ -33,6 +33,7 @@ from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.server.http.responder import Handler
 from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http.wire import CannedResponse
+from ortserve.telemetry import echoable_id
 
 __all__ = ["Admission", "ConnectionLimits", "HttpConnection", "TargetScreen"]
 
@@ -408,7 +409,11 @@ class HttpConnection(Deadlines):
             assert self._screen is not None
             verdict = self._screen(url, again=True)
             if isinstance(verdict, CannedResponse):
-                _, keep_alive, size = self._queue[0]
+                request, keep_alive, size = self._queue[0]
+                if isinstance(request, HttpRequest):  # its X-Request-ID echoed, as at its head
+                    echoed = echoable_id(request.header(b"x-request-id"))
+                    if echoed is not None:
+                        verdict = verdict.with_header(b"x-request-id", echoed)
                 self._queue[0] = (verdict, keep_alive, 0)
                 self._budget.give(size)  # its body is dropped unread
                 self._held -= size
