@@ -38,9 +38,8 @@ import numpy.typing as npt
 from ortserve.core.binding import DeviceSpec
 from ortserve.core.cuda_ipc import HostMemory, MemoryOps
 from ortserve.core.session import SessionPlan
-from ortserve.llm.kv_backend import DecoderSession, KvFull
+from ortserve.llm.kv_backend import DecoderSession, KvFull, PooledBackend
 from ortserve.llm.kv_pool import KvPool
-from ortserve.llm.sequence import Sequence
 
 __all__ = [
     "DeviceKvPool",
@@ -235,7 +234,7 @@ def _ortvalue(shape: tuple[int, ...], device: DeviceSpec) -> Any:
     return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.float32, device.kind, device.index)
 
 
-class DevicePooledBackend:
+class DevicePooledBackend(PooledBackend):
     """:class:`~ortserve.llm.kv_backend.PooledBackend` with the pool on ``device``.
 
     Args:
@@ -247,6 +246,8 @@ class DevicePooledBackend:
         cuda_graph: fixed shapes and addresses for decode steps, one graph per row count.
     """
 
+    pool: DeviceKvPool
+
     def __init__(
         self,
         decoder: DecoderSession,
@@ -256,7 +257,7 @@ class DevicePooledBackend:
         memory: MemoryOps | None = None,
         cuda_graph: bool = False,
     ) -> None:
-        layout = decoder.layout
+        layout = decoder.layout  # PooledBackend.__init__ is not called: no host pool is wanted
         self.decoder = decoder
         self.device = device
         self.cuda_graph = cuda_graph
@@ -279,13 +280,6 @@ class DevicePooledBackend:
                 raise ValueError("CUDA graphs need the logits' vocabulary dimension fixed in the graph")
             self._vocab = vocab
         """Per decode row count (graph mode): staging ids, positions, mask, and logits tensors."""
-
-    @property
-    def nbytes(self) -> int:
-        return self.pool.nbytes
-
-    def admit(self, sequence: Sequence, length: int) -> None:
-        self.pool.take(sequence, length)
 
     def _run(self, ids: I64, positions: I64, lengths: list[int], start: int, rows: int, graph: bool) -> F32:
         import onnxruntime as ort
@@ -346,54 +340,6 @@ class DevicePooledBackend:
             )
             self._graphs[rows] = staged
         return staged
-
-    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
-        pool = self.pool
-        pool.reserve(len(pool), stop)
-        if prefix is not None:
-            pool.write(sequence, prefix, start)
-        index = pool.slot(sequence)
-        ids = np.array([sequence.tokens[start:stop]], dtype=np.int64)
-        positions = np.arange(start, stop, dtype=np.int64)[None]
-        logits = self._run(ids, positions, [stop], index, 1, graph=False)
-        pool.set_length(sequence, stop)
-        row: F32 = logits[0]
-        return row
-
-    def activate(self, sequence: Sequence) -> None:
-        self.pool.activate(sequence)
-
-    def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
-        pool = self.pool
-        pool.take(child, length)
-        pool.copy_row(pool.slot(parent), pool.slot(child), length)
-        pool.set_length(child, length)
-
-    def grow(self) -> None:
-        pool = self.pool
-        if pool.decoding:
-            pool.reserve(len(pool), max(pool.lengths[: pool.decoding]) + 1)
-
-    def decode(self) -> tuple[list[Sequence], F32]:
-        pool = self.pool
-        rows: list[Sequence] = pool.owners(0, pool.decoding)  # type: ignore[assignment]
-        ids = np.array([[s.last_token] for s in rows], dtype=np.int64)
-        positions = np.array([[s.length - 1] for s in rows], dtype=np.int64)
-        lengths = [s.length for s in rows]
-        logits = self._run(ids, positions, lengths, 0, len(rows), graph=self.cuda_graph)
-        for sequence, length in zip(rows, lengths, strict=True):
-            pool.set_length(sequence, length)
-        return rows, logits
-
-    def release(self, sequence: Sequence) -> None:
-        if sequence in self.pool:
-            self.pool.release(sequence)
-
-    def read(self, sequence: Sequence, length: int) -> list[F32]:
-        return self.pool.read(sequence, length)
-
-    def decoding(self) -> list[Sequence]:
-        return self.pool.owners(0, self.pool.decoding)  # type: ignore[return-value]
 
 
 def device_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> DevicePooledBackend | None:

@@ -135,12 +135,20 @@ class KvBackend(Protocol):
 
 
 class PooledBackend:
-    """Rows in a slot pool, written in place by GroupQueryAttention."""
+    """Rows in a slot pool, written in place by GroupQueryAttention. A pool elsewhere than in
+    host memory (``llm/device_kv.py``) changes the pool and :meth:`_run` only."""
+
+    cuda_graph = False
+    """Decode steps run as captured graphs (fixed shapes and addresses; a device pool's)."""
 
     def __init__(self, decoder: DecoderSession, max_len: int, budget_bytes: int) -> None:
         layout = decoder.layout
         self.decoder = decoder
         self.pool = KvPool(decoder.parts, layout.kv_heads, layout.head_dim, max_len, budget_bytes)
+
+    def _run(self, ids: I64, positions: I64, lengths: list[int], start: int, rows: int, graph: bool) -> F32:
+        """One step over the pool's rows ``start .. start+rows-1`` (``graph``: a captured decode)."""
+        return self.decoder.run_in_place(ids, positions, lengths, self.pool.view(start, start + rows))
 
     @property
     def nbytes(self) -> int:
@@ -157,7 +165,7 @@ class PooledBackend:
         index = pool.slot(sequence)
         ids = np.array([sequence.tokens[start:stop]], dtype=np.int64)
         positions = np.arange(start, stop, dtype=np.int64)[None]
-        logits = self.decoder.run_in_place(ids, positions, [stop], pool.view(index, index + 1))
+        logits = self._run(ids, positions, [stop], index, 1, graph=False)
         pool.set_length(sequence, stop)
         row: F32 = logits[0]
         return row
@@ -168,9 +176,7 @@ class PooledBackend:
     def fork(self, parent: Sequence, child: Sequence, length: int) -> None:
         pool = self.pool
         pool.take(child, length)
-        source, target = pool.slot(parent), pool.slot(child)
-        for buffer in pool.buffers:  # rows are written in place by the graph: a copy each
-            buffer[target, :, :length] = buffer[source, :, :length]
+        pool.copy_row(pool.slot(parent), pool.slot(child), length)
         pool.set_length(child, length)
 
     def grow(self) -> None:
@@ -184,8 +190,8 @@ class PooledBackend:
         ids = np.array([[s.last_token] for s in rows], dtype=np.int64)
         positions = np.array([[s.length - 1] for s in rows], dtype=np.int64)
         lengths = [s.length for s in rows]
-        logits = self.decoder.run_in_place(ids, positions, lengths, pool.view(0, pool.decoding))
-        for sequence, length in zip(rows, lengths):
+        logits = self._run(ids, positions, lengths, 0, len(rows), graph=self.cuda_graph)
+        for sequence, length in zip(rows, lengths, strict=True):
             pool.set_length(sequence, length)
         return rows, logits
 

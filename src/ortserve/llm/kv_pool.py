@@ -196,6 +196,11 @@ class KvPool:
             buffer[index, :, :length] = part[:, :length]
         self.lengths[index] = length
 
+    def copy_row(self, source: int, target: int, length: int) -> None:
+        """Tokens ``0 .. length-1`` of slot ``source`` onto slot ``target`` (a fork's prompt)."""
+        for buffer in self.buffers:  # rows are written in place by the graph: a copy each
+            buffer[target, :, :length] = buffer[source, :, :length]
+
     def read(self, owner: object, length: int) -> list[F32]:
         """A copy of the row's first ``length`` tokens ([kv_heads, length, head_dim] per part)."""
         index = self._index[owner]
