@@ -9,7 +9,6 @@ import asyncio
 import json
 import queue
 import shutil
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
 from ortserve.testing import ServerProcess, run_server
+from workers_helpers import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -144,15 +144,6 @@ def _metric(server: ServerProcess, name: str, labels: str) -> float:
     return 0.0
 
 
-def _wait_for(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def _request(prompt: str, request_id: str, **parameters: Any) -> service_pb2.ModelInferRequest:
     message = service_pb2.ModelInferRequest(model_name="one_slot", id=request_id)
     tensor = message.inputs.add(name="text_input", datatype="BYTES", shape=[1])
@@ -195,10 +186,10 @@ def test_a_client_that_leaves_frees_the_sequence_and_is_counted(server: ServerPr
     before = _metric(server, "ortserve_llm_generation_tokens_total", 'model="one_slot"')
     requests_before = _metric(server, "ortserve_requests_total", labels)
     assert asyncio.run(_leave_mid_stream(server.grpc_address)) == 3
-    _wait_for(lambda: _metric(server, "ortserve_llm_running_sequences", 'model="one_slot"') == 0)
+    wait_until(lambda: _metric(server, "ortserve_llm_running_sequences", 'model="one_slot"') == 0, 20.0)
     assert _metric(server, "ortserve_llm_generation_tokens_total", 'model="one_slot"') - before < 2000
     # The one place is free for the next request, which streams to its end.
     answers = asyncio.run(_one_whole(server.grpc_address))
     assert [a.infer_response.parameters["triton_final_response"].bool_param for a in answers][-1]
     assert answers[-1].infer_response.parameters["completion_tokens"].int64_param == 5
-    _wait_for(lambda: _metric(server, "ortserve_requests_total", labels) >= requests_before + 2)
+    wait_until(lambda: _metric(server, "ortserve_requests_total", labels) >= requests_before + 2, 20.0)
