@@ -12,13 +12,8 @@ import pytest
 from fake_cuda import FakeCuda
 from model_builders import scaled_model, serialized
 from ortserve.core.binding import BindingRun, DeviceSpec
-from ortserve.core.cuda_shared_memory import (
-    CudaRegion,
-    CudaWindow,
-    SharedMemoryRegions,
-    input_window,
-    link_outputs,
-)
+from ortserve.core.cuda_shared_memory import CudaRegion, SharedMemoryRegions
+from ortserve.core.cuda_windows import CudaWindow, input_window, link_outputs
 from ortserve.core.runner import OrtRunner
 from ortserve.core.types import InferInput
 from ortserve.protocol.grpc import grpc_service_pb2 as pb

@@ -18,7 +18,8 @@ import pytest
 
 from fake_cuda import FakeCuda
 from ortserve.core.binding import BindingRun, DeviceSpec
-from ortserve.core.cuda_shared_memory import InputWindow, SharedMemoryRegions
+from ortserve.core.cuda_shared_memory import SharedMemoryRegions
+from ortserve.core.cuda_windows import InputWindow
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
 from ortserve.demo import build_mlp

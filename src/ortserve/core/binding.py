@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from ortserve.core.cuda_shared_memory import CudaWindow, InputWindow, input_window
+from ortserve.core.cuda_windows import CudaWindow, InputWindow, input_window
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
 
 __all__ = ["PINNED", "Allocate", "BindingRun", "DeviceSpec", "bindable", "binding_device", "staging_memory"]

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from ortserve.core.cuda_shared_memory import link_outputs
+from ortserve.core.cuda_windows import link_outputs
 from ortserve.core.model import Servable, ServedVersion
 from ortserve.core.shared_memory import SharedMemoryRegistry, deliver_to_shared_memory
 from ortserve.core.types import InferRequest, InferResponse, ModelMetadata, ServerMetadata
