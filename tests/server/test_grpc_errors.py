@@ -26,10 +26,7 @@ MAX_MESSAGE = 1_500_000
 def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("grpc-error-models")
     write_error_repository(root)
-    slower = root / "slower" / "1"
-    slower.mkdir(parents=True)
-    onnx.save(slow_model(matmuls=48, size=512), str(slower / "model.onnx"))
-    (root / "slower" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n")
+    write_slower_model(root)
     refusing = root / "refusing" / "1"
     refusing.mkdir(parents=True)
     onnx.save(slow_model(matmuls=1, size=8), str(refusing / "model.onnx"))
@@ -41,6 +38,15 @@ def error_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     args = ["--no-strict-readiness", "--grpc-max-message-bytes", str(MAX_MESSAGE), "--intra-op-threads", "1"]
     with run_server(root, log, args) as server:
         yield server
+
+
+def write_slower_model(root: Path) -> None:
+    """A model whose run takes hundreds of ms even on many fast cores: a request to it is still
+    in flight when a test acts, whatever machine CI draws."""
+    slower = root / "slower" / "1"
+    slower.mkdir(parents=True)
+    onnx.save(slow_model(matmuls=48, size=512), str(slower / "model.onnx"))
+    (root / "slower" / "config.yaml").write_text("batching:\n  max_batch_size: 0\n")
 
 
 @pytest.fixture(scope="module")
@@ -176,13 +182,16 @@ def test_a_deadline_passing_in_the_queue_is_deadline_exceeded(
 def test_shutdown_answers_streamed_requests_in_flight_and_health_goes_not_serving(tmp_path: Path) -> None:
     root = tmp_path / "models"
     write_error_repository(root)
+    write_slower_model(root)
     with run_server(root, tmp_path / "server.log", ["--no-strict-readiness"]) as server:
         channel = grpc.insecure_channel(server.grpc_address)
         watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
         fast = request("failing", np.arange(12).reshape(3, 4))
         fast.id = "fast"
-        slow = slow_request()
+        # 12.9 GFLOP: the small model's answer comes first on any machine (the 24x256 model
+        # once finished before it on a fast CI machine).
+        slow = request("slower", np.full((1, 512, 512), 0.001, np.float32))
         slow.id = "slow"
         messages = [slow, fast]
         stream = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(
