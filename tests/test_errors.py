@@ -46,3 +46,14 @@ def test_status_and_code(error_class: type[errors.OrtServeError], codes: tuple[i
 
 def test_overloaded_carries_retry_after() -> None:
     assert errors.Overloaded("busy", retry_after_s=2.5).retry_after_s == 2.5
+
+
+@pytest.mark.parametrize("cls", [errors.InvalidInput, errors.ModelLoadFailed, errors.Overloaded])
+def test_a_message_is_clipped_however_it_was_built(cls: type[errors.OrtServeError]) -> None:
+    # Whatever a message quotes (a client's field, a model's names), the answer, the log line and
+    # the trace attribute built from it stay bounded.
+    error = cls("field " + "y" * 50_000)
+    assert len(error.message) < errors.MAX_MESSAGE_CHARS + 64
+    assert error.message.endswith(f"({50_006 - errors.MAX_MESSAGE_CHARS} more characters)")
+    assert str(error) == error.message
+    assert cls("short").message == "short"

@@ -27,20 +27,36 @@ __all__ = [
     "RepositoryError",
     "Unauthenticated",
     "UnsupportedEncoding",
+    "clip_text",
 ]
+
+
+#: The longest message an error carries. Messages quote what a client sent (names, shapes,
+#: fields) and what a model declares (its inputs): clipping them here bounds every error answer,
+#: log line and trace attribute at once, whatever a message was built from.
+MAX_MESSAGE_CHARS = 2_048
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out (messages, log lines)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class OrtServeError(Exception):
     """Base of every error ortserve reports to a client or an operator.
 
     Args:
-        message: a sentence for the client; it must never contain a traceback.
+        message: a sentence for the client; it must never contain a traceback. Past
+            ``MAX_MESSAGE_CHARS`` it is clipped.
     """
 
     http_status: int = 500
     grpc_code: str = "INTERNAL"
 
     def __init__(self, message: str) -> None:
+        message = clip_text(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
 

@@ -18,6 +18,7 @@ import time
 from contextvars import ContextVar
 from types import TracebackType
 
+from ortserve.errors import clip_text
 from ortserve.ort_runtime import ORT_LOG_FIELDS
 
 __all__ = [
@@ -86,9 +87,7 @@ what a client sent (every key of a config) made 20 MB lines."""
 
 def bounded_message(text: str) -> str:
     """``text`` cut to :data:`MAX_MESSAGE_CHARS`."""
-    if len(text) <= MAX_MESSAGE_CHARS:
-        return text
-    return f"{text[:MAX_MESSAGE_CHARS]}... ({len(text) - MAX_MESSAGE_CHARS} more characters)"
+    return clip_text(text, MAX_MESSAGE_CHARS)
 
 
 _TAG_UNSAFE = re.compile(r'[\s"=\[\]]')

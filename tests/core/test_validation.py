@@ -77,3 +77,22 @@ def test_a_bf16_input_takes_only_the_bf16_datatype(datatype: str, array: np.ndar
     assert feeds["x"].dtype == np.uint16
     with pytest.raises(InvalidInput, match=f"datatype {datatype}, the model expects BF16"):
         validate_inputs([tensor("x", datatype, array)], specs, True)
+
+
+def test_a_refusal_is_bounded_whatever_the_client_named_and_the_model_declared() -> None:
+    # 500 declared inputs and a 100,000-character name: the message names 8 of the model's
+    # inputs and the start of the client's name, not all of either.
+    specs = tuple(TensorSpec(f"in{index:03d}", "FP32", (-1, 4)) for index in range(500))
+    stranger = tensor("x" * 100_000, "FP32", np.zeros((1, 4), np.float32))
+    with pytest.raises(InvalidInput) as caught:
+        validate_inputs([stranger], specs, batched=True)
+    message = caught.value.message
+    assert len(message) < 400, len(message)
+    assert "'in000'" in message and "'in007'" in message and "'in008'" not in message
+    assert "and 492 more" in message and "(100000 characters)" in message
+
+
+def test_missing_inputs_are_listed_boundedly() -> None:
+    specs = tuple(TensorSpec(f"in{index:03d}", "FP32", (-1, 4)) for index in range(500))
+    with pytest.raises(InvalidInput, match=r"missing inputs \['in001', .* and 491 more"):
+        validate_inputs([tensor("in000", "FP32", np.zeros((1, 4), np.float32))], specs, batched=True)

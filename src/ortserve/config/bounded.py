@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import yaml
 
-from ortserve.errors import ConfigError
+from ortserve.errors import ConfigError, clip_text
 
 __all__ = ["DEFAULT_LIMITS", "ConfigLimits", "bounded_text", "check_json", "check_yaml", "load_yaml"]
 
@@ -44,9 +44,7 @@ DEFAULT_LIMITS = ConfigLimits()
 
 def bounded_text(text: str, limit: int = 400) -> str:
     """``text`` cut to ``limit`` characters, saying how much was left out (for messages)."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return clip_text(text, limit)
 
 
 def _too_big(where: str, what: str) -> ConfigError:

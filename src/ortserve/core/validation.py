@@ -15,6 +15,26 @@ __all__ = ["InputValidator", "validate_inputs"]
 
 Array = npt.NDArray[np.generic]
 
+#: How much of a client-given name, and how many of a model's names, an error message shows: a
+#: refusal is O(1) in what the client sent and in the model's size (a graph may have thousands of
+#: inputs; a name may be as long as the body allows).
+_NAME_CHARS = 64
+_NAMES_SHOWN = 8
+
+
+def _clipped(name: str) -> str:
+    """A client-given name as an error message quotes it, at most ``_NAME_CHARS`` long."""
+    if len(name) <= _NAME_CHARS:
+        return repr(name)
+    return f"{name[:_NAME_CHARS]!r}... ({len(name)} characters)"
+
+
+def _listed(names: list[str]) -> str:
+    """The first ``_NAMES_SHOWN`` of the model's sorted names, and how many more there are."""
+    shown = sorted(names)[:_NAMES_SHOWN]
+    more = len(names) - len(shown)
+    return f"{shown}" if not more else f"{shown} and {more} more"
+
 
 class _Expected:
     """One declared input, with what validation needs precomputed once per version."""
@@ -81,12 +101,13 @@ class InputValidator:
             repeated for each of the request's rows, when batched).
     """
 
-    __slots__ = ("_batched", "_defaults", "_expected", "_order")
+    __slots__ = ("_batched", "_defaults", "_expected", "_listing", "_order")
 
     def __init__(
         self, specs: tuple[TensorSpec, ...], batched: bool, defaults: Mapping[str, Array] | None = None
     ) -> None:
         self._expected = {spec.name: _Expected(spec) for spec in specs}
+        self._listing = _listed([spec.name for spec in specs])  # what an unknown name is told
         self._order = tuple(spec.name for spec in specs)
         self._batched = batched
         self._defaults = dict(defaults or {})
@@ -108,10 +129,10 @@ class InputValidator:
             declared = expected.get(tensor.name)
             if declared is None:
                 raise InvalidInput(
-                    f"unexpected input {tensor.name!r}; the model's inputs are {sorted(expected)}"
+                    f"unexpected input {_clipped(tensor.name)}; the model's inputs are {self._listing}"
                 )
             if tensor.name in checked:
-                raise InvalidInput(f"input {tensor.name!r} is given more than once")
+                raise InvalidInput(f"input {tensor.name!r} is given more than once")  # a declared name
             checked[tensor.name] = declared.check(tensor)
         if len(checked) != len(expected):
             self._fill_defaults(checked)
@@ -135,9 +156,9 @@ class InputValidator:
             InvalidInput: a required input is missing.
         """
         missing = set(self._expected) - set(checked)
-        required = sorted(missing - set(self._defaults))
+        required = list(missing - set(self._defaults))
         if required:
-            raise InvalidInput(f"missing inputs {required}")
+            raise InvalidInput(f"missing inputs {_listed(required)}")
         rows = next(iter(checked.values())).shape[0] if checked and self._batched else 1
         for name in missing:
             default = self._defaults[name]
