@@ -87,7 +87,7 @@ def run_variant(root: Path, variant: str, width: int) -> dict[str, float]:
         )
         run = lambda feeds: session.run(None, feeds)  # noqa: E731
     else:
-        from ortserve.repository.config import ModelConfig
+        from ortserve.config.model import ModelConfig
         from ortserve.repository.loader import load_version
         from ortserve.settings import ServerSettings
 

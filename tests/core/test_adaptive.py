@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from fake_executor import FakeExecutor
+from ortserve.config.model import BatchingConfig
 from ortserve.core.adaptive import AdaptiveLimit
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.scheduler import Scheduler
 from ortserve.errors import Overloaded
-from ortserve.repository.config import BatchingConfig
 from ortserve.testing import FakeClock
 
 

@@ -10,12 +10,12 @@ import pytest
 
 from fake_executor import BatchRecorder, FakeExecutor
 from model_builders import write_scaled_version
+from ortserve.config.model import load_model_config
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.core.scheduler import Scheduler
 from ortserve.core.types import InferInput, InferRequest
 from ortserve.errors import InvalidInput
-from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.settings import ServerSettings
 from ortserve.testing import FakeClock

@@ -14,11 +14,11 @@ import pytest
 
 from fake_executor import BatchRecorder
 from model_builders import bf16_model, serialized
+from ortserve.config.model import load_model_config
 from ortserve.core.datatypes import bf16_from_float32, bf16_to_float32
 from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.settings import ServerSettings
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from model_builders import write_scaled_version
+from ortserve.config.model import ModelConfig
 from ortserve.core.model import ModelState, ServedVersion
 from ortserve.core.types import InferInput, InferRequest, InferResponse
 from ortserve.errors import ModelLoadFailed, ModelNotFound, ModelNotReady
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.config_source import ModelSource
 from ortserve.repository.index import repository_index
 from ortserve.repository.manager import LifecycleManager

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from ortserve.config.model import LatestPolicy, SpecificPolicy, load_model_config
 from ortserve.core.cpus import usable_cpus
 from ortserve.errors import ConfigError
-from ortserve.repository.config import LatestPolicy, SpecificPolicy, load_model_config
 from ortserve.repository.layout import scan_repository, select_versions
 
 
@@ -99,8 +99,8 @@ def test_usable_cpus_reads_cgroup_v1(tmp_path: Path) -> None:
 
 
 def test_prepack_weights_false_turns_onnx_runtime_prepacking_off() -> None:
+    from ortserve.config.model import ModelConfig
     from ortserve.core.session import plan_session, session_options
-    from ortserve.repository.config import ModelConfig
 
     lean = session_options(plan_session(ModelConfig(prepack_weights=False), 1, 1))
     assert lean.get_session_config_entry("session.disable_prepacking") == "1"

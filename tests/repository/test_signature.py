@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from model_builders import scaled_model, write_scaled_version
+from ortserve.config.model import ModelConfig
 from ortserve.core.types import InferInput, InferRequest
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.index import repository_index
 from ortserve.repository.loader import LoadInputs, load_version
 from ortserve.repository.manager import LifecycleManager

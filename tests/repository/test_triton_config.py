@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from model_builders import write_scaled_version
+from ortserve.config.model import LatestPolicy, ProviderConfig, SpecificPolicy
 from ortserve.core.model import VersionInfo
 from ortserve.core.types import InferInput, InferRequest, TensorSpec
 from ortserve.errors import ConfigError, InvalidInput
-from ortserve.repository.config import LatestPolicy, ProviderConfig, SpecificPolicy
 from ortserve.repository.config_source import read_model_source
 from ortserve.repository.effective_config import effective_config
 from ortserve.repository.manager import LifecycleManager

@@ -10,8 +10,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from model_builders import write_scaled_version
+from ortserve.config.model import ModelConfig
 from ortserve.errors import ConfigError
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.config_source import read_model_source
 from ortserve.testing import run_server
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from model_builders import serialized, typed_model, write_scaled_version
+from ortserve.config.model import load_model_config
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.repository.config import load_model_config
 from ortserve.repository.loader import load_version
 from ortserve.repository.warmup import WarmupSample, sample_feeds
 from ortserve.settings import ServerSettings

@@ -15,11 +15,10 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from ortserve.config.bounded import bounded_text, load_yaml, read_bounded
-from ortserve.config.model import validated_config
+from ortserve.config.model import CONFIG_FILE, ModelConfig, validated_config
 from ortserve.core.model import VersionInfo
 from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.config import CONFIG_FILE, ModelConfig
 from ortserve.repository.reshape import Reshape
 from ortserve.repository.triton_config import DeclaredTensor, TritonConfig, to_model_config
 

@@ -7,10 +7,10 @@ says (tensors, max_batch_size), so ``tritonclient``'s ``get_model_config`` works
 
 from __future__ import annotations
 
+from ortserve.config.model import LatestPolicy, ModelConfig, SpecificPolicy
 from ortserve.core.model import VersionInfo
 from ortserve.core.types import TensorSpec
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.config import LatestPolicy, ModelConfig, SpecificPolicy
 from ortserve.repository.triton_config import ACCELERATOR_PROVIDERS
 from ortserve.repository.warmup import WarmupSample
 

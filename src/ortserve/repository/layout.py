@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ortserve.config.model import LatestPolicy, SpecificPolicy, VersionPolicy
 from ortserve.config.names import is_model_name
 from ortserve.errors import RepositoryError
-from ortserve.repository.config import LatestPolicy, SpecificPolicy, VersionPolicy
 
 __all__ = [
     "MODEL_FILE",

@@ -14,6 +14,7 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 
+from ortserve.config.model import ModelConfig
 from ortserve.core.clock import LoopClock
 from ortserve.core.costmodel import BatchCostModel
 from ortserve.core.datatypes import datatype_of_ort, numpy_dtype
@@ -27,7 +28,6 @@ from ortserve.core.scheduler import Scheduler
 from ortserve.core.session import build_session, plan_session
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.labels import output_labels
 from ortserve.repository.optional_inputs import optional_inputs
 from ortserve.repository.reshape import Reshape, reshaped_model

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ortserve.config.model import ModelConfig
 from ortserve.core.model import ModelState, Servable, ServedVersion
 from ortserve.core.observer import SchedulerObserver
 from ortserve.errors import ModelNotFound, ModelNotReady
-from ortserve.repository.config import ModelConfig
 
 __all__ = ["IndexState", "ModelEntry", "ModelRegistry", "VersionRecord"]
 

@@ -20,9 +20,9 @@ from google.protobuf.message import Message
 from pydantic import ValidationError
 
 from ortserve.config.bounded import bounded_text, load_yaml
+from ortserve.config.model import ModelConfig
 from ortserve.errors import ConfigError
 from ortserve.protocol.grpc import model_config_pb2 as mc
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.single_model import VIEW_PREFIX
 from ortserve.repository.triton_semantics import (
     HANDLED_PARAMETERS,
