@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+import waiting
 from ortserve.testing import ServerProcess
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -46,15 +46,10 @@ def worker_pids(samples: Samples) -> dict[str, str]:
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (OSError, urllib.error.URLError, http.client.HTTPException):
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not met within {timeout_s} s")
+    """:func:`waiting.wait_until`, with a server that refuses or drops a check counting as "not yet"."""
+    waiting.wait_until(
+        condition, timeout_s, what, (OSError, urllib.error.URLError, http.client.HTTPException)
+    )
 
 
 def infer(server: ServerProcess, model: str, scale_input: float = 1.0) -> tuple[int, list[float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -26,6 +26,7 @@ from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.intake import IntakeGovernor
 from ortserve.settings import ServerSettings
+from waiting import until
 
 LIMITS = ConnectionLimits(max_body_bytes=1 << 20, keepalive_timeout_s=30.0, header_timeout_s=30.0)
 
@@ -50,14 +51,19 @@ def block_the_loop(seconds: float) -> None:
 
 def be_descheduled(seconds: float) -> None:
     """Stands for a process the machine did not run (a busy host, a CPU quota)."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # real time off the CPU is the case under test: the governor reads both clocks
 
 
-async def wait_for(condition: Callable[[], bool], limit_s: float = 5.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, "the governor never got there"
-        await asyncio.sleep(0.002)
+class Sampled(IntakeGovernor):
+    """A governor that keeps the lag of each sample it took, so a test can wait for a sample."""
+
+    def __init__(self, high_s: float) -> None:
+        super().__init__(high_s)
+        self.lags: list[float] = []
+
+    def _sample(self) -> None:
+        super()._sample()
+        self.lags.append(self.lag_s)
 
 
 async def test_a_lagging_loop_is_detected_and_a_quiet_one_recovers() -> None:
@@ -68,8 +74,8 @@ async def test_a_lagging_loop_is_detected_and_a_quiet_one_recovers() -> None:
         governor.admit_more(quiet)
         assert not quiet.parked  # an idle loop reads everything
         block_the_loop(0.060)  # the next sample is 60 ms late, the loop's own work
-        await wait_for(lambda: governor.episodes == 1)
-        await wait_for(lambda: not governor.saturated)  # the loop is idle again
+        await until(lambda: governor.episodes == 1, 5, "a saturation episode")
+        await until(lambda: not governor.saturated, 5, "recovery")  # the loop is idle again
     finally:
         governor.stop()
 
@@ -84,7 +90,7 @@ async def test_the_sampler_resumes_what_was_parked_once_the_loop_is_quiet() -> N
     governor.forget(busy[2])  # closed while parked
     governor.start(asyncio.get_running_loop())
     try:
-        await wait_for(lambda: governor.parked == 0)
+        await until(lambda: governor.parked == 0, 5, "every connection resumed")
         assert not governor.saturated
         assert [c.parked for c in busy] == [False, False, True]
     finally:
@@ -92,24 +98,30 @@ async def test_the_sampler_resumes_what_was_parked_once_the_loop_is_quiet() -> N
 
 
 async def test_a_late_timer_without_loop_work_is_not_saturation() -> None:
-    governor = IntakeGovernor(0.020)
+    governor = Sampled(0.020)
     governor.start(asyncio.get_running_loop())
     try:
         be_descheduled(0.060)
-        await asyncio.sleep(0.02)
+        await until(lambda: any(lag > 0.040 for lag in governor.lags), 5, "the late sample")
         assert governor.episodes == 0 and not governor.saturated
     finally:
         governor.stop()
 
 
 async def test_a_disabled_governor_never_samples_or_parks() -> None:
-    governor = IntakeGovernor(0.0)
+    governor = Sampled(0.0)
+    witness = Sampled(0.020)  # an enabled one beside it: its late sample shows the timers ran
     governor.start(asyncio.get_running_loop())
-    block_the_loop(0.05)
-    await asyncio.sleep(0.02)
-    connection = Connection()
-    governor.admit_more(connection)
-    assert not governor.saturated and not connection.parked
+    witness.start(asyncio.get_running_loop())
+    try:
+        block_the_loop(0.05)
+        await until(lambda: any(lag > 0.030 for lag in witness.lags), 5, "the witness's late sample")
+        assert governor.lags == []
+        connection = Connection()
+        governor.admit_more(connection)
+        assert not governor.saturated and not connection.parked
+    finally:
+        witness.stop()
 
 
 async def test_resuming_is_bounded_per_sample_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:

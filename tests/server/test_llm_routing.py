@@ -4,7 +4,6 @@ agreement with the primary is reported by the routing GET."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from ortserve.server.http.openai_routes import add_openai_routes
 from ortserve.settings import ServerSettings
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import Telemetry
+from waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -130,13 +130,11 @@ async def test_a_shadow_version_reports_its_agreement(routed: Routed) -> None:
 
 
 async def _compared(routed: Routed, count: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the copies finish after the primaries answered
-        shadow = routed.table.get(DEMO_LLM_NAME)["shadow"]
-        if sum(shadow["compared"].values()) >= count:
-            return dict(shadow)
-        await asyncio.sleep(0.01)
-    raise AssertionError("the shadow copies were not compared")
+    def shadow() -> dict[str, Any] | None:  # the copies finish after the primaries answered
+        state = routed.table.get(DEMO_LLM_NAME)["shadow"]
+        return dict(state) if sum(state["compared"].values()) >= count else None
+
+    return await until(shadow, 30, "the shadow copies compared")
 
 
 async def test_a_rollout_advances_on_llm_outcomes_and_a_breached_guard_rolls_it_back(routed: Routed) -> None:
