@@ -17,17 +17,18 @@ from ortserve.core.runner import OrtRunner
 from ortserve.core.scheduler import Scheduler
 
 
-class SlowRunner(OrtRunner):
-    """A real runner whose model takes 2 ms a batch; counts the runs."""
+class GatedRunner(OrtRunner):
+    """A real runner whose runs wait for the test to open its gate; counts the runs."""
 
     def __init__(self) -> None:
         session = ort.InferenceSession(serialized(failing_model()), providers=["CPUExecutionProvider"])
-        super().__init__(session, 1, "slow")
+        super().__init__(session, 1, "gated")
         self.inline_below_s = 0.0
+        self.gate = threading.Event()
         self.runs = 0
 
     def run_blocking(self, feeds: dict[str, np.ndarray]) -> RunResult:
-        time.sleep(0.002)
+        assert self.gate.wait(10), "the test never opened the gate"
         result = super().run_blocking(feeds)
         self.runs += 1
         return result
@@ -35,21 +36,19 @@ class SlowRunner(OrtRunner):
 
 async def test_the_runner_stays_busy_while_intake_saturates_the_loop() -> None:
     loop = asyncio.get_running_loop()
-    runner = SlowRunner()
+    runner = GatedRunner()
     scheduler = Scheduler(
         runner, SchedulingPolicy(max_batch_size=1, max_queue_wait_s=0.0), LoopClock(loop), loop
     )
     try:
         futures = [scheduler.submit({"x": np.zeros((3, 4), dtype=np.float32)}, 1) for _ in range(30)]
         # The loop is now "parsing requests" for 0.3 s without a break: no callback runs.
-        # The worker must not wait for it between batches (30 x 2 ms of work).
-        started = runner.runs
+        # The worker must not wait for it between batches: the first starts now, in its thread.
+        runner.gate.set()
         busy_until = time.monotonic() + 0.3
         while time.monotonic() < busy_until and runner.runs < 30:
             threading.Event().wait(0.005)  # stands for CPU spent in the loop's own callback
-        assert runner.runs - started >= 15, (
-            f"only {runner.runs - started} batches ran while the loop was busy"
-        )
+        assert runner.runs >= 15, f"only {runner.runs} batches ran while the loop was busy"
         outputs = await asyncio.gather(*futures)
         assert all(out[0].shape == (4, 3) for out in outputs)
     finally:

@@ -30,6 +30,7 @@ from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
 from ortserve.resilience.marks import MarkedArray, unmark
 from ortserve.settings import ServerSettings
 from ortserve.testing import FakeClock
+from waiting import until
 
 SPEC_IN = (TensorSpec("x", "FP32", (-1, 4)),)
 SPEC_OUT = (TensorSpec("y", "FP32", (-1, 4)),)
@@ -200,11 +201,8 @@ async def test_the_guard_probes_on_its_clock_without_traffic_and_readiness_follo
     assert guard.parameters()["fallback_level"] == 1
     built.heal(0)
     clock.advance(1.0)  # the probe timer fires; the probe runs in a thread
-    for _ in range(200):
-        if guard.ready:
-            break
-        await asyncio.sleep(0.01)
-    assert guard.ready and guard.parameters() == {"fallback_level": 0}
+    await until(lambda: guard.ready, 5, "readiness after the probe")
+    assert guard.parameters() == {"fallback_level": 0}
     await guard.close()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from ortserve.routing.roles import Role
 from ortserve.routing.rollout import Phase
 from ortserve.routing.table import RoutingTable
 from ortserve.testing import FakeClock
+from waiting import until
 
 SPEC = (TensorSpec("x", "FP32", (-1, 4)),)
 OUT = (TensorSpec("y", "FP32", (-1, 4)),)
@@ -117,15 +117,15 @@ async def test_the_shadow_never_changes_the_primary_answer_and_its_divergence_is
 
 async def captured(directory: Path, expected: int, timeout_s: float = 10.0) -> list[CapturedRequest]:
     """The records once ``expected`` are on disk (a write cancelled at close ends in its thread)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def records() -> list[CapturedRequest] | None:
         try:
-            records = list(read_capture([directory]))
+            found = list(read_capture([directory]))
         except ValueError:  # a file still being written
-            records = []
-        if len(records) >= expected or time.monotonic() > deadline:
-            return records
-        await asyncio.sleep(0.02)
+            return None
+        return found if len(found) >= expected else None
+
+    return await until(records, timeout_s, f"{expected} captured records")
 
 
 async def test_the_most_divergent_requests_are_captured_for_replay(tmp_path: Path) -> None:

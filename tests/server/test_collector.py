@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import weakref
 from pathlib import Path
@@ -62,12 +63,20 @@ async def test_an_unloaded_startup_version_is_freed_with_its_sessions(tmp_path: 
     try:
         await server.start()
         assert gc.get_freeze_count() > 1000
-        refs = [weakref.ref(o) for o in _parts(server.registry.entry(name).versions[1])]
-        await server.manager.unload(name)
-        for _ in range(100):  # the drain runs on the loop
+        loop = asyncio.get_running_loop()
+        freed = asyncio.Event()
+
+        def check() -> None:
             if all(ref() is None for ref in refs):
-                break
-            await asyncio.sleep(0.02)
+                freed.set()
+
+        def gone(_: object) -> None:  # the last reference may go in a worker thread
+            loop.call_soon_threadsafe(check)
+
+        refs = [weakref.ref(o, gone) for o in _parts(server.registry.entry(name).versions[1])]
+        await server.manager.unload(name)
+        with contextlib.suppress(TimeoutError):  # the drain runs on the loop
+            await asyncio.wait_for(freed.wait(), 5)
         assert [ref() for ref in refs if ref() is not None] == []
     finally:
         await server.stop()

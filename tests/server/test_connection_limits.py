@@ -27,6 +27,7 @@ from ortserve.server.http.messages import HttpRequest, HttpResponse, json_respon
 from ortserve.server.http.responder import Handler
 from ortserve.server.metrics_listener import MetricsListener
 from ortserve.settings import ServerSettings
+from waiting import until
 
 FAST = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.3, header_timeout_s=0.3)
 SLOW = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=30.0, header_timeout_s=30.0)
@@ -98,13 +99,6 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bool:
         return await asyncio.wait_for(reader.read(), 5) is not None
     except ConnectionResetError:
         return True
-
-
-async def until(condition: object, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 # -- the cap itself ----------------------------------------------------------------------
@@ -262,7 +256,7 @@ async def test_a_slowloris_request_head_gets_408_after_the_header_timeout() -> N
         reader, writer = await site.connect()
         writer.write(b"POST /infer HTTP/1.1\r\nHost: x\r\n")
         for _ in range(3):  # still trickling header lines: that does not extend the deadline
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # real pacing against the server's real header timeout
             writer.write(b"X-Slow: 1\r\n")
         status, headers, _ = await read_response(reader)
         assert status == 408 and headers[b"connection"] == b"close"
@@ -297,7 +291,11 @@ async def test_a_slow_handler_is_not_timed_out() -> None:
     async with serving(held, FAST) as site:
         reader, writer = await site.connect()
         writer.write(post_head(2) + b"ok")
-        await asyncio.sleep(0.6)  # twice the header and keep-alive timeouts
+        await until(lambda: held.arrived == 1, 5, "the request at the handler")
+        # A connection opened now that never sends is closed at the header timeout, which is
+        # also the keep-alive one: by then either would have fired for the held request too.
+        witness, _ = await site.connect()
+        assert await closed_by_server(witness)
         held.release.set()
         assert (await read_response(reader))[0] == 200
 

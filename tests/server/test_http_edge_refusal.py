@@ -16,6 +16,7 @@ from ortserve.server.http.connection import ConnectionLimits
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import Deferred, HttpRequest, HttpResponse, json_response
 from ortserve.server.http.wire import CannedResponse, canned
+from waiting import until
 
 REFUSED = canned(json_response(429, b'{"error":"busy"}', [(b"retry-after", b"1")]))
 
@@ -26,9 +27,13 @@ class Gate:
     def __init__(self) -> None:
         self.handled: list[str] = []
         self.held: asyncio.Future[None] | None = None
+        self.refusing = asyncio.Event()  # set once the server has read a head it refuses
 
     def admission(self, method: bytes, url: bytes, headers: dict[bytes, bytes]) -> CannedResponse | None:
-        return REFUSED if url == b"/refuse" and method == b"POST" else None
+        if url == b"/refuse" and method == b"POST":
+            self.refusing.set()
+            return REFUSED
+        return None
 
     def handler(self, request: HttpRequest) -> HttpResponse | Deferred[HttpResponse]:
         self.handled.append(request.path)
@@ -82,10 +87,11 @@ async def test_a_refusal_waits_for_the_answer_owed_before_it(served: tuple[Gate,
         b"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nzz"
         b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n"
     )
-    await asyncio.sleep(0.1)
-    assert gate.held is not None and not gate.held.done()
+    await asyncio.wait_for(gate.refusing.wait(), 5)  # its refusal is decided: it could be written now
+    held = await until(lambda: gate.held, 5, "the slow request handled")
+    assert not held.done()
     assert not await _has_data(reader)  # the refusal does not jump the queue
-    gate.held.set_result(None)
+    held.set_result(None)
     replies = await read_until(reader, 3)
     statuses = re.findall(rb"HTTP/1\.1 (\d{3})", replies)
     assert statuses == [b"200", b"429", b"200"]  # in request order
@@ -94,10 +100,10 @@ async def test_a_refusal_waits_for_the_answer_owed_before_it(served: tuple[Gate,
 
 
 async def test_a_closing_request_is_refused_after_its_body_then_closed(served: tuple[Gate, int]) -> None:
-    _, port = served
+    gate, port = served
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"POST /refuse HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 4\r\n\r\n")
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(gate.refusing.wait(), 5)  # its refusal is decided: it could be written now
     assert not await _has_data(reader)  # nothing written while the client is still sending
     writer.write(b"abcd")
     reply = await read_until(reader, 1)
