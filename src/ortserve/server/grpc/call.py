@@ -229,6 +229,7 @@ class GrpcCall:
         if self._rpc.streaming is not None:
             task = self._loop.create_task(self._run_streaming(self._rpc.streaming))
             self._task = task
+            task.add_done_callback(self._on_task)
 
     def receive(self, payload: memoryview, end_stream: bool) -> None:
         """Take one DATA frame's payload (padding removed)."""
@@ -364,7 +365,7 @@ class GrpcCall:
         else:
             task = self._loop.create_task(result)
             self._task = task
-            task.add_done_callback(self._on_unary_task)
+            task.add_done_callback(self._on_task)
 
     def _on_deferred(
         self, finish: Callable[[asyncio.Future[Any]], Message], done: asyncio.Future[Any]
@@ -383,9 +384,10 @@ class GrpcCall:
             self._answer(answer)
 
     def _called(self, handler: Callable[..., Any], *args: Any) -> Any:
-        """``handler(*args)``, or ``_FAILED`` after ending the call with what it raised: with
-        ``_run_streaming`` and ``_on_unary_task``, where a handler's exception becomes the
-        call's status (:meth:`_abort`)."""
+        """``handler(*args)``, or ``_FAILED`` after ending the call with what it raised: the
+        one guard of a handler called on the loop (a unary handler, a deferred answer's finish);
+        a handler's task ends in :meth:`_on_task`, which takes its exception as a value. Either
+        way the exception becomes the call's status in :meth:`_abort`."""
         try:
             return handler(*args)
         except Exception as exc:
@@ -401,14 +403,19 @@ class GrpcCall:
             exc = failed(exc)
         return abort_from(exc)
 
-    def _on_unary_task(self, task: asyncio.Future[Any]) -> None:
+    def _on_task(self, task: asyncio.Future[Any]) -> None:
+        """A handler's task ended, unary or streaming: what it raised is the call's status
+        (:meth:`_abort`), a unary one's result its answer (a stream sent its OK end itself); a
+        task cancelled while the call still runs was cancelled by the server (shutdown)."""
         self._task = None
-        if task.cancelled() or self._ended:
+        if task.cancelled():
+            if not self._ended:
+                self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
             return
         error = task.exception()
         if error is not None:
             self._fail(self._abort(error))
-        else:
+        elif not self._ended:
             self._answer(task.result())
 
     def _answer(self, message: Message) -> None:
@@ -429,15 +436,9 @@ class GrpcCall:
         self._owner.send_answer(self, framed(payload))
 
     async def _run_streaming(self, handler: StreamHandler) -> None:
-        try:
-            await handler(self)
-        except asyncio.CancelledError:
-            if not self._ended:  # cancelled by the server (shutdown), not by the client
-                self._fail(GrpcAbort(StatusCode.UNAVAILABLE, "the server is shutting down"))
-            raise
-        except Exception as exc:
-            self._fail(self._abort(exc))
-            return
+        """The streaming handler, then the call's OK end; what it raises, or its cancellation,
+        ends the call in :meth:`_on_task`, as a unary handler's task does."""
+        await handler(self)
         if not self._ended:
             self._stop_timer()
             if not self._headers_sent:
