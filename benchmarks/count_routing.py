@@ -5,10 +5,20 @@ A/A control and many rounds, and on this VM not even then. Here one server runs 
 ``valgrind --tool=callgrind --instr-atstart=no`` (CPU 0, one intra-op thread) with the models
 of ``bench_routing.py``: ``small_mlp`` (no policy), ``small_mlp_b`` (identical: the A/A control),
 ``small_one`` (one version, sticky ``{"1": 100}``: the decision alone) and ``small_routed``
-(70/30 sticky over two versions). h2load (CPU 1) sends ``--calls`` and then ``2 * --calls``
-sequential requests (c=1) to each, over HTTP/1.1 (JSON, ``parameters.user_id``) and gRPC (the
-same tensor and parameter); instructions per request are the difference of the two counts over
+(70/30 sticky over two versions), and ``small_nb`` / ``small_nb_b``: ``small_mlp`` with
+``max_batch_size: 0``, so every request runs alone and at ``--clients 64`` the count per
+request is the edge's work and one run's, not a share of the batches the scheduler happened to
+form (with batching, rows per batch differ between arms and runs, and so does the count).
+h2load (CPU 1) sends ``--calls`` and then ``2 * --calls`` requests (c=1, or ``--clients``) to
+each, over HTTP/1.1 (JSON, ``parameters.user_id``) and gRPC (the same tensor and parameter);
+instructions per request are the difference of the two counts over
 ``--calls``, so what each run pays once drops out. Each dump is kept for ``callgrind_annotate``.
+
+Each arm is also given "without gc": the same difference less the cyclic garbage collector's
+collections (``gc_collect_main``, inclusive). A collection's cost follows the heap (how many
+objects are alive: 64 requests in flight hold more) and which window its allocation threshold
+falls in, not the request's path: between two identical unbatched models at c=64 it moved the
+count per request by 1k to 12k, as much as the edge's whole change.
 
     python benchmarks/count_routing.py --tree before=/tmp/old/src --tree after=src --calls 300
 
@@ -42,6 +52,8 @@ from ortserve.testing import ServerProcess
 
 OUT = Path(__file__).parent / "out"
 WIDTH = 64
+NO_BATCH = ("small_nb", "small_nb_b")
+"""``small_mlp`` unbatched, twice (the A/A): the count per request does not follow batching."""
 
 
 def http_body() -> bytes:
@@ -104,6 +116,21 @@ def set_policy(server: ServerProcess, model: str, policy: object) -> None:
         reply.read()
 
 
+_INCLUSIVE = re.compile(r"^\s*([\d,]+) \([ \d.]+%\)\s+\S*:gc_collect_main \[", re.MULTILINE)
+
+
+def collector_ir(dump: Path) -> int:
+    """Instructions spent in the cyclic GC's collections in ``dump`` (inclusive of what they
+    freed), read with ``callgrind_annotate --inclusive=yes``."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", str(dump)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return max((int(found.replace(",", "")) for found in _INCLUSIVE.findall(text)), default=0)
+
+
 def runs_of(server: ServerProcess, model: str) -> int:
     """The model's executions so far, every version (statistics extension)."""
     return sum(runs for _, runs in executions(server, model).values())
@@ -119,6 +146,7 @@ def measure(
                 model, _, policy = arm.partition("@")
                 if policy:  # the same model with and without a policy: no A/A offset
                     set_policy(server, model, POLICIES[policy])
+                headers: tuple[str, ...]
                 if transport == "http":
                     url = f"{server.http_url}/v2/models/{model}/infer"
                     body, headers, h1 = http_body(), ("content-type: application/json",), True
@@ -142,11 +170,14 @@ def measure(
                 second = counted(process.pid, out_dir, f"{name}-{2 * calls}", lambda: send(2 * calls))
                 key = f"{transport} {index} {arm}"
                 result[key] = (second - first) / calls
+                collected = [collector_ir(out_dir / f"{name}-{n}.callgrind") for n in (calls, 2 * calls)]
+                result[f"{key} without gc"] = (second - collected[1] - first + collected[0]) / calls
                 result[f"{key} rows/batch"] = 3 * calls / max(1, runs_of(server, model) - runs)
                 print(
                     label,
                     key,
                     f"{result[key]:,.0f} ir/request,",
+                    f"{result[f'{key} without gc']:,.0f} without gc,",
                     f"{result[f'{key} rows/batch']:.1f} rows/batch",
                     flush=True,
                 )
@@ -154,17 +185,23 @@ def measure(
 
 
 def differences(figures: dict[str, float]) -> dict[str, float]:
-    """Each arm against its baseline: ``small_mlp`` for the file's models; for ``MODEL@POLICY``,
-    the mean of the nearest ``MODEL@none`` arms before and after it (A/B/A: drift cancels)."""
+    """Each arm against its baseline: ``X_b`` against ``X`` (the A/A), ``small_mlp`` for the
+    file's other models (with and without the GC's collections); for ``MODEL@POLICY``, the
+    mean of the nearest ``MODEL@none`` arms before and after it (A/B/A: drift cancels)."""
     found: dict[str, float] = {}
-    keys = [k for k in figures if not k.endswith("rows/batch")]
+    keys = [k for k in figures if not k.endswith(("rows/batch", "without gc"))]
     for key in keys:
         transport, index, arm = key.split()
         model, _, policy = arm.partition("@")
         if not policy:
-            plain = [figures[k] for k in keys if k.startswith(transport) and k.endswith(" small_mlp")]
-            if plain and model != "small_mlp":
-                found[f"{key} - small_mlp"] = figures[key] - plain[0]
+            base = model.removesuffix("_b") if model.endswith("_b") else "small_mlp"
+            plain = [k for k in keys if k.startswith(f"{transport} ") and k.endswith(f" {base}")]
+            if plain and model != base:
+                found[f"{key} - {base}"] = figures[key] - figures[plain[0]]
+                if f"{key} without gc" in figures:
+                    found[f"{key} - {base} without gc"] = (
+                        figures[f"{key} without gc"] - figures[f"{plain[0]} without gc"]
+                    )
             continue
         if policy == "none":
             continue
@@ -198,6 +235,9 @@ def main() -> None:
     for name in os.listdir(repo):
         if name not in SMALL_ARMS:
             shutil.rmtree(repo / name)
+    for name in NO_BATCH:
+        shutil.copytree(repo / "small_mlp" / "1", repo / name / "1")
+        (repo / name / "config.yaml").write_text("batching:\n  max_batch_size: 0\n  max_queue_size: 1024\n")
     for config in repo.glob("*/config.yaml"):
         # Under valgrind the server runs ~50x slower: the automatic queue-wait target (two full
         # batches) would shed requests at --clients 64. Every arm gets the same setting.
