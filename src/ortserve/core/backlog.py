@@ -344,8 +344,19 @@ class Backlog:
         self.running_requests += len(batch)
         self.running_rows += rows
         if self.active is not None:
-            self.active.began(run, batch)
+            requests: dict[str, int] = {}  # each tenant's requests in the batch
+            for pending in batch:
+                key = tenant_key(pending)
+                requests[key] = requests.get(key, 0) + 1
+            self.active.began(run, requests)
+            run.bulk = self.instances > 1 and self.active.bulk(requests, now, self._backlogged)
         return run, predicted if self._cost_model.fitted else math.inf
+
+    def _backlogged(self, tenant: str) -> bool:
+        """Whether ``tenant`` has work queued (with no shares kept, all queued work is ``solo``'s)."""
+        if self.shares is not None:
+            return tenant in self.shares.requests
+        return self.queued_requests > 0 and self.solo == tenant
 
     def unbook(self, run: Run) -> None:
         """Undo :meth:`begin`: the instance and the run's requests are free."""

@@ -54,6 +54,8 @@ class Run:
     assemble_s: float = 0.0
     refused: Sequence[tuple[Pending, InvalidInput]] = ()
     """Requests the screen took out of the batch: answered with their error when it settles."""
+    bulk: bool = False
+    """Run in the executor's bulk lane (see :meth:`~ortserve.core.fairness.ActiveTenants.bulk`)."""
 
 
 def assemble(batch: Sequence[Pending]) -> Feeds:

@@ -18,7 +18,12 @@ behind all of it (FIFO). With them, while two or more tenants have queued work:
   (:class:`ActiveTenants`): a flood does not take every instance, so a quiet
   tenant's request starts at once instead of waiting for a flood's batch to end. On one core
   its run then shares the core with the flood's batch (the kernel favours the thread that
-  was asleep) instead of queueing behind it: see benchmarks/RESULTS.md, "quiet tenant".
+  was asleep) instead of queueing behind it: see benchmarks/RESULTS.md, "quiet tenant";
+- and there a batch of tenants that each have more than one request in flight, while another
+  tenant is active, runs in the bulk lane (:meth:`ActiveTenants.bulk`): on a worker thread of lower
+  CPU weight (``runner.BULK_NICE``), so when a quiet tenant's run and a flood's batch are
+  runnable on the same core the kernel gives the quiet one nearly all of it, instead of
+  half.
 
 One tenant (or tenancy off: nothing is kept at all) keeps the FIFO path as it was. The books
 kept here are lazy like the lanes': a request that leaves is only marked (``Pending.live``)
@@ -30,7 +35,7 @@ Not locked itself: used under the scheduler's lock, like the :class:`Backlog` th
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from ortserve.core.batch import Pending
 
@@ -200,9 +205,8 @@ class ActiveTenants:
             newest = max(self.seen.values())
             self.seen = {t: at for t, at in self.seen.items() if at > newest - ACTIVE_S}
 
-    def began(self, run: object, batch: Iterable[Pending]) -> None:
-        tenants = tuple({tenant_key(p) for p in batch})
-        self._runs[id(run)] = tenants
+    def began(self, run: object, tenants: Collection[str]) -> None:
+        self._runs[id(run)] = tuple(tenants)
         for tenant in tenants:
             self.running[tenant] = self.running.get(tenant, 0) + 1
 
@@ -224,6 +228,17 @@ class ActiveTenants:
         running = self.running
         waiting = any(at > since and tenant not in running for tenant, at in self.seen.items())
         return running if waiting else ()
+
+    def bulk(self, requests: Mapping[str, int], now: float, backlogged: Callable[[str], bool]) -> bool:
+        """Whether a batch holding ``requests`` (per tenant) goes to the bulk lane: another
+        tenant was active lately, and every tenant of the batch has more than this one request
+        in flight: two or more in the batch, or more queued behind it (``backlogged``). A
+        tenant sending one request at a time never has, so its batches keep the full weight;
+        so does everything while one tenant is active (tenancy then changes nothing)."""
+        since = now - ACTIVE_S
+        if not any(at > since and tenant not in requests for tenant, at in self.seen.items()):
+            return False
+        return all(count > 1 or backlogged(tenant) for tenant, count in requests.items())
 
 
 def _front(queue: deque[Pending] | None, usable: Callable[[Pending], bool]) -> Pending | None:

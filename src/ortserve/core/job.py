@@ -35,12 +35,15 @@ class BatchJob:
         inline: run it on the calling (event loop) thread: it is predicted shorter than the
             hand-over to a worker and back, and no other batch is running.
         on_complete: the scheduler's completion (see :meth:`complete`).
+        bulk: run it on a worker of lower CPU weight (a flooding tenant's batch beside a
+            quiet tenant's: :meth:`~ortserve.core.fairness.ActiveTenants.bulk`).
     """
 
     feeds: Feeds
     expected_s: float
     inline: bool
     on_complete: Completion
+    bulk: bool = False
 
     def complete(self, result: RunResult | None, error: BaseException | None, chain: bool) -> BatchJob | None:
         """Report the run's result (or error), from the thread that ran it.

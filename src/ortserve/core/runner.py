@@ -18,7 +18,14 @@ from ortserve.core.guards import ChainedSession
 from ortserve.core.job import BatchJob, RunResult
 from ortserve.core.ortvalues import OrtValueRun, needs_ort_values
 
-__all__ = ["OrtRunner"]
+__all__ = ["BULK_NICE", "OrtRunner"]
+
+BULK_NICE = 19
+"""The nice value of the bulk lane's workers (CFS weight 15 against 1,024 at nice 0): a
+flooding tenant's batch on such a worker takes ~1.5% of a core that a quiet tenant's run (or
+the event loop) also wants, and all of an idle one. Fixed per thread: a thread may raise its
+own nice without privilege but not lower it again, so a lane is a set of threads, not a
+setting switched per batch."""
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,13 @@ class OrtRunner:
     see :class:`~ortserve.core.inlining.InlineGate`; no other batch running) runs on the
     calling (event loop) thread: handing it to a worker and back costs two thread switches, a
     futex and a wake-up of the loop, more than such a run.
+
+    With two or more instances the workers are two lanes of ``instances`` threads each: the
+    batches :class:`BatchJob` marks ``bulk`` (a flooding tenant's, beside a quiet tenant
+    active: :meth:`~ortserve.core.fairness.ActiveTenants.bulk`) run on threads at
+    :data:`BULK_NICE`, the others at the process's nice. The lane covers the thread calling
+    ``run``, i.e. the whole run with one intra-op thread; ONNX Runtime's own intra-op threads
+    are the session's, shared by both lanes. The bulk threads start with the first bulk batch.
 
     A graph with bfloat16 inputs or outputs runs through OrtValues instead (see
     :class:`~ortserve.core.ortvalues.OrtValueRun`); a session whose first provider keeps
@@ -81,8 +95,12 @@ class OrtRunner:
                     session, self.output_names, device, label=name, windows=not screened
                 )
         self.inline_below_s = 100e-6
+        self._name = name
+        self._bulk_jobs: queue.SimpleQueue[BatchJob | None] | None = None
+        self._lanes_lock = threading.Lock()
+        self._closed = False
         self._threads = [
-            threading.Thread(target=self._work, name=f"ort-{name}-{index}", daemon=True)
+            threading.Thread(target=self._work, args=(self._jobs, 0), name=f"ort-{name}-{index}", daemon=True)
             for index in range(instances)
         ]
         for thread in self._threads:
@@ -116,17 +134,46 @@ class OrtRunner:
             else:
                 job.complete(result, None, chain=False)
             return
-        self._jobs.put(job)
+        self._lane(job.bulk).put(job)
 
-    def _work(self) -> None:
+    def _lane(self, bulk: bool) -> queue.SimpleQueue[BatchJob | None]:
+        """The queue of the workers of ``bulk``'s lane; the bulk workers start on first use."""
+        if not bulk or self._instances < 2:
+            return self._jobs
+        jobs = self._bulk_jobs
+        if jobs is not None:
+            return jobs
+        with self._lanes_lock:  # the loop and a worker's chain may both get here first
+            if self._bulk_jobs is None:
+                jobs = queue.SimpleQueue()
+                for index in range(self._instances):
+                    thread = threading.Thread(
+                        target=self._work,
+                        args=(jobs, BULK_NICE),
+                        name=f"ort-{self._name}-bulk-{index}",
+                        daemon=True,
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+                self._bulk_jobs = jobs
+            return self._bulk_jobs
+
+    def _work(self, jobs: queue.SimpleQueue[BatchJob | None], nice: int) -> None:
         _prefer_batch_scheduling()
-        while (job := self._jobs.get()) is not None:
-            self._run_chain(job)
+        if nice:
+            _lower_weight(nice)
+        bulk = jobs is not self._jobs
+        while (job := jobs.get()) is not None:
+            self._run_chain(job, bulk)
 
-    def _run_chain(self, job: BatchJob) -> None:
-        """Run ``job`` and then each batch its completion hands back, without the loop."""
+    def _run_chain(self, job: BatchJob, bulk: bool) -> None:
+        """Run ``job`` and then each batch its completion hands back, without the loop; one
+        of the other lane goes to that lane's workers."""
         following: BatchJob | None = job
         while following is not None:
+            if following.bulk != bulk and self._instances > 1 and not self._closed:
+                self._lane(following.bulk).put(following)
+                return
             current = following
             try:
                 result = self.run_blocking(current.feeds)
@@ -145,8 +192,12 @@ class OrtRunner:
 
     def close(self) -> None:
         """Let the workers finish what is queued, then stop them."""
-        for _ in self._threads:
-            self._jobs.put(None)
+        with self._lanes_lock:
+            self._closed = True  # a chain now runs what it gets on its own thread
+            for _ in range(self._instances):
+                self._jobs.put(None)
+                if self._bulk_jobs is not None:
+                    self._bulk_jobs.put(None)
 
     def join(self, timeout_s: float) -> None:
         """Wait (blocking) for the workers stopped by :meth:`close` to exit."""
@@ -164,3 +215,10 @@ def _prefer_batch_scheduling() -> None:
         return
     with contextlib.suppress(OSError):
         os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
+def _lower_weight(nice: int) -> None:
+    """Raise this thread's nice to ``nice`` (Linux: ``setpriority`` on the thread's id sets that
+    thread only); where it cannot (another system, a sandbox), the lane runs at full weight."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)

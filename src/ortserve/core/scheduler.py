@@ -347,7 +347,7 @@ class Scheduler:
                 return None
             feeds = assemble(run.batch)
         run.assemble_s = self._clock.now() - started
-        return BatchJob(feeds, expected_s, inline, partial(self._complete, run))
+        return BatchJob(feeds, expected_s, inline, partial(self._complete, run), run.bulk)
 
     def _screen_out(self, run: Run, screen: BatchScreen) -> bool:
         """Move the requests the screen refuses to ``run.refused``; False when none is left."""
