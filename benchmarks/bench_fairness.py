@@ -10,13 +10,22 @@ tenant's p99 beside a flooding one.
 3. ``deep``: the quiet tenant on heavy_mlp beside ``ortserve bench -c 128`` on it, so batches of
    the flood queue ahead; ``--instances 1 2`` runs it once per ``instances`` count (the sessions
    share the server's one core; with two, the last free one is kept for the quiet tenant), and
-   reports the flood's answered requests per second beside the quiet tenant's latencies.
+   reports the flood's answered requests per second beside the quiet tenant's latencies;
+   ``--src NAME=PATH`` (repeated) runs each arm's server from that ``src`` (old against new),
+   arms alternated round by round (``--rounds``), with medians per arm. Beside each phase it
+   reads the server's threads' scheduler statistics (``/proc/PID/task/TID/schedstat``: CPU
+   time, time runnable but waiting for the CPU, slices), grouped as the event loop (the main
+   thread), the bulk lane (threads at a nice above 0) and the other threads, to show where
+   the quiet request's time goes: a quiet request's run stretched by the flood's batch shows
+   as the workers' waiting time, the loop's as the loop's.
 
 Run old against new by pointing ``PYTHONPATH`` at the old tree's ``src`` (the server
 subprocesses inherit it), server on CPU 0, clients on CPU 1:
 
     taskset -c 1 .venv/bin/python benchmarks/bench_fairness.py cost
     taskset -c 1 .venv/bin/python benchmarks/bench_fairness.py fairness --seconds 6
+    taskset -c 1 .venv/bin/python benchmarks/bench_fairness.py deep --seconds 4 --instances 2 \
+        --rounds 3 --src old=/tmp/old/src --src new=src
 """
 
 from __future__ import annotations
@@ -134,19 +143,62 @@ def _answered(result: object) -> float:
     return float(ok) / float(elapsed) if isinstance(elapsed, int | float) and elapsed else 0.0
 
 
+Threads = dict[int, tuple[int, int, int, int]]
+"""Per thread id: CPU ns, ns runnable waiting for the CPU, slices, nice."""
+
+
+def thread_stats(pid: int) -> Threads:
+    """The scheduler's counters of every thread of ``pid`` (Linux; empty elsewhere)."""
+    found: Threads = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                cpu, waited, slices = (int(v) for v in (task / "schedstat").read_text().split())
+                nice = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+                found[int(task.name)] = (cpu, waited, slices, nice)
+    return found
+
+
+def thread_split(pid: int, before: Threads, after: Threads, seconds: float) -> dict[str, dict[str, float]]:
+    """CPU and waiting time between two readings, per group, in ms per second of the phase."""
+    groups: dict[str, list[float]] = {}
+    for tid, (cpu, waited, slices, nice) in after.items():
+        cpu0, waited0, slices0, _ = before.get(tid, (0, 0, 0, nice))
+        group = "loop" if tid == pid else "bulk lane" if nice > 0 else "other threads"
+        totals = groups.setdefault(group, [0.0, 0.0, 0.0])
+        totals[0] += (cpu - cpu0) / 1e6 / seconds
+        totals[1] += (waited - waited0) / 1e6 / seconds
+        totals[2] += (slices - slices0) / seconds
+    return {
+        group: {"cpu_ms_per_s": round(c, 1), "waiting_ms_per_s": round(w, 1), "slices_per_s": round(n)}
+        for group, (c, w, n) in sorted(groups.items())
+    }
+
+
 def deep_flood(
-    root: Path, model: str, width: int, connections: int, seconds: float, instances: int = 1
-) -> dict[str, float]:
+    root: Path,
+    model: str,
+    width: int,
+    connections: int,
+    seconds: float,
+    instances: int = 1,
+    src: str | None = None,
+) -> dict[str, object]:
     """As ``bench_tenants.fairness``, with a flood deep enough to queue batches ahead (tenancy on);
-    ``instances``: the model's ``instances`` (sessions sharing the server's one core)."""
+    ``instances``: the model's ``instances`` (sessions sharing the server's one core); ``src``:
+    the server's sources (None: this interpreter's)."""
     config = root / "models" / model / "config.yaml"
     text = "".join(line for line in config.read_text().splitlines(True) if not line.startswith("instances:"))
     config.write_text(text + f"instances: {instances}\n")
     flood_out = root / "flood.json"
     args = ["--intra-op-threads", "1", "--tenant-quota", UNLIMITED]
-    with run_server(root / "models", root / "server.log", args, pin_cpu=0) as server:
+    env = None if src is None else {"PYTHONPATH": str(Path(src).resolve())}
+    with run_server(root / "models", root / "server.log", args, env=env, pin_cpu=0) as server:
+        pid = server.process.pid
         quiet_p99(server.http_port, model, width, 1.0)  # warm
+        before, started = thread_stats(pid), time.monotonic()
         solo = quiet_p99(server.http_port, model, width, seconds)
+        solo_threads = thread_split(pid, before, thread_stats(pid), time.monotonic() - started)
         command = [
             sys.executable,
             "-m",
@@ -161,7 +213,9 @@ def deep_flood(
         command += ["-d", str(seconds + 3), "--warmup", "0.5", "--no-progress", "-o", str(flood_out)]
         flooding = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.5)
+        before, started = thread_stats(pid), time.monotonic()
         shared = quiet_p99(server.http_port, model, width, seconds)
+        flood_threads = thread_split(pid, before, thread_stats(pid), time.monotonic() - started)
         flooding.wait()
     flood_result = json.loads(flood_out.read_text())
     return {
@@ -178,7 +232,34 @@ def deep_flood(
         "quiet_answered_solo": solo[2],
         "quiet_answered_flood": shared[2],
         "quiet_refused_flood": shared[3],
+        "server_threads_solo": solo_threads,
+        "server_threads_flood": flood_threads,
     }
+
+
+def deep_arms(root: Path, args: argparse.Namespace) -> dict[str, object]:
+    """``--src`` arms alternated round by round, each with every ``--instances`` count; medians per arm."""
+    arms = dict(arm.split("=", 1) for arm in args.src) if args.src else {"this": None}
+    runs: list[dict[str, object]] = []
+    for round_ in range(args.rounds):
+        for name, src in arms.items():
+            for instances in args.instances:
+                load = os.getloadavg()
+                run = deep_flood(root, args.model, args.width, args.connections, args.seconds, instances, src)
+                runs.append(
+                    {"round": round_ + 1, "arm": name, "load average": [round(v, 2) for v in load], **run}
+                )
+                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    keys = ("solo_p50_ms", "solo_p99_ms", "flood_p50_ms", "flood_p99_ms", "ratio_p99", "flood_answered_per_s")
+    medians = {
+        f"{name}, instances {n}": {
+            key: float(np.median([float(r[key]) for r in runs if r["arm"] == name and r["instances"] == n]))  # type: ignore[arg-type]
+            for key in keys
+        }
+        for name in arms
+        for n in args.instances
+    }
+    return {"medians": medians, "runs": runs}
 
 
 def main() -> None:
@@ -191,6 +272,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--instances", type=int, nargs="+", default=[1], help="deep: one run per count")
+    parser.add_argument("--src", action="append", help="deep: NAME=PATH, a server arm's src (repeat)")
+    parser.add_argument("--rounds", type=int, default=1, help="deep: arms alternated this many times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -199,11 +282,7 @@ def main() -> None:
             print(json.dumps(fairness(root, UNLIMITED, args.seconds), indent=2))
             return
         if args.part == "deep":
-            runs = [
-                deep_flood(root, args.model, args.width, args.connections, args.seconds, n)
-                for n in args.instances
-            ]
-            print(json.dumps({"load average": os.getloadavg(), "runs": runs}, indent=2))
+            print(json.dumps(deep_arms(root, args), indent=2))
             return
         os.sched_setaffinity(0, {0})
         import uvloop
