@@ -811,8 +811,9 @@ async def test_data_after_the_end_of_the_request_resets_the_stream(server: Serve
     client.send(stream_id, framed(infer_request("held", b"x")), end_stream=True)
     client.raw(raw_frame(DATA, 0, stream_id, framed(b"more")))  # h2 would not send it
     assert (await client.response(stream_id)).reset == ErrorCodes.STREAM_CLOSED
-    [(pending, _)] = server.held.pending
-    assert pending.cancelled()
+    # Reset before its turn after the reads (read together), the call never reached the model.
+    assert len(server.held.pending) <= 1
+    assert all(pending.cancelled() for pending, _ in server.held.pending)
     await assert_serves(client)
 
 
@@ -848,7 +849,9 @@ async def test_many_streams_opened_and_reset_at_once_leave_nothing_behind(server
         client.conn.reset_stream(stream_id)
     client.flush()
     await client.sync()
-    assert len(server.held.pending) == 300
+    # A call whose reset is read with it is never started (grpc/connection.py); the rest reach
+    # the model and are withdrawn.
+    assert len(server.held.pending) < 300
     assert all(pending.cancelled() for pending, _ in server.held.pending)
     assert server.listener.service.exchange.telemetry.live == set()
     await assert_serves(client)

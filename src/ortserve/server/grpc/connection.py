@@ -13,6 +13,25 @@ its newest call with RESOURCE_EXHAUSTED), a unary call whose request misses its 
 deadline (ended DEADLINE_EXCEEDED), and what the connection cap is told: idle (no stream
 open), serving (a unary call's whole request is being answered) or receiving (requests
 arriving, or only streaming calls, which the cap may close for a new connection).
+
+Under overload most infer calls are refused, and at 1,600 connections the loop cannot read
+them as fast as they come (issue 30). Three things keep reading and refusing ahead of running:
+
+- **Refused from the whole message, no call.** A unary call whose method has an edge refusal
+  (ModelInfer) gets no :class:`GrpcCall` at its HEADERS; when its message arrives whole in one
+  DATA frame with END_STREAM (what every client sends for a small request), the edge's verdict
+  is asked from the message's first bytes, and a refusal is written as the stream's trailers
+  with no call, framer or handler made (a third less CPU per refusal in process:
+  benchmarks/RESULTS.md, "gRPC under overload").
+  Anything else (a message split over frames, compressed, or trailers) makes the call then and
+  takes the call's path as before.
+- **Admitted calls run after the reads.** With the loop's :class:`RunQueue` (HTTP's), an
+  admitted call waits for the turn that follows the iteration's reads, as an HTTP request does;
+  the call asks the verdict again at its turn (the calls before it may have filled the queue).
+- **Calls the client already gave up on are dropped unread.** When a read also holds the
+  RST_STREAM of a call it opens (a client whose deadline passed while the call sat in the socket
+  buffer, which is every call once the loop is behind by a client's deadline), the call is
+  never made; a call waiting for its turn is dropped when its reset arrives.
 """
 
 from __future__ import annotations
@@ -21,6 +40,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from typing import TypeAlias
 
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.grpc.call import GrpcCall
@@ -36,9 +56,11 @@ from ortserve.server.grpc.headers import (
 from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.rpc import Rpc
+from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http2.engine import Http2Engine
-from ortserve.server.http2.events import ConnectionEnded, DataReceived, RequestReceived, StreamReset
+from ortserve.server.http2.events import ConnectionEnded, DataReceived, Event, RequestReceived, StreamReset
 from ortserve.server.http2.frames import ErrorCode
+from ortserve.server.read_lag import observe_read
 
 __all__ = ["Http2Connection"]
 
@@ -49,6 +71,11 @@ _EMPTY = memoryview(b"")
 _AT_REST = 0
 _ARRIVING = 1
 _SERVING = 2
+
+_Head: TypeAlias = tuple[RequestHead, Rpc]
+"""A unary call with an edge refusal whose message has not arrived: no GrpcCall yet."""
+_Admitted: TypeAlias = tuple[RequestHead, Rpc, memoryview | bytes]
+"""A call admitted from its whole message, waiting for its turn after the loop's reads."""
 
 
 class Http2Connection(asyncio.Protocol):
@@ -61,6 +88,8 @@ class Http2Connection(asyncio.Protocol):
         loop: the running loop.
         inflater: the listener's decompression queue, shared by its connections.
         budget: the server-wide bound on request bytes held, shared with HTTP.
+        runs: the loop's run queue: admitted unary calls run after the iteration's reads
+            (``http/run_queue.py``); without one, at once.
     """
 
     def __init__(
@@ -71,8 +100,12 @@ class Http2Connection(asyncio.Protocol):
         loop: asyncio.AbstractEventLoop,
         inflater: Inflater,
         budget: ByteBudget | None = None,
+        runs: RunQueue | None = None,
     ) -> None:
         self._routes = routes
+        self._runs = runs
+        self._heads: dict[int, _Head] = {}
+        self._admitted: dict[int, _Admitted] = {}
         self._budget = budget if budget is not None else ByteBudget(1 << 62)
         self._inflater = inflater
         self._settings = settings
@@ -160,16 +193,27 @@ class Http2Connection(asyncio.Protocol):
         self._in_read = True
         self._received += len(data)
         calls = self._calls
+        engine = self._engine
+        resets = engine.peer_resets
         try:
-            for event in self._engine.receive_data(data):
+            events = engine.receive_data(data)
+            # Streams this read opens and the client also reset in it are never started.
+            gone = _reset_in(events) if engine.peer_resets != resets else _NONE_GONE
+            for event in events:
                 if type(event) is DataReceived:
-                    call = calls.get(event.stream_id)
-                    if call is None:  # the call already ended: the bytes are dropped, the window kept open
-                        self._engine.consumed(event.stream_id)
-                    else:
+                    stream_id = event.stream_id
+                    call = calls.get(stream_id)
+                    if call is not None:
                         self._receive(call, event.data, event.end_stream)
+                    elif stream_id in self._heads:
+                        head, rpc = self._heads.pop(stream_id)
+                        if stream_id not in gone:
+                            self._first_data(stream_id, head, rpc, event.data, event.end_stream)
+                    else:  # the call already ended: the bytes are dropped, the window kept open
+                        engine.consumed(stream_id)
                 elif type(event) is RequestReceived:
-                    self._on_request(event)
+                    if event.stream_id not in gone:
+                        self._on_request(event)
                 elif type(event) is StreamReset:
                     self._on_reset(event.stream_id)
                 elif type(event) is ConnectionEnded:
@@ -177,11 +221,11 @@ class Http2Connection(asyncio.Protocol):
                     self._cancel_all()
         except Exception:
             logger.exception("unexpected error on an HTTP/2 connection")
-            self._engine.close(ErrorCode.INTERNAL_ERROR, "internal error")
+            engine.close(ErrorCode.INTERNAL_ERROR, "internal error")
             self._cancel_all()
         finally:
             self._in_read = False
-        if self._engine.awaiting and self._timer is not None:
+        if engine.awaiting and self._timer is not None:
             due = self._loop.time() + self._first_due
             if due < self._timer_at:  # a request began: its deadline may come before the timer
                 self._timer.cancel()
@@ -192,7 +236,8 @@ class Http2Connection(asyncio.Protocol):
 
     # -- events -----------------------------------------------------------------------
     def _on_request(self, event: RequestReceived[RequestHead]) -> None:
-        """Answer what cannot be a call at once; otherwise start the call."""
+        """Answer what cannot be a call at once; otherwise start the call (a unary call with an
+        edge refusal: once its message is read)."""
         head, stream_id = event.head, event.stream_id
         refusal = head.refusal()
         rpc = self._routes.get(head.path) if refusal is None else None
@@ -202,6 +247,16 @@ class Http2Connection(asyncio.Protocol):
             status, code, message = refusal
             self._engine.send_headers(stream_id, trailers_only(code, message, http_status=status), True)
             return
+        if rpc.refuse is not None:
+            observe_read()  # the wait before this read feeds admission
+            if not event.end_stream:
+                self._heads[stream_id] = (head, rpc)
+                return
+        call = self._start(stream_id, head, rpc)
+        if event.end_stream:
+            self._receive(call, _EMPTY, True)
+
+    def _start(self, stream_id: int, head: RequestHead, rpc: Rpc) -> GrpcCall:
         call = GrpcCall(
             self, stream_id, head, rpc, self._loop, self._settings.max_message_bytes, self._inflater
         )
@@ -210,8 +265,47 @@ class Http2Connection(asyncio.Protocol):
             self._streaming += 1
             self._engine.open_ended(stream_id)  # its messages come at the client's pace
         call.start()
-        if event.end_stream:
-            self._receive(call, _EMPTY, True)
+        return call
+
+    def _first_data(
+        self, stream_id: int, head: RequestHead, rpc: Rpc, payload: memoryview, end_stream: bool
+    ) -> None:
+        """The first DATA of a unary call with an edge refusal: a whole message is refused
+        without a call, or admitted to run after the reads; anything else starts the call."""
+        assert rpc.refuse is not None
+        message = _whole_message(payload) if end_stream else None
+        if message is None:
+            self._receive(self._start(stream_id, head, rpc), payload, end_stream)
+            return
+        verdict = rpc.refuse(message, head)
+        if isinstance(verdict, bytes):
+            self._engine.send_headers(stream_id, verdict, True)
+            return
+        runs = self._runs
+        if runs is None or not self._budget.take(len(payload)):
+            self._receive(self._start(stream_id, head, rpc), payload, end_stream)
+            return
+        # A small message must not pin the whole read's buffer while it waits.
+        kept = payload if 2 * len(payload) >= memoryview(payload.obj).nbytes else bytes(payload)
+        self._admitted[stream_id] = (head, rpc, kept)
+        self._held += len(payload)
+        runs.defer(self)
+
+    def run_deferred(self) -> None:
+        """The turn of this connection's oldest admitted call (``RunQueue``): make it and give
+        it its message; it asks the verdict again, then decodes and submits. Nothing when the
+        call was reset or the connection closed meanwhile."""
+        admitted = self._admitted
+        if not admitted:
+            return
+        stream_id = next(iter(admitted))
+        head, rpc, payload = admitted.pop(stream_id)
+        self._held -= len(payload)
+        self._budget.give(len(payload))
+        if self._closed:
+            return
+        self._receive(self._start(stream_id, head, rpc), memoryview(payload), True)
+        self._flush()
 
     def _receive(self, call: GrpcCall, payload: memoryview, end_stream: bool) -> None:
         """Hand request bytes to the call, holding the connection to its memory bound; the
@@ -239,6 +333,8 @@ class Http2Connection(asyncio.Protocol):
             )
 
     def _on_reset(self, stream_id: int) -> None:
+        self._heads.pop(stream_id, None)
+        self._drop_admitted(stream_id)
         call = self._forget(stream_id)
         if call is not None:
             call.cancel()
@@ -253,7 +349,16 @@ class Http2Connection(asyncio.Protocol):
             self._streaming -= 1
         return call
 
+    def _drop_admitted(self, stream_id: int) -> None:
+        admitted = self._admitted.pop(stream_id, None)
+        if admitted is not None:
+            self._held -= len(admitted[2])
+            self._budget.give(len(admitted[2]))
+
     def _cancel_all(self) -> None:
+        self._heads.clear()
+        for stream_id in list(self._admitted):
+            self._drop_admitted(stream_id)
         calls = list(self._calls.values())
         self._calls.clear()
         self._streaming = 0
@@ -321,7 +426,7 @@ class Http2Connection(asyncio.Protocol):
             return
         if not engine.open_streams:
             told = _AT_REST
-        elif len(self._calls) > self._streaming + len(engine.awaiting):
+        elif len(self._calls) + len(self._admitted) > self._streaming + len(engine.awaiting):
             # A unary call whose request is whole: the calls still arriving are the streams the
             # engine times, a call answered and waiting for window is no longer a call.
             told = _SERVING
@@ -378,6 +483,9 @@ class Http2Connection(asyncio.Protocol):
             late = self._engine.expired_requests()
             for stream_id in late:
                 call = self._calls.get(stream_id)
+                head = self._heads.pop(stream_id, None) if call is None else None
+                if head is not None:  # no message yet, so no call: made to end as a call does
+                    call = self._start(stream_id, *head)
                 if call is None:
                     self._engine.reset_stream(stream_id, ErrorCode.CANCEL)
                 else:  # answered, then the stream reset (the client may still be sending)
@@ -412,3 +520,20 @@ class Http2Connection(asyncio.Protocol):
     def _arm(self, when: float) -> None:
         self._timer_at = when
         self._timer = self._loop.call_at(when, self._on_timer)
+
+
+_NONE_GONE: frozenset[int] = frozenset()
+
+
+def _reset_in(events: list[Event[RequestHead]]) -> frozenset[int]:
+    """The streams the peer reset in one read's events."""
+    return frozenset(e.stream_id for e in events if type(e) is StreamReset and e.remote)
+
+
+def _whole_message(payload: memoryview) -> memoryview | None:
+    """The message when ``payload`` is exactly one uncompressed length-prefixed message; None
+    for anything else (a compressed message inflates in its call)."""
+    size = len(payload) - 5
+    if size < 0 or payload[0] != 0 or int.from_bytes(payload[1:5], "big") != size:
+        return None
+    return payload[5:]

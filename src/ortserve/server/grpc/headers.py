@@ -52,6 +52,14 @@ class RequestHead:
     """``grpc-encoding`` of the request messages (``identity`` when absent)."""
     metadata: tuple[tuple[str, str], ...]
 
+    def metadata_value(self, name: str) -> str | None:
+        """The first value of a metadata key (lowercase); None when the call has none (an
+        edge refusal reads the tenant's key here before the call is made)."""
+        for key, value in self.metadata:
+            if key == name:
+                return value
+        return None
+
     def refusal(self) -> tuple[int, StatusCode, str] | None:
         """HTTP status, gRPC status and message when the request cannot be a gRPC call."""
         if self.method != b"POST":

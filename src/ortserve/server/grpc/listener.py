@@ -30,6 +30,7 @@ from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.reflection import Reflection
 from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.grpc.service import InferenceService
+from ortserve.server.http.run_queue import run_queue_of
 from ortserve.server.http2.frames import ErrorCode, goaway_frame, settings_frame
 from ortserve.server.intake import IntakeGovernor
 from ortserve.telemetry import Telemetry
@@ -137,12 +138,13 @@ class GrpcListener:
         """
         loop = asyncio.get_running_loop()
         inflater = Inflater(loop)
+        runs = run_queue_of(loop)  # HTTP's: admitted calls of both transports run after the reads
 
         def accept() -> asyncio.Protocol:
             if not self._connections.limit.admit():
                 return self._refusal(loop, inflater)
             connection = Http2Connection(
-                self._routes, self._options, self._connections, loop, inflater, self._budget
+                self._routes, self._options, self._connections, loop, inflater, self._budget, runs
             )
             return FirstBytesGate(connection, self._connections, _PEER_GOAWAY)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from google.protobuf.message import Message
 
@@ -18,7 +18,7 @@ from ortserve.server.deferred import Deferred
 if TYPE_CHECKING:
     from ortserve.server.grpc.call import GrpcCall
 
-__all__ = ["Deferred", "EdgeRefusal", "Rpc", "StreamHandler", "UnaryHandler", "UnaryResult"]
+__all__ = ["CallMetadata", "Deferred", "EdgeRefusal", "Rpc", "StreamHandler", "UnaryHandler", "UnaryResult"]
 
 UnaryResult: TypeAlias = "Message | Deferred[Message] | Coroutine[Any, Any, Message]"
 """A unary handler's answer: a reply now, one a future will finish (the server's one
@@ -28,8 +28,17 @@ UnaryHandler: TypeAlias = Callable[[Any, "GrpcCall"], UnaryResult]
 StreamHandler: TypeAlias = Callable[["GrpcCall"], Coroutine[Any, Any, None]]
 
 
-EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview, "GrpcCall"], "bytes | bool"]
-"""A unary request's raw message (and its call: the metadata) -> a trailers-only header block
+class CallMetadata(Protocol):
+    """What an edge refusal reads of a call: its metadata (a call's, or its head's before
+    the call exists)."""
+
+    def metadata_value(self, name: str) -> str | None:
+        """The first value of a metadata key (lowercase); None when the call has none."""
+        ...
+
+
+EdgeRefusal: TypeAlias = Callable[[bytes | bytearray | memoryview, CallMetadata], "bytes | bool"]
+"""A unary request's raw message (and its call's metadata) -> a trailers-only header block
 that refuses it, or whether
 the edge asked (True: asked, and no load refusal applies, so the handler need not ask again
 before decoding; False: not asked, e.g. the message could not be peeked)."""

@@ -30,11 +30,10 @@ from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import abort_for
 from ortserve.server.grpc.headers import trailers_only
 from ortserve.server.grpc.peek import peek_infer_target
-from ortserve.server.grpc.rpc import Rpc
+from ortserve.server.grpc.rpc import CallMetadata, Rpc
 from ortserve.server.grpc.settings_rpcs import SettingsExtensions, settings_rpcs
 from ortserve.server.grpc.stream_infer import GenerationStreams
 from ortserve.server.model_control import ModelControl
-from ortserve.server.read_lag import observe_read
 from ortserve.server.restriction import Restriction
 from ortserve.statistics import ServerStatistics, StatisticsSnapshot
 from ortserve.telemetry import RequestScope, Telemetry
@@ -209,7 +208,7 @@ class InferenceService:
         self.restriction.check(given)
 
     def refuse_infer(
-        self, message: bytes | bytearray | memoryview, call: GrpcCall | None = None
+        self, message: bytes | bytearray | memoryview, call: CallMetadata | None = None
     ) -> bytes | bool:
         """An infer call refused under load from its message's first bytes, or whether it was
         admitted there (False: not asked, or another error applies; the handler asks before
@@ -219,9 +218,10 @@ class InferenceService:
         scheduler's kept one, its trailers are encoded once, the refusal is counted without a
         request scope. With tracing, the access log or capture on, every call takes the full
         path (each wants its own record of the call). With tenancy on, a queue shared by
-        tenants refuses by the share of the tenant the call's metadata names.
+        tenants refuses by the share of the tenant the call's metadata names. (The wait before
+        the call was read is observed by the connection, once per call however often this is
+        asked: ``grpc/connection.py``.)
         """
-        observe_read()  # the wait before this read feeds admission
         telemetry = self._telemetry  # Exchange.records_each_request, inlined: once per call
         if self._exchange.capture is not None or telemetry.tracing is not None or telemetry.access_log:
             return False

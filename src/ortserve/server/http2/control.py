@@ -58,6 +58,9 @@ class ControlFrames(StreamTable[_H]):
         self._pings = PingStrikes()
         self._resets = FrameBudget()
         self._settings = FrameBudget(rate=_SETTINGS_PER_S, burst=_SETTINGS_BURST)
+        self.peer_resets = 0
+        """Open streams the peer has reset, over the connection's life: an application that
+        sees it change during a read knows some of the read's streams may be gone already."""
 
     def initiate(self) -> None:
         """Queue our SETTINGS and the connection window's growth (the connection just opened)."""
@@ -186,6 +189,7 @@ class ControlFrames(StreamTable[_H]):
             self._out.forget(stream)
             code = _U32.unpack(payload)[0]
             self._events.append(StreamReset(stream_id, _error_code(code), True))
+            self.peer_resets += 1
             self._charge_reset()
             self._close_if_done()
 
