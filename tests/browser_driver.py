@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from ortserve.testing import free_port
+from waiting import wait_until
 
 __all__ = ["Browser", "chromium"]
 
@@ -92,16 +92,12 @@ def chromium() -> Iterator[Browser]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if _call(f"{base}/status", "GET").get("ready"):
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("chromedriver did not start")
-            time.sleep(0.05)
+        wait_until(
+            lambda: _call(f"{base}/status", "GET").get("ready"),
+            30,
+            "chromedriver to start",
+            (urllib.error.URLError, ConnectionError),
+        )
         capabilities = {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": binary, "args": _ARGS},

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 from ortserve.cli.main import main
 from ortserve.llm.demo import DEMO_LLM_NAME, corpus_documents, write_demo_llm
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -168,15 +168,6 @@ def _metric(server: ServerProcess, name: str, model: str) -> float:
     raise AssertionError(f"{name} for {model} not exported")
 
 
-def _wait_for(condition: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def test_a_client_that_disconnects_frees_its_slot(client: openai.OpenAI, llm_server: ServerProcess) -> None:
     before = _metric(llm_server, "ortserve_llm_generation_tokens_total", "one_slot")
     stream = client.completions.create(
@@ -189,7 +180,9 @@ def test_a_client_that_disconnects_frees_its_slot(client: openai.OpenAI, llm_ser
     )
     next(iter(stream))
     stream.close()
-    _wait_for(lambda: _metric(llm_server, "ortserve_llm_running_sequences", "one_slot") == 0)
+    wait_until(
+        lambda: _metric(llm_server, "ortserve_llm_running_sequences", "one_slot") == 0, 20, "the slot freed"
+    )
     # It was cut short, not run to its 2,000 tokens; and the one place is free for the next.
     assert _metric(llm_server, "ortserve_llm_generation_tokens_total", "one_slot") - before < 2000
     reply = client.completions.create(model="one_slot", prompt="The river", max_tokens=5, temperature=0)
@@ -208,7 +201,9 @@ def test_beyond_the_queue_bound_requests_get_429_with_retry_after(
     next(iter(running))
     waiting = long()  # holds the one waiting place (its head comes once it runs)
     try:
-        _wait_for(lambda: _metric(llm_server, "ortserve_llm_waiting_sequences", "one_slot") == 1)
+        wait_until(
+            lambda: _metric(llm_server, "ortserve_llm_waiting_sequences", "one_slot") == 1, 20, "one waiting"
+        )
         with pytest.raises(openai.RateLimitError) as refused:
             client.completions.create(model="one_slot", prompt="The", max_tokens=2)
         assert int(refused.value.response.headers["retry-after"]) >= 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ortserve.capture import CapturedRequest, read_capture
 from ortserve.cli.main import main
 from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -61,13 +61,11 @@ def _chat(server: ServerProcess, stream: bool) -> bytes:
 
 
 def _records(directory: Path, count: int) -> list[CapturedRequest]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the writer flushes in the background
-        records = list(read_capture([directory])) if directory.exists() else []
-        if len(records) >= count:
-            return records
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {count} records captured")
+    def records() -> list[CapturedRequest] | None:  # the writer flushes in the background
+        found = list(read_capture([directory])) if directory.exists() else []
+        return found if len(found) >= count else None
+
+    return wait_until(records, 30, f"{count} captured records")
 
 
 def test_a_captured_conversation_replays_with_ttft_and_itl(

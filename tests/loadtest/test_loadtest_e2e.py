@@ -18,6 +18,7 @@ from ortserve.capture import CapturedRequest, read_capture
 from ortserve.cli.main import main
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -138,15 +139,15 @@ def capturing_pair(
 
 def _wait_for_records(directory: Path, count: int, timeout_s: float = 20.0) -> list[CapturedRequest]:
     """The capture's records once ``count`` are written (the writer works in the background)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def records() -> list[CapturedRequest] | None:
         try:
-            records = list(read_capture([directory])) if directory.exists() else []
+            found = list(read_capture([directory])) if directory.exists() else []
         except ValueError:  # a record half written
-            records = []
-        if len(records) >= count or time.monotonic() > deadline:
-            return records
-        time.sleep(0.05)
+            return None
+        return found if len(found) >= count else None
+
+    return wait_until(records, timeout_s, f"{count} captured records")
 
 
 @pytest.fixture(scope="module")

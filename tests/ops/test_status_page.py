@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from browser_driver import chromium
 from model_builders import write_scaled_version
 from ops.conftest import post
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +27,8 @@ ROW = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1.
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    """Poll ``check`` until it returns something truthy, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    """Poll ``check`` (a page read through the driver) until it returns something truthy."""
+    return wait_until(check, timeout_s, what, poll_s=0.1)
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

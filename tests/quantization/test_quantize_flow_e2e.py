@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from ortserve.quantization.convert import Method
 from ortserve.quantization.quantizer import QuantizeJob, quantize
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -51,9 +52,9 @@ def test_quantize_then_shadow_then_canary_then_rollout(demo_repository: Path, tm
         # 1. shadow: every request also runs on the INT8 version; clients keep getting version 1
         routing(server, "PUT", {"split": {"1": 100}, "shadow": {"version": "2", "fraction": 1.0}})
         assert {infer(client, f"u{i}") for i in range(30)} == {"1"}
-        deadline = time.monotonic() + 20  # copies are gathered (up to 100 ms), then compared
-        while sum(routing(server)["shadow"]["compared"].values()) < 30 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(  # copies are gathered (up to 100 ms), then compared
+            lambda: sum(routing(server)["shadow"]["compared"].values()) >= 30, 20, "30 comparisons"
+        )
         [divergence] = routing(server)["shadow"]["divergence"]
         assert divergence["pairs"] == 30 and divergence["max_abs_diff"] < 0.5
         # 2. canary, rolled out while its divergence and error rate stay within the guards

@@ -67,7 +67,8 @@ async def test_the_childs_log_lines_are_logged_here_bounded(
 
 
 async def test_a_child_that_hangs_is_killed_and_replaced() -> None:
-    parser = OverrideParser(timeout_s=0.5, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    hangs = [sys.executable, "-c", "import signal; signal.pause()"]  # no answer until killed
+    parser = OverrideParser(timeout_s=0.5, command=hangs)
     try:
         with pytest.raises(ParserFailed, match="no answer in time"):
             await parser.parse(_CONFIG, "m")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -22,6 +21,7 @@ import tritonclient.http as httpclient
 
 from model_builders import write_scaled_version
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -111,9 +111,8 @@ def test_the_control_endpoint_is_restricted_and_shows_counts_roles_and_divergenc
     refused.value.close()
     for _ in range(5):
         http_version(server)
-    deadline = time.monotonic() + 20  # shadow copies are gathered (up to 100 ms), then compared
-    while not control(server, "GET")["shadow"]["compared"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # shadow copies are gathered (up to 100 ms), then compared
+    wait_until(lambda: control(server, "GET")["shadow"]["compared"], 20, "a shadow comparison")
     state = control(server, "GET")
     assert state["source"] == "config.yaml"
     assert state["roles"] == {"1": "active", "2": "canary", "3": "shadow"}
@@ -171,11 +170,12 @@ def test_a_diverging_candidate_is_rolled_back_and_marked_rejected(server: Server
     control(server, "PUT", {"rollout": {**rollout, "guards": guards}})
     for i in range(60):
         http_version(server, headers={"X-User-ID": f"k{i}"})
-    deadline = time.monotonic() + 20  # the comparisons land once the gathered copies ran
-    while (state := control(server, "GET"))["rollout"][
-        "state"
-    ] == "progressing" and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+    def ended() -> Any:  # the comparisons land once the gathered copies ran
+        state = control(server, "GET")
+        return state if state["rollout"]["state"] != "progressing" else None
+
+    state = wait_until(ended, 20, "the rollout to end")
     assert state["rollout"]["state"] == "rejected"
     assert "max_divergence" in state["rollout"]["reason"]
     assert state["roles"]["2"] == "rejected"

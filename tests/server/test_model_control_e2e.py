@@ -4,11 +4,12 @@ model configuration, restricted API, control modes, SIGHUP, and reloads under lo
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,12 @@ from model_builders import scaled_model, write_scaled_version
 from ortserve.repository.signature import generate_key, sign_version
 from ortserve.repository.snapshot import COMPLETE_MARKER
 from ortserve.testing import ServerProcess, run_server
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 HEADER = {"x-control-key": "s3cret"}
 X = np.ones((1, 4), dtype=np.float32)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.05)
 
 
 def http_scale(server: ServerProcess, model: str = "m") -> tuple[str, float]:
@@ -109,7 +103,7 @@ def test_load_config_and_unload_over_both_transports(
         names = {row["name"] if isinstance(row, dict) else row.name for row in _index(client)}
         assert {"m", "idle"} <= names
         client.unload_model("idle", headers=HEADER)
-        wait_for(lambda: not client.is_model_ready("idle"))
+        wait_until(lambda: not client.is_model_ready("idle"))
         client.load_model("idle", headers=HEADER, config='{"max_batch_size": 4}')
         config = (
             client.get_model_config("idle", as_json=True)
@@ -197,14 +191,14 @@ def test_poll_mode_never_loads_a_half_copied_version_and_serves_it_once_complete
         for start in range(0, len(data), max(len(data) // 8, 1)):  # ~8 chunks over ~2.4 poll periods
             slow.write(data[start : start + max(len(data) // 8, 1)])
             slow.flush()
-            time.sleep(0.1)
+            time.sleep(0.1)  # real time: the server's own poll timer must land between the chunks
             assert http_scale(poll_server) == ("1", 1.0)
     assert http_scale(poll_server) == ("1", 1.0)  # written whole, but not marked complete
     (target / COMPLETE_MARKER).touch()
     written = time.monotonic()
-    wait_for(lambda: http_scale(poll_server) == ("2", 2.0), 10.0)
+    wait_until(lambda: http_scale(poll_server) == ("2", 2.0), 10.0)
     assert time.monotonic() - written < 3 * 0.3 + 1.0  # within two poll periods (+ load time)
-    wait_for(lambda: ready_versions(poll_server) == {"2"})
+    wait_until(lambda: ready_versions(poll_server) == {"2"})
     assert "failed to load" not in poll_server.log()
 
 
@@ -213,7 +207,7 @@ def test_sighup_rescans_in_none_mode_and_keeps_serving(tmp_path: Path) -> None:
     with run_server(tmp_path, tmp_path / "server.log", ["--intra-op-threads", "1"]) as server:
         (write_scaled_version(tmp_path, "m", 2, 2.0) / COMPLETE_MARKER).touch()
         server.process.send_signal(signal.SIGHUP)
-        wait_for(lambda: http_scale(server) == ("2", 2.0))
+        wait_until(lambda: http_scale(server) == ("2", 2.0))
         assert server.process.poll() is None
         assert "SIGHUP: re-scanning" in server.log()
 
@@ -226,6 +220,7 @@ def test_reloads_under_concurrent_load_fail_no_request(tmp_path: Path) -> None:
         newest_ready = [1]
         failures: list[str] = []
         answered = [0]
+        seen: set[int] = set()
         stop = threading.Event()
 
         def hammer() -> None:
@@ -244,7 +239,12 @@ def test_reloads_under_concurrent_load_fail_no_request(tmp_path: Path) -> None:
                         failures.append(
                             f"version {version} answered {result.as_numpy('y')[0, 0]} (floor {floor})"
                         )
+                    seen.add(version)
                     answered[0] += 1
+
+        def reached(version: int, before: int) -> bool:
+            """Traffic goes on through each swap, and reaches the new version (or failed)."""
+            return (version in seen and answered[0] >= before + 12) or bool(failures)
 
         threads = [threading.Thread(target=hammer) for _ in range(4)]
         for thread in threads:
@@ -255,7 +255,7 @@ def test_reloads_under_concurrent_load_fail_no_request(tmp_path: Path) -> None:
                     write_scaled_version(tmp_path, "m", version, float(version))
                     control.load_model("m")
                     newest_ready[0] = version
-                    time.sleep(0.1)
+                    wait_until(functools.partial(reached, version, answered[0]), 20, f"traffic on {version}")
         finally:
             stop.set()
             for thread in threads:
@@ -270,7 +270,7 @@ def test_reloads_under_concurrent_load_fail_no_request(tmp_path: Path) -> None:
                 text: str = reply.read().decode()
                 return text
 
-        wait_for(
+        wait_until(
             lambda: 'ortserve_model_unloads_total{model="m"} 5.0' in scrape()
         )  # drains end after the swap
         assert 'ortserve_model_loads_total{model="m"} 6.0' in scrape()
