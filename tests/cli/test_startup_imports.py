@@ -33,31 +33,31 @@ HEAVY = (
     "ortserve.supervisor.zygote",
 )
 
-# Runs the CLI in this process; a thread waits for ready, then writes what is imported and
-# whether the collector is back on (start-up runs with it off) and stops the server.
+# Runs the CLI in this process and records what is imported when start-up turns the collector
+# back on (it runs with it off), then stops the server. That call comes once the models are
+# loaded, inside the callback that ends with the server ready: the record is taken right after
+# that callback, so at ready, with no polling. Never turned on, the server is stopped after 60 s
+# with nothing recorded, and the test fails.
 _PROBE = """
-import gc, json, os, runpy, signal, sys, threading, time, urllib.request
-out, port = sys.argv[1], sys.argv[2]
-def watch():
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        time.sleep(0.02)
-    modules = sorted(sys.modules)
-    for _ in range(250):  # the collector is turned on just after the models load
-        if gc.isenabled():
-            break
-        time.sleep(0.02)
+import asyncio, gc, json, os, runpy, signal, sys, threading
+out = sys.argv[1]
+enable = gc.enable
+def record():
     with open(out, "w") as f:
-        json.dump({"modules": modules, "gc": gc.isenabled()}, f)
+        json.dump({"modules": sorted(sys.modules), "gc": gc.isenabled()}, f)
     os.kill(os.getpid(), signal.SIGTERM)
-threading.Thread(target=watch, daemon=True).start()
-sys.argv = ["ortserve", *sys.argv[3:]]
+def enabled():
+    enable()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the command's own end turns it on too, with no loop running
+    loop.call_soon(record)
+gc.enable = enabled
+stop = threading.Timer(60, os.kill, (os.getpid(), signal.SIGTERM))
+stop.daemon = True
+stop.start()
+sys.argv = ["ortserve", *sys.argv[2:]]
 runpy.run_module("ortserve", run_name="__main__")
 """
 
@@ -70,7 +70,7 @@ def _modules_at_ready(tmp_path: Path, *flags: str) -> dict[str, object]:
     args = ["serve", "--model-repository", str(repository), "--http-port", port]
     args += ["--metrics-port", "-1", "--shutdown-delay", "0", *flags]
     completed = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(out), port, *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _PROBE, str(out), *args], capture_output=True, text=True, timeout=120
     )
     assert out.exists(), completed.stderr[-3000:]
     result: dict[str, object] = json.loads(out.read_text())
