@@ -60,7 +60,7 @@ from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http2.engine import Http2Engine
 from ortserve.server.http2.events import ConnectionEnded, DataReceived, Event, RequestReceived, StreamReset
 from ortserve.server.http2.frames import ErrorCode
-from ortserve.server.read_lag import observe_read
+from ortserve.server.read_lag import read_lag_of
 
 __all__ = ["Http2Connection"]
 
@@ -104,6 +104,7 @@ class Http2Connection(asyncio.Protocol):
     ) -> None:
         self._routes = routes
         self._runs = runs
+        self._lag = read_lag_of(loop)  # the loop's meter of the wait before reading
         self._heads: dict[int, _Head] = {}
         self._admitted: dict[int, _Admitted] = {}
         self._budget = budget if budget is not None else ByteBudget(1 << 62)
@@ -248,7 +249,7 @@ class Http2Connection(asyncio.Protocol):
             self._engine.send_headers(stream_id, trailers_only(code, message, http_status=status), True)
             return
         if rpc.refuse is not None:
-            observe_read()  # the wait before this read feeds admission
+            self._lag.observe()  # the wait before this read feeds admission
             if not event.end_stream:
                 self._heads[stream_id] = (head, rpc)
                 return
