@@ -12,7 +12,11 @@ session the server would build (intra-op 1, no spinning):
    holds on a shared machine where the wall one does not);
 2. two sessions of the model on one core at once (``instance_group`` count 2): the wall time
    of a batch of 1, alone and while another thread runs batches of ``--flood-rows`` on the
-   other session (blocks of each alternated).
+   other session (blocks of each alternated); both threads SCHED_BATCH as the runner's
+   workers, the flood's at each ``--flood-nice`` (0: the old runner; 19: its bulk lane,
+   ``runner.BULK_NICE``), and the quiet thread's CPU time per run beside its wall time (the
+   difference is the time it was runnable but the flood's thread, or another process, had
+   the core).
 
 Run pinned to one core:
 
@@ -65,10 +69,19 @@ def batch_times(session: ort.InferenceSession, width: int, rows: int, runs: int)
     }
 
 
-def shared_core(model: Path, width: int, flood_rows: int, runs: int) -> dict[str, dict[str, float]]:
+def _batch_policy(nice: int = 0) -> None:
+    """This thread as the runner's workers have it: SCHED_BATCH, at ``nice`` (Linux)."""
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    if nice:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
+def shared_core(
+    model: Path, width: int, flood_rows: int, runs: int, nice: int
+) -> dict[str, dict[str, float]]:
     """A batch of 1 on one session, alone and while another session (another thread, the same
-    core) runs batches of ``flood_rows`` in a loop: blocks of 10 runs alternate between the two,
-    so the machine's other load falls on both alike."""
+    core, at ``nice``) runs batches of ``flood_rows`` in a loop: blocks of 10 runs alternate
+    between the two, so the machine's other load falls on both alike."""
     quiet, flood = _session(model), _session(model)
     feeds_1, feeds_n = _feeds(width, 1), _feeds(width, flood_rows)
     quiet.run(None, feeds_1)
@@ -76,6 +89,7 @@ def shared_core(model: Path, width: int, flood_rows: int, runs: int) -> dict[str
     stop, flooding = threading.Event(), threading.Event()
 
     def flood_loop() -> None:
+        _batch_policy(nice)
         while not stop.is_set():
             if flooding.wait(0.01):
                 flood.run(None, feeds_n)
@@ -83,6 +97,7 @@ def shared_core(model: Path, width: int, flood_rows: int, runs: int) -> dict[str
     thread = threading.Thread(target=flood_loop)
     thread.start()
     walls: dict[str, list[float]] = {"alone": [], "beside the flood": []}
+    cpus: dict[str, list[float]] = {"alone": [], "beside the flood": []}
     try:
         for block in range(2 * max(1, runs // 10)):
             arm = "beside the flood" if block % 2 else "alone"
@@ -93,9 +108,10 @@ def shared_core(model: Path, width: int, flood_rows: int, runs: int) -> dict[str
                 flooding.clear()
                 time.sleep(0.03)  # the flood's batch running ends
             for _ in range(10):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 quiet.run(None, feeds_1)
                 walls[arm].append(time.perf_counter() - started)
+                cpus[arm].append(time.thread_time() - cpu)
                 time.sleep(0.003 + 0.007 * np.random.default_rng(len(walls[arm])).random())
     finally:
         stop.set()
@@ -105,6 +121,8 @@ def shared_core(model: Path, width: int, flood_rows: int, runs: int) -> dict[str
         arm: {
             "wall_p50_ms": round(statistics.median(values) * 1e3, 3),
             "wall_p99_ms": round(float(np.percentile(values, 99)) * 1e3, 3),
+            "cpu_p50_ms": round(statistics.median(cpus[arm]) * 1e3, 3),
+            "runnable_not_running_mean_ms": round((sum(values) - sum(cpus[arm])) / len(values) * 1e3, 3),
         }
         for arm, values in walls.items()
     }
@@ -115,6 +133,9 @@ def main() -> None:
     parser.add_argument("--model", default="heavy_mlp", choices=sorted(DEMO_MODELS))
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--flood-rows", type=int, default=32)
+    parser.add_argument("--flood-nice", type=int, nargs="+", default=[0, 19])
+    parser.add_argument("--rounds", type=int, default=1, help="the --flood-nice arms alternated")
+    parser.add_argument("--no-sizes", action="store_true", help="skip the batch times by size")
     args = parser.parse_args()
     sizes, seed = DEMO_MODELS[args.model]
     with tempfile.TemporaryDirectory() as folder:
@@ -122,12 +143,15 @@ def main() -> None:
         path.write_bytes(build_mlp(sizes, seed, args.model).SerializeToString())
         session = _session(path)
         result: dict[str, object] = {"model": args.model, "load average before": os.getloadavg()}
-        result["batch"] = {
-            rows: batch_times(session, sizes[0], rows, args.runs) for rows in (1, 2, 4, 8, 16, 32)
-        }
-        result[f"batch of 1 beside a second session running batches of {args.flood_rows}"] = shared_core(
-            path, sizes[0], args.flood_rows, args.runs
-        )
+        _batch_policy()  # the quiet thread, as a worker
+        if not args.no_sizes:
+            result["batch"] = {
+                rows: batch_times(session, sizes[0], rows, args.runs) for rows in (1, 2, 4, 8, 16, 32)
+            }
+        for round_ in range(args.rounds):
+            for nice in args.flood_nice:
+                key = f"round {round_ + 1}: batch of 1 beside a second session running batches of {args.flood_rows} at nice {nice}"
+                result[key] = shared_core(path, sizes[0], args.flood_rows, args.runs, nice)
         result["load average after"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
