@@ -13,8 +13,10 @@ a 64-token chunk 73 ms) can be changed with ``--costs a,b,c,p0,p``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import random
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +32,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--max-queue-wait", type=float, default=30.0)
     parser.add_argument("--prefill-share", type=float, default=None, help="EngineLimits.prefill_share")
+    parser.add_argument("--seeds", type=int, default=1, help="runs of each phase (medians printed)")
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -114,7 +117,10 @@ def main() -> None:
         limits = EngineLimits(max_num_seqs=64, max_waiting=256, max_context_len=4096,
                               max_queue_wait_s=args.max_queue_wait, **extra)  # type: ignore[arg-type]  # fmt: skip
         engine = GenerationEngine(backend.decoder, limits, PrefixCache(0, 1.0, clock), sink, clock, backend)  # type: ignore[arg-type]
-        engine.tune(a + b + c * 300, p + p0 / 64, b)
+        if "chunk_fixed_s" in inspect.signature(engine.tune).parameters:
+            engine.tune(a + b + c * 300, p, b, chunk_fixed_s=p0)  # as warm-up measures them now
+        else:
+            engine.tune(a + b + c * 300, p + p0 / 64, b)  # a 64-token prefill, per token
         rng = random.Random(seed)
         refused = 0
         done: list[Sequence] = []
@@ -179,12 +185,24 @@ def main() -> None:
             "requests_per_s": sum(1 for s in done if s in stamps and start <= stamps[s][-1] <= stop) / (stop - start),
         }  # fmt: skip
 
-    closed = run("closed", 0.0, 1)
+    def median(runs: list[dict[str, float]]) -> dict[str, float]:
+        return {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+
+    seeds = range(args.seeds)
+    closed_runs = [run("closed", 0.0, 1 + 10 * k) for k in seeds]
+    closed = median(closed_runs)
     result = {"closed": closed}
     for multiple in (float(x) for x in args.rates.split(",")):
-        opened = run("open", multiple * closed["requests_per_s"], 2)
-        opened["of_closed"] = opened["output_tokens_per_s"] / closed["output_tokens_per_s"]
-        result[f"open_x{multiple}"] = opened
+        runs = []
+        for k, one in zip(seeds, closed_runs, strict=True):  # each seed's open loop against its closed
+            opened = run("open", multiple * one["requests_per_s"], 2 + 10 * k)
+            opened["of_closed"] = opened["output_tokens_per_s"] / one["output_tokens_per_s"]
+            runs.append(opened)
+        result[f"open_x{multiple}"] = median(runs)
+    if args.seeds > 1:
+        result["closed_ttft_p99_ms_each"] = {
+            str(k): r["ttft_p99_ms"] for k, r in zip(seeds, closed_runs, strict=True)
+        }
     print(json.dumps({k: {n: round(v, 2) for n, v in r.items()} for k, r in result.items()}, indent=1))
 
 

@@ -15,6 +15,7 @@ from ortserve.errors import InvalidField, Overloaded
 from ortserve.llm.demo import train_tokenizer
 from ortserve.llm.engine import PREFILL_SHARE, EngineLimits, GenerationEngine
 from ortserve.llm.kv_backend import DecoderSession, KvFull
+from ortserve.llm.prefill import ChunkCost
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sampler import SamplingParams
 from ortserve.llm.sequence import GenerationEvent, Sequence
@@ -372,3 +373,22 @@ def test_a_request_priority_is_a_lane_number_as_for_classic_models() -> None:
         with pytest.raises(InvalidField):
             request_priority({"priority": bad})
     assert engine_rank(0) == engine_rank(1) > engine_rank(2) > engine_rank(3)
+
+
+def test_no_step_of_a_closed_loop_outlasts_the_latency_target(tokenizer: TextTokenizer) -> None:
+    # The default target (ten one-row steps, 145 ms here) and prompts falling behind: prefill
+    # takes the slack up to the target, priced as a chunk costs (12 ms each, then per token).
+    # Priced per token at the average, a step with two chunks overran it (ITL p99 154-156 ms).
+    _, gaps, ttft = _closed_loop(tokenizer, 16, 120.0)
+    assert max(gaps) <= 0.145 * 1.005, max(gaps)  # the old pricing: 147 ms here
+    assert _pct(ttft, 0.5) < 1.0  # the prompts' queue is no backlog
+
+
+def test_a_chunk_cost_fit_separates_the_fixed_part_from_the_per_token_one() -> None:
+    cost = ChunkCost(0.0, 0.00114)  # the prior: all per token, as a 64-token warm-up saw it
+    for tokens in itertools.islice(itertools.cycle([32, 90, 17, 64, 200, 8]), 300):
+        cost.observe(tokens, 0.012 + 0.00095 * tokens)
+    assert cost.fixed_s == pytest.approx(0.012, rel=0.05)
+    assert cost.token_s == pytest.approx(0.00095, rel=0.05)
+    assert cost.tokens_within(0.012 + 0.00095 * 80) in (79, 80)
+    assert cost.tokens_within(0.005) == 0

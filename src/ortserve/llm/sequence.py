@@ -62,6 +62,8 @@ class Sequence:
         self.kv_tokens = 0
         """Tokens whose keys and values the engine holds for this sequence (prefill progress)."""
         self.preempted = 0
+        self.admitted_at = 0.0
+        """Engine-clock time it last entered the running set (how long its prefill has taken)."""
         """Times its keys and values were given up for others; it resumes where it was."""
         self.forks: list[Sequence] = []
         """The request's other choices (``n``): when this one's prefill ends the engine starts
