@@ -84,3 +84,36 @@ def test_every_chat_follow_up_hits_the_cached_prefix(workers: ServerProcess) -> 
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
         _, cached = _post(workers, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
         assert cached >= 16, (index, cached)
+
+
+@pytest.mark.parametrize("last", ["generate", "generate_stream"])
+def test_every_generate_follow_up_hits_the_cached_prefix(workers: ServerProcess, last: str) -> None:
+    # OIP's generate routes are routed by their text_input as completions are by their prompt.
+    path = f"/v2/models/{DEMO_LLM_NAME}/{last}"
+    for index in range(4):
+        prompt = f"Entry {index} via {last}: the keeper of the lighthouse wrote about the ships at sea"
+        reply, _ = _generate(workers, path, prompt, 8)
+        _, cached = _generate(workers, path, prompt + reply + " and", 2)
+        assert cached >= 16, (index, cached)
+
+
+def _generate(server: ServerProcess, path: str, text: str, max_tokens: int) -> tuple[str, int]:
+    """(the text, the cached prompt tokens) of one generate request on a new connection."""
+    connection = http.client.HTTPConnection(server.host, server.http_port, timeout=60)
+    try:
+        body = {"text_input": text, "parameters": {"max_tokens": max_tokens, "temperature": 0}}
+        connection.request(
+            "POST", path, json.dumps(body), {"Connection": "close", "content-type": "application/json"}
+        )
+        reply = connection.getresponse()
+        data = reply.read()
+    finally:
+        connection.close()
+    assert reply.status == 200, data
+    if path.endswith("/generate"):
+        answer = json.loads(data)
+        return answer["text_output"], int(answer["usage"]["prompt_tokens_details"]["cached_tokens"])
+    events = [json.loads(line[6:]) for line in data.decode().split("\n") if line.startswith("data: {")]
+    return "".join(e["text_output"] for e in events), int(
+        events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+    )

@@ -12,9 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortserve.server.http.messages import HttpRequest, HttpResponse
+from ortserve.server.deferred import Deferred
+from ortserve.server.http.messages import HttpRequest, HttpResponse, resolve_response
 from ortserve.supervisor.plan import TOKEN_HEADER
-from ortserve.supervisor.prefix_route import U64, PrefixDirectory, PrefixRouter, prefix_hashes
+from ortserve.supervisor.prefix_route import (
+    U64,
+    PrefixDirectory,
+    PrefixRouter,
+    generate_hashes,
+    prefix_hashes,
+)
 
 _CHAT = "/v1/chat/completions"
 _COMPLETIONS = "/v1/completions"
@@ -234,3 +241,62 @@ def test_a_forwarded_request_a_new_one_and_an_unreachable_holder_are_answered_he
     assert directory.holder(prefix_hashes(_COMPLETIONS, held)) == 0
     directory.close()
     other.close()
+
+
+def test_a_generate_body_hashes_as_the_same_text_prompt_does_and_its_salt_separates_it() -> None:
+    text = "the keeper of the lighthouse wrote in the log " * 5
+    completions = prefix_hashes(_COMPLETIONS, _body(prompt=text), b"Bearer k")
+    generate = generate_hashes("m", json.dumps({"text_input": text}).encode(), b"Bearer k")
+    assert len(generate) == len(text) // 64 and np.array_equal(generate, completions)
+    salted = generate_hashes(
+        "m", json.dumps({"text_input": text, "parameters": {"cache_salt": "u"}}).encode()
+    )
+    other_model = generate_hashes("n", json.dumps({"text_input": text}).encode(), b"Bearer k")
+    assert not set(salted.tolist()) & set(generate.tolist())
+    assert not set(other_model.tolist()) & set(generate.tolist())
+    for body in (b"nope", b"[]", b'{"text_input": 5}', b'{"text_input": "short"}'):
+        assert len(generate_hashes("m", body)) == 0
+
+
+def test_a_generate_request_whose_prefix_another_worker_holds_is_answered_by_it(tmp_path: Path) -> None:
+    token = "secret-token"
+    router, directory, _ = _router(tmp_path, token)
+    text = "the keeper of the lighthouse wrote in the log " * 4
+    body = json.dumps({"text_input": text, "parameters": {"max_tokens": 4}}).encode()
+    holder_table = PrefixDirectory(tmp_path, 1, 2, slots=1024)
+    holder_table.record(generate_hashes("m", body))
+    calls: list[tuple[str, str | None]] = []
+
+    def local(request: HttpRequest, name: str, version: str | None) -> HttpResponse:
+        calls.append((name, version))
+        return HttpResponse(200, [b'{"answered":"here"}'])
+
+    handler = router.wrap_model(local)
+    path = "/v2/models/m/versions/2/generate_stream"
+
+    async def run() -> tuple[HttpResponse, list[bytes], HttpResponse, _Holder]:
+        async with _Holder(tmp_path / "worker-1.sock", token, True) as holder:
+            routed = handler(HttpRequest("POST", path, "", {}, body), "m", "2")
+            assert not isinstance(routed, (HttpResponse, Deferred))
+            response = await routed
+            pieces = await _collect(response.stream)
+            await asyncio.wait_for(holder.hung_up.wait(), 5)
+            new = await resolve_response(
+                handler(
+                    HttpRequest("POST", path, "", {}, json.dumps({"text_input": "x" * 200}).encode()),
+                    "m",
+                    "2",
+                )
+            )
+            return response, pieces, new, holder
+
+    response, pieces, new, holder = asyncio.run(run())
+    ((line, _, sent),) = holder.requests
+    assert line == f"POST {path} HTTP/1.1\r\n".encode() and sent == body
+    assert pieces == [b'data: {"n": %d}\n\n' % i for i in range(3)] and router.forwarded == 1
+    assert (b"x-ortserve-prefix-worker", b"1") in response.headers
+    assert new.chunks == [b'{"answered":"here"}'] and calls == [("m", "2")]  # a new prompt stays here
+    plain = handler(HttpRequest("GET", path, "", {}, b""), "m", None)  # not routed: the route says 405
+    assert isinstance(plain, HttpResponse) and calls[-1] == ("m", None)
+    directory.close()
+    holder_table.close()

@@ -9,7 +9,7 @@ The workers share a directory of the prompt prefixes each has served: every work
 its own table (a file in the launch's private folder, mapped by all workers; one writer per
 table, so no locks) holding a hash of each of its prompts' leading 64, 128, 192, ... bytes
 (token-id prompts: 16, 32, 48, ... tokens, the prefix cache's blocks). A worker that accepts an
-OpenAI generation request looks its prompt's cuts up, longest first: if the longest prefix any
+OpenAI generation request (or an OIP ``generate``/``generate_stream``, by its ``text_input``) looks its prompt's cuts up, longest first: if the longest prefix any
 worker has served is one this worker has served too, or nobody has served any, it answers
 the request itself (a new conversation stays where the kernel put it: the load stays
 balanced); otherwise it forwards the request over the holder's private Unix socket, marked
@@ -26,6 +26,11 @@ The table is a hint: a slot is overwritten by a later prefix with the same slot,
 entry outlives its prefix in the cache (the request then goes to a worker that no longer
 holds it, no worse than anywhere). A worker that restarts empties its table; a forward that
 cannot reach the holder is answered locally: no request is refused for its routing.
+
+gRPC's ``ModelStreamInfer`` generation is not routed: the kernel hands gRPC connections to the
+workers as it does HTTP ones (the supervisor's gateway sees neither), and the workers' private
+sockets speak HTTP only, so a worker would have to relay a gRPC stream through the holder's
+``generate_stream`` and re-encode its events as Triton's decoupled responses.
 """
 
 from __future__ import annotations
@@ -45,15 +50,17 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from ortserve.server.http.app import HttpApp
-from ortserve.server.http.messages import HttpRequest, HttpResponse
+from ortserve.server.http.app import HttpApp, ModelRouteHandler, Operation
+from ortserve.server.http.messages import HttpRequest, HttpResponse, RouteResult, resolve_response
 from ortserve.supervisor.plan import TOKEN_HEADER, WorkerLaunch
 
 __all__ = [
     "FORWARDED_HEADER",
+    "GENERATE_ROUTES",
     "ROUTED_PATHS",
     "PrefixDirectory",
     "PrefixRouter",
+    "generate_hashes",
     "prefix_hashes",
     "route_by_prefix",
 ]
@@ -61,6 +68,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions")
+GENERATE_ROUTES = ("generate", "generate_stream")
+"""OIP model routes routed by their ``text_input``."""
 BLOCK_BYTES = 64
 """Text prompts and chat messages are hashed at every multiple of this many bytes."""
 BLOCK_TOKENS = 16
@@ -106,13 +115,9 @@ def prefix_hashes(path: str, body: bytes, tenant: bytes | None = None) -> U64:
     ``BLOCK_TOKENS`` ids), chat's messages as JSON without the closing bracket. The model,
     the ``cache_salt`` and ``tenant`` (the API key the cache salts by) seed every hash.
     """
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    request = _object(body)
+    if request is None:
         return _NONE
-    if not isinstance(request, dict):
-        return _NONE
-    salt = request.get("cache_salt")
     block = BLOCK_BYTES
     if path == "/v1/chat/completions":
         messages = request.get("messages")
@@ -133,13 +138,38 @@ def prefix_hashes(path: str, body: bytes, tenant: bytes | None = None) -> U64:
             block = BLOCK_TOKENS * 8
         else:
             return _NONE
+    return _block_hashes(text, block, str(request.get("model")), request.get("cache_salt"), tenant)
+
+
+def generate_hashes(model: str, body: bytes, tenant: bytes | None = None) -> U64:
+    """:func:`prefix_hashes` of an OIP ``generate``/``generate_stream`` body: its
+    ``text_input``, seeded by the model of the path and the ``cache_salt`` (at the top level
+    or in ``parameters``, as the route reads its fields), so a text prompt hashes as the same
+    prompt sent to ``/v1/completions`` does."""
+    request = _object(body)
+    if request is None or not isinstance(text := request.get("text_input"), str):
+        return _NONE
+    parameters = request.get("parameters")
+    salt = request.get("cache_salt")
+    if isinstance(parameters, dict) and "cache_salt" in parameters:
+        salt = parameters["cache_salt"]
+    return _block_hashes(text.encode("utf-8", "surrogatepass"), BLOCK_BYTES, model, salt, tenant)
+
+
+def _object(body: bytes) -> dict[str, Any] | None:
+    try:
+        request = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _block_hashes(text: bytes, block: int, model: str, salt: object, tenant: bytes | None) -> U64:
     blocks = min(len(text) // block, MAX_BLOCKS)
     if blocks == 0:
         return _NONE
     seed = hashlib.blake2b(
-        orjson.dumps([str(request.get("model")), salt if isinstance(salt, str) else ""])
-        + b"\0"
-        + (tenant or b""),
+        orjson.dumps([model, salt if isinstance(salt, str) else ""]) + b"\0" + (tenant or b""),
         digest_size=8,
     )
     words = np.frombuffer(text, dtype=np.uint64, count=blocks * block // 8).reshape(blocks, block // 8)
@@ -248,17 +278,35 @@ class PrefixRouter:
     def wrap(self, path: str, local: Handler) -> Handler:
         async def handler(request: HttpRequest) -> HttpResponse:
             hashes = prefix_hashes(path, request.body, request.headers.get(b"authorization"))
-            if len(hashes):
-                if request.headers.get(TOKEN_HEADER) != self._token:
-                    chosen = self.directory.holder(hashes)
-                    if chosen is not None and chosen != self.directory.index:
-                        response = await self._forward(request, chosen)
-                        if response is not None:
-                            return response
-                self.directory.record(hashes)
-            return await local(request)
+            return await self._route(request, hashes, lambda: local(request))
 
         return handler
+
+    def wrap_model(self, local: ModelRouteHandler) -> ModelRouteHandler:
+        """The same for a model route (OIP ``generate``, ``generate_stream``): by its
+        ``text_input`` and the model of its path."""
+
+        def handler(request: HttpRequest, name: str, version: str | None) -> RouteResult:
+            if request.method != "POST":
+                return local(request, name, version)
+            hashes = generate_hashes(name, request.body, request.headers.get(b"authorization"))
+            return self._route(request, hashes, lambda: local(request, name, version))
+
+        return handler
+
+    async def _route(
+        self, request: HttpRequest, hashes: U64, local: Callable[[], RouteResult]
+    ) -> HttpResponse:
+        """The holder's answer when another worker holds the longest prefix, else ``local``'s."""
+        if len(hashes):
+            if request.headers.get(TOKEN_HEADER) != self._token:
+                chosen = self.directory.holder(hashes)
+                if chosen is not None and chosen != self.directory.index:
+                    response = await self._forward(request, chosen)
+                    if response is not None:
+                        return response
+            self.directory.record(hashes)
+        return await resolve_response(local())
 
     async def _forward(self, request: HttpRequest, chosen: int) -> HttpResponse | None:
         """The holder's answer, or None if it could not be asked (nothing was answered yet)."""
@@ -324,8 +372,8 @@ async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 def route_by_prefix(app: HttpApp, launch: WorkerLaunch, index: int) -> PrefixRouter | None:
-    """Route ``app``'s OpenAI generation requests to the worker holding their prefix (None:
-    one worker, nothing to route)."""
+    """Route ``app``'s OpenAI and OIP generate requests to the worker holding their prefix
+    (None: one worker, nothing to route)."""
     if launch.workers < 2:
         return None
     router = PrefixRouter(
@@ -336,4 +384,13 @@ def route_by_prefix(app: HttpApp, launch: WorkerLaunch, index: int) -> PrefixRou
         local = app.route("POST", path)
         if local is not None:
             app.add_route("POST", path, router.wrap(path, local), operations.get(("POST", path)))
+    for last in GENERATE_ROUTES:
+        model_local = app.model_route(last)
+        if model_local is not None:
+            app.add_model_route("POST", last, router.wrap_model(model_local), _described(operations, last))
     return router
+
+
+def _described(operations: dict[tuple[str, str], Operation | None], last: str) -> Callable[[str], Operation]:
+    """The route's description as it was added (``add_model_route`` writes it again)."""
+    return lambda path: operations.get(("POST", path)) or {"summary": last}

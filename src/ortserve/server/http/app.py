@@ -153,6 +153,10 @@ class HttpApp:
             path = f"{template}/{last}"
             self._added[(method, path)] = None if operation is None else operation(path)
 
+    def model_route(self, last: str) -> ModelRouteHandler | None:
+        """The handler added for ``/v2/models/<m>/<last>``, so a wrapper can replace it and still call it."""
+        return self._model_routes.get(last)
+
     def __call__(self, request: HttpRequest) -> RouteResult:
         """The answer to ``request``: the one place a route's exception becomes an HTTP answer
         (:func:`~ortserve.server.http.answers.failure`, the request's scope finished with it);
