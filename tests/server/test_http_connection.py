@@ -10,6 +10,8 @@ import time
 import pytest
 
 from ortserve.testing import ServerProcess
+from tcp_table import cpu_ticks, server_side_of
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -100,6 +102,23 @@ def rss_bytes(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
+class Settled:
+    """True once the server has filled ``client``'s connection with answers it does not read and
+    then used (almost) no CPU for a whole check interval: it is doing no more for them. A server
+    that went on making the answers nobody reads would be busy until it had made them all."""
+
+    def __init__(self, server: ServerProcess, client: socket.socket) -> None:
+        self.server, self.client = server, client
+        self.ticks, self.at = cpu_ticks(server.process.pid), time.monotonic()
+
+    def __call__(self) -> bool:
+        ticks, at = cpu_ticks(self.server.process.pid), time.monotonic()
+        side = server_side_of(self.client, self.server.http_port)
+        quiet = ticks - self.ticks <= 2 and at - self.at >= 0.09  # at most 20 ms of CPU in 100 ms
+        self.ticks, self.at = ticks, at
+        return quiet and side is not None and side.unsent > 0
+
+
 def test_pipelined_answers_a_client_does_not_read_are_not_made_until_it_reads(server: ServerProcess) -> None:
     """1,000 pipelined GETs of the metrics page (made anew for each) from a client that reads
     nothing: the server stops answering once its send buffer is full (it made every answer
@@ -113,7 +132,7 @@ def test_pipelined_answers_a_client_does_not_read_are_not_made_until_it_reads(se
         sock.settimeout(30)
         sock.connect((server.host, server.http_port))
         sock.sendall(request * count)
-        time.sleep(3.0)
+        wait_until(Settled(server, sock), 30, "the server to stop answering", poll_s=0.1)
         grown = rss_bytes(server.process.pid) - before
         responses = read_responses(sock, count)
     assert grown < 8 << 20, f"the server grew by {grown >> 20} MiB for answers nobody read"
@@ -133,7 +152,11 @@ def test_an_offer_to_switch_protocols_is_ignored_and_the_request_served_as_http_
     request = post(body, offer)
     with socket.create_connection((server.host, server.http_port), timeout=10) as sock:
         sock.sendall(request[: -len(body)])
-        time.sleep(0.2)  # the body comes in a later read
+        wait_until(  # the server has read the head: the body comes in a later read
+            lambda: (side := server_side_of(sock, server.http_port)) is not None and side.unread == 0,
+            10,
+            "the head read",
+        )
         sock.sendall(
             request[-len(body) :]
             + b"GET /v2/health/live HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"

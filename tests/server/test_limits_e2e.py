@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from ortserve.testing import ServerProcess, run_server
+from tcp_table import ESTABLISHED, ServerSide, server_side, server_side_of
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -107,19 +108,6 @@ def test_a_slowloris_head_is_answered_408_and_closed(capped: ServerProcess) -> N
     assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer
 
 
-def server_side_sockets(port: int) -> int:
-    """TCP sockets whose local port is ``port`` that hold a connection or its unsent data
-    (ESTABLISHED, FIN-WAIT-1, CLOSING; Linux's /proc/net/tcp)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as rows:
-            for row in list(rows)[1:]:
-                local, state = row.split()[1], row.split()[3]
-                if int(local.rsplit(":", 1)[1], 16) == port and state in ("01", "04", "0B"):
-                    count += 1
-    return count
-
-
 def test_a_client_that_reads_no_answers_for_a_keepalive_timeout_is_reset(
     demo_repository: Path, tmp_path: Path
 ) -> None:
@@ -133,8 +121,14 @@ def test_a_client_that_reads_no_answers_for_a_keepalive_timeout_is_reset(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect((process.host, process.http_port))
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 1000)
-            time.sleep(0.5)
-            assert server_side_sockets(process.http_port) == 1
-            time.sleep(3.0)  # past the timeout and a tick
-            assert server_side_sockets(process.http_port) == 0
+
+            def holding() -> ServerSide | None:  # answers fill what the client's window lets through
+                side = server_side_of(sock, process.http_port)
+                return side if side is not None and side.unsent > 0 else None
+
+            held = wait_until(holding, 10, "answers held in the server's send queue")
+            assert held.state == ESTABLISHED and len(server_side(process.http_port)) == 1
+            wait_until(  # the keep-alive timeout (1 s) and a tick of the deadline check
+                lambda: server_side(process.http_port) == [], 10, "the connection reset"
+            )
         assert http_infer(process).shape == (1, 16)
