@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -25,12 +24,15 @@ class GatedRunner(OrtRunner):
         super().__init__(session, 1, "gated")
         self.inline_below_s = 0.0
         self.gate = threading.Event()
+        self.half = threading.Event()  # set once 15 of the test's 30 batches ran
         self.runs = 0
 
     def run_blocking(self, feeds: dict[str, np.ndarray]) -> RunResult:
         assert self.gate.wait(10), "the test never opened the gate"
         result = super().run_blocking(feeds)
         self.runs += 1
+        if self.runs == 15:
+            self.half.set()
         return result
 
 
@@ -42,12 +44,11 @@ async def test_the_runner_stays_busy_while_intake_saturates_the_loop() -> None:
     )
     try:
         futures = [scheduler.submit({"x": np.zeros((3, 4), dtype=np.float32)}, 1) for _ in range(30)]
-        # The loop is now "parsing requests" for 0.3 s without a break: no callback runs.
-        # The worker must not wait for it between batches: the first starts now, in its thread.
+        # The loop is now "parsing requests" without a break (this callback holds it, up to
+        # 2 s): no callback runs. The worker must not wait for it between batches; the first
+        # starts now, in its thread.
         runner.gate.set()
-        busy_until = time.monotonic() + 0.3
-        while time.monotonic() < busy_until and runner.runs < 30:
-            threading.Event().wait(0.005)  # stands for CPU spent in the loop's own callback
+        runner.half.wait(2)
         assert runner.runs >= 15, f"only {runner.runs} batches ran while the loop was busy"
         outputs = await asyncio.gather(*futures)
         assert all(out[0].shape == (4, 3) for out in outputs)
