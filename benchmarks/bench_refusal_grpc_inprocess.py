@@ -13,7 +13,10 @@ of the thread per call. Arms:
   stream with one canned trailers-only block (no call, no verdict).
 
 A third figure, ``reset``: each call's RST_STREAM follows it in the same read (a client that
-gave up while the call sat unread, as at 1,600 connections behind a 5 s deadline).
+gave up while the call sat unread, as at 1,600 connections behind a 5 s deadline). And two
+served arms, a model that answers at once (no ONNX Runtime): ``served`` with the loop's run
+queue (admitted calls run after the reads), ``served-inline`` without one (run inside the
+read, as before): what deferring an admitted call costs.
 
 Run it against another source tree with PYTHONPATH=<tree>/src. Syscalls and the loop are not in
 these figures.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import statistics
 import struct
@@ -38,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import machine
 
 from ortserve.core.dataplane import DataPlane
+from ortserve.core.model import ModelState, VersionInfo
+from ortserve.core.types import InferOutput, InferRequest, InferResponse, ServerMetadata, TensorSpec
 from ortserve.errors import Overloaded
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.tensors import TensorLimits
@@ -48,6 +54,7 @@ from ortserve.server.grpc.headers import request_head, trailers_only
 from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.grpc.service import InferenceService
+from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http2.engine import Http2Engine
 from ortserve.server.http2.events import RequestReceived
 from ortserve.statistics import ServerStatistics
@@ -83,6 +90,14 @@ MESSAGE = pb.ModelInferRequest(
 FRAMED = b"\x00" + struct.pack(">I", len(MESSAGE)) + MESSAGE
 
 
+OPENING = (
+    PREFACE
+    + _frame(4, 0, 0, struct.pack(">HI", 4, 0x7FFF_FFFF))  # SETTINGS: stream windows wide open
+    + _frame(8, 0, 0, struct.pack(">I", 0x7FFF_FFFF - 65535))  # and the connection's
+)
+"""What a client sends first: its windows wide open, so answers never wait for a window."""
+
+
 def calls(first: int, count: int, reset: bool) -> bytes:
     """``count`` whole unary calls on streams ``first``, ``first + 2``, ...; each followed by
     its RST_STREAM (CANCEL) when ``reset``."""
@@ -105,6 +120,44 @@ class Plane:
 
     def refusal(self, name: str, version: str | None, priority: int, tenant_of: Any = None) -> Overloaded:
         return self.error
+
+
+SPEC = TensorSpec("input", "FP32", (-1, 64))
+
+
+class Answering:
+    """A model that answers every request at once with its input (the serving path's Python
+    work without ONNX Runtime)."""
+
+    info = VersionInfo("small_mlp", "1", (SPEC,), (SPEC,), 32, ("CPUExecutionProvider",))
+    state = ModelState.READY
+    ready = True
+
+    def refusal(self, priority: int = 0) -> None:
+        return None
+
+    def submit(self, request: InferRequest) -> asyncio.Future[InferResponse]:
+        data = request.inputs[0].data
+        answer: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
+        answer.set_result(
+            InferResponse("small_mlp", "1", [InferOutput("input", "FP32", data.shape, data)], request.id)
+        )
+        return answer
+
+
+class OneModel:
+    def __init__(self) -> None:
+        self.model = Answering()
+
+    def resolve(self, name: str, version: str | None) -> Any:
+        return self.model
+
+    def served_versions(self, name: str) -> tuple[str, ...]:
+        return ("1",)
+
+    @property
+    def all_ready(self) -> bool:
+        return True
 
 
 class Counting:
@@ -163,10 +216,13 @@ def protocol(arm: str, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
     if arm == "engine":
         floor = EngineFloor()
         return floor, floor
-    service = InferenceService(cast(DataPlane, Plane()), TensorLimits(), Telemetry(ServerStatistics()))
+    served = arm.startswith("served")
+    plane = DataPlane(OneModel(), ServerMetadata("ortserve", "0", ())) if served else cast(DataPlane, Plane())
+    service = InferenceService(plane, TensorLimits(), Telemetry(ServerStatistics()))
     wire = Counting()
+    extra: tuple[Any, ...] = (RunQueue(loop),) if arm == "served" else ()
     made = Http2Connection(
-        service.routes(), OPTIONS, ConnectionSet(), loop, Inflater(loop), ByteBudget(1 << 40)
+        service.routes(), OPTIONS, ConnectionSet(), loop, Inflater(loop), ByteBudget(1 << 40), *extra
     )
     made.connection_made(cast(asyncio.Transport, wire))
     return made, wire
@@ -185,13 +241,18 @@ async def one_round(arms: list[str], count: int, per_read: int) -> dict[str, flo
         made = []
         for _ in range(0, count, PER_CONNECTION):
             connection, wire = protocol(arm.removesuffix("+reset"), loop)
-            connection.data_received(PREFACE + _frame(4, 0, 0, b""))
+            connection.data_received(OPENING)
             made.append((connection, wire))
         reads = [calls(1 + 2 * n, per_read, reset) for n in range(0, PER_CONNECTION, per_read)]
+        served = arm.startswith("served")
         started = time.thread_time()
         for connection, _ in made:
             for read in reads:
                 connection.data_received(read)
+                if served:  # the turn after the reads, then the answers' callbacks
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
         result[arm] = (time.thread_time() - started) / (len(made) * PER_CONNECTION) * 1e6
         for _, wire in made:
             assert wire.writes >= (0 if reset else len(reads)), f"{arm}: every read answered"
@@ -206,7 +267,9 @@ def main() -> None:
     parser.add_argument("--per-read", type=int, default=1, help="whole calls per read")
     parser.add_argument("--label", default="this checkout")
     args = parser.parse_args()
-    arms = ["engine", "connection", "connection+reset"]
+    arms = ["engine", "connection", "connection+reset", "served", "served-inline"]
+    if "runs" not in inspect.signature(Http2Connection.__init__).parameters:
+        arms.remove("served")  # an older tree: admitted calls always run inside the read
     cells: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(args.rounds):
         for arm, value in asyncio.run(one_round(arms, args.calls, args.per_read)).items():
