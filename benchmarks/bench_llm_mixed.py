@@ -85,9 +85,11 @@ async def _one(url: str, prompt: list[int], max_tokens: int, run: Run) -> None:
         run.traces.append(trace)
 
 
-async def closed_loop(url: str, streams: int, duration: float, seed: int) -> tuple[Run, float, float]:
+async def closed_loop(
+    url: str, streams: int, duration: float, seed: int, warmup: float = 5.0
+) -> tuple[Run, float, float]:
     run = Run()
-    start = time.perf_counter() + 5.0
+    start = time.perf_counter() + warmup
     stop = start + duration
 
     async def client(index: int) -> None:

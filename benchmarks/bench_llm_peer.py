@@ -124,7 +124,9 @@ def build(
 
 
 @contextlib.contextmanager
-def llama_server(binary: str, model: Path, log: Path) -> Iterator[str]:
+def llama_server(binary: str, model: Path, log: Path, pids: list[int] | None = None) -> Iterator[str]:
+    """``llama-server`` on CPU 0 with one thread and 16 slots; yields its URL (``pids``: gets
+    its process id, for its CPU time)."""
     port = free_port()
     args = [
         "taskset", "-c", "0", binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
@@ -132,6 +134,8 @@ def llama_server(binary: str, model: Path, log: Path) -> Iterator[str]:
     ]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    if pids is not None:
+        pids.append(process.pid)  # taskset execs the server: the same process
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300

@@ -19,6 +19,7 @@ from ortserve.llm.demo import EOS_TOKEN, corpus_documents, demo_weights
 from ortserve.llm.graph import build_decoder
 from ortserve.llm.loader import load_llm_version
 from ortserve.llm.servable import sampling_from
+from ortserve.llm.stats import LlmCollector
 from ortserve.llm.weights import DecoderWeights, random_weights
 from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
@@ -155,3 +156,23 @@ async def test_kv_heads_that_disagree_with_config_are_refused(tmp_path: Path) ->
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 4}))
     assert "expected [batch, 4, past, 16]" in await _refusal(tmp_path)
+
+
+@pytest.mark.parametrize("max_itl_ms", [0.0, 250.0])
+async def test_the_itl_target_is_exported_configured_or_measured(tmp_path: Path, max_itl_ms: float) -> None:
+    write_random_llm(tmp_path / "1", small_shape(1, 4, 4))
+    config = ModelConfig.model_validate(
+        {"kind": "llm", "intra_op_threads": 1, "llm": {"max_num_seqs": 4, "max_itl_ms": max_itl_ms}}
+    )
+    served = await load_llm_version(
+        "m", 1, tmp_path / "1" / "model.onnx", config, ServerSettings(model_repository=tmp_path)
+    )
+    try:
+        families = {f.name: f for f in LlmCollector(lambda: [("m", "1", served)]).collect()}
+        (sample,) = families["ortserve_llm_itl_target_seconds"].samples
+        assert sample.labels == {"model": "m", "version": "1"}
+        assert sample.value == served.engine.itl_target_s() > 0  # ten one-row steps, measured
+        if max_itl_ms:
+            assert sample.value == pytest.approx(0.25)
+    finally:
+        await served.unload(1.0)

@@ -168,6 +168,10 @@ class LlmVersion:
         return self.engine.expected_wait_s
 
     @property
+    def itl_target_s(self) -> float:
+        return self.engine.itl_target_s()
+
+    @property
     def preemptions(self) -> int:
         return self.engine.preemptions
 

@@ -81,6 +81,9 @@ class _Source(Protocol):
     def expected_wait_s(self) -> float: ...
 
     @property
+    def itl_target_s(self) -> float: ...
+
+    @property
     def preemptions(self) -> int: ...
 
     @property
@@ -171,6 +174,11 @@ class LlmCollector(Collector):
                 "expected_wait_seconds",
                 "Expected wait for a first token of a request arriving now (queue and prefill)",
                 [s.expected_wait_s for _, s in rows],
+            ),
+            (
+                "itl_target_seconds",
+                "Running streams' inter-token latency target (max_itl_ms, else ten one-row steps)",
+                [s.itl_target_s for _, s in rows],
             ),
             (
                 "prefix_cache_hit_ratio",
