@@ -25,7 +25,11 @@ BULK_NICE = 19
 flooding tenant's batch on such a worker takes ~1.5% of a core that a quiet tenant's run (or
 the event loop) also wants, and all of an idle one. Fixed per thread: a thread may raise its
 own nice without privilege but not lower it again, so a lane is a set of threads, not a
-setting switched per batch."""
+setting switched per batch. Nice 10 (weight 110) was measured too and left the event loop
+waiting more (benchmarks/RESULTS.md, "bulk lane"). A bulk worker preempted while it holds the
+GIL or the scheduler's lock holds up the threads waiting for them until it runs again: at once
+on a core the server has to itself (they sleep, it is the one thread runnable), after the other
+processes' turns on a core shared with busy ones."""
 
 logger = logging.getLogger(__name__)
 
