@@ -184,6 +184,10 @@ def test_bulk_jobs_run_on_threads_of_lower_weight(session: ort.InferenceSession)
     finally:
         runner.close()
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the process (this thread) is untouched
+    runner.join(10)
+    assert not [
+        t.name for t in threading.enumerate() if t.name.startswith("ort-lanes-")
+    ]  # both lanes stopped
 
 
 @needs_thread_nice
