@@ -15,9 +15,11 @@ from ortserve.errors import InvalidField, Overloaded
 from ortserve.llm.demo import train_tokenizer
 from ortserve.llm.engine import PREFILL_SHARE, EngineLimits, GenerationEngine
 from ortserve.llm.kv_backend import DecoderSession, KvFull
-from ortserve.llm.prefill import ChunkCost
+from ortserve.llm.limits import BEHIND_SHARE
+from ortserve.llm.prefill import ChunkCost, PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sampler import SamplingParams
+from ortserve.llm.scheduler import StepCostModel
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.servable import engine_rank, request_priority
 from ortserve.llm.tokenizer import TextTokenizer
@@ -392,3 +394,22 @@ def test_a_chunk_cost_fit_separates_the_fixed_part_from_the_per_token_one() -> N
     assert cost.token_s == pytest.approx(0.00095, rel=0.05)
     assert cost.tokens_within(0.012 + 0.00095 * 80) in (79, 80)
     assert cost.tokens_within(0.005) == 0
+
+
+def test_a_prompt_behind_its_calm_pace_gets_the_larger_share_never_past_the_target(
+    tokenizer: TextTokenizer,
+) -> None:
+    planner = PrefillPlanner(EngineLimits(max_itl_ms=1000.0))
+    planner.tune(0.0145, 0.00095, 0.012, 1.0)
+    cost = StepCostModel(0.0145, 0.00114, 0.0022)
+    decoding = [_sequence(tokenizer, seed, 10) for seed in range(8)]
+    prompt = _sequence(tokenizer, 99, 10)
+    prompt.admitted_at = 10.0
+    plain = cost.predict(8, sum(s.length for s in decoding))
+    heading = cost.predict(9, sum(s.length for s in [*decoding, prompt]))
+    _, calm = planner.budget(plain, cost, decoding, [prompt], 1.0, now=10.0)
+    _, late = planner.budget(plain, cost, decoding, [prompt], 1.0, now=20.0)
+    assert calm == pytest.approx((1 + PREFILL_SHARE) * heading - plain)
+    assert late == pytest.approx((1 + BEHIND_SHARE) * heading - plain) and planner.behind == 1
+    _, tight = planner.budget(plain, cost, decoding, [prompt], 0.05, now=20.0)
+    assert tight == pytest.approx(0.05 - plain)  # the target bounds the step, on the decode just run

@@ -3,8 +3,9 @@
 Each step: drop sequences whose clients went away, let waiting sequences into the running set
 while that raises measured tokens/s within the latency target (:mod:`ortserve.llm.scheduler`),
 run one decode step for every decoding row, then prefill waiting prompts in chunks under a
-per-step token budget (``prefill_chunk_tokens``), so a long prompt never stalls the streams
-already running. A prefilled sequence decodes from the next step on; finished ones leave at
+per-step budget (:mod:`ortserve.llm.prefill`: a share of the step that grows while a prompt is
+behind, never past the latency target), so a long prompt never stalls the streams already
+running. A prefilled sequence decodes from the next step on; finished ones leave at
 once. Keys and values live in a :mod:`~ortserve.llm.kv_backend` (an in-place slot pool for
 GroupQueryAttention graphs); when it runs short the newest sequences are preempted and resume
 later from where they were, without repeating a token.
@@ -19,29 +20,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import Overloaded
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
-from ortserve.llm.prefill import ChunkCost, prefill_room
+from ortserve.llm.limits import PREFILL_SHARE, EngineLimits
+from ortserve.llm.prefill import PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sampler import sample_batch
 from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.warmup import measure
 
-__all__ = [
-    "BEHIND",
-    "BEHIND_SHARE",
-    "PREFILL_SHARE",
-    "DecoderSession",
-    "EngineLimits",
-    "GenerationEngine",
-    "StepSink",
-]
+__all__ = ["PREFILL_SHARE", "DecoderSession", "EngineLimits", "GenerationEngine", "StepSink"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,45 +42,6 @@ F32 = npt.NDArray[np.float32]
 StepSink = Callable[[list[tuple[Sequence, GenerationEvent]]], None]
 """Receives, on the engine thread, every event of one step (posts them to the event loop)."""
 Events = list[tuple[Sequence, GenerationEvent | None]]
-
-PREFILL_SHARE = 1.5
-"""Prompt prefill a step may carry, in decode steps of the running set: a stream's step with a
-chunk is at most 2.5 times one without (the ITL p99 / p50 bound is 3)."""
-
-BEHIND = 0.5
-"""A prompt is behind when it has been prefilling longer than this many times its own prefill
-at the calm pace: the step's prefill then takes up to ``BEHIND_SHARE`` decode steps."""
-BEHIND_SHARE = 1.75
-"""Prefill a step may carry while a prompt is behind, in decode steps of the width the set is
-heading for: a step with a chunk is at most 2.75 of them (issue 28's ITL p99 / p50 bound is 3:
-2.0 gave 3.07 under a loose target, the heading step being wider than the plain one), and
-never beyond the latency target."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """Bounds of one engine (from the model's ``llm`` config)."""
-
-    max_num_seqs: int = 16
-    """Sequences running together at most (an upper bound: the cost model picks fewer)."""
-    max_waiting: int = 64
-    """Requests waiting for a place at most; beyond, 429."""
-    max_context_len: int = 2048
-    prefill_tokens_per_step: int = 2048
-    """Upper bound of the automatic prefill chunk."""
-    prefill_chunk_tokens: int = 0
-    """Prompt tokens prefilled per step (0: from the measured step cost)."""
-    max_itl_ms: float = 0.0
-    """Target inter-token latency of running streams (0: from the measured one-row step)."""
-    max_queue_wait_s: float = 30.0
-    """A request that could not get its first token within this long is refused (429)."""
-    kv_pool_bytes: int = 1 << 30
-    """Keys and values of running sequences at most (the pool); beyond, preemption."""
-    prefill_share: float = PREFILL_SHARE
-    """Prompt prefill a step may carry beside its decode, in decode steps (time to first token
-    against ITL p99 / p50; see :data:`PREFILL_SHARE`)."""
-    behind_share: float = BEHIND_SHARE
-    """The share while a prompt is behind its calm pace (:data:`BEHIND`)."""
 
 
 class GenerationEngine:
@@ -128,12 +82,7 @@ class GenerationEngine:
         self._explored = 0
         self.cost = StepCostModel(0.005, 0.0002)
         self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
-        self.chunk_tokens = limits.prefill_chunk_tokens or 256
-        """The prefill budget of the last step (the automatic one follows the decode time)."""
-        self.chunk_cost = ChunkCost(0.0, 0.0002)
-        """What a prefill chunk costs (fitted on the chunks run)."""
-        self.behind = 0
-        """Steps that gave prefill all the slack under the target (a prompt was behind)."""
+        self.planner = PrefillPlanner(limits)
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
@@ -153,7 +102,7 @@ class GenerationEngine:
     def expected_wait_s(self) -> float:
         """What a new request of average size would wait for its first token now."""
         return self._waiting.expected_wait(
-            len(self._waiting), 0, self._full, self._prefill_wall_s(), self._clock()
+            len(self._waiting), 0, self._full, self.planner.wall_token_s(), self._clock()
         )
 
     def start(self, name: str) -> None:
@@ -170,7 +119,7 @@ class GenerationEngine:
         with self._wake:
             ahead = self._waiting.ahead_of(sequence.priority)
             wait = self._waiting.expected_wait(
-                ahead, sequence.length, self._full, self._prefill_wall_s(), self._clock()
+                ahead, sequence.length, self._full, self.planner.wall_token_s(), self._clock()
             )
             limit = self.limits.max_queue_wait_s
             if sequence.deadline is not None:
@@ -184,12 +133,6 @@ class GenerationEngine:
                 )
             self._waiting.push(sequence)
             self._wake.notify()
-
-    def _prefill_wall_s(self) -> float:
-        """Wall seconds a prompt token takes to prefill while streams decode, at the calm pace:
-        its own cost, plus the decode steps its chunks share (a chunk is at most
-        ``prefill_share`` of a step; more when a prompt is behind, so this is an upper bound)."""
-        return self.prefill_token_s * (1.0 + 1.0 / self.limits.prefill_share)
 
     def idle(self) -> bool:
         return not self._waiting and self.running == 0
@@ -227,16 +170,9 @@ class GenerationEngine:
         (``row_s``: what one more decoding row adds to a step; ``chunk_fixed_s``: what a
         prefill chunk pays whatever its length, ``prefill_token_s`` then the rest per token)."""
         self.cost = StepCostModel(one_row_s, prefill_token_s, row_s)
-        self.chunk_cost = ChunkCost(chunk_fixed_s, prefill_token_s)
         if not self.limits.max_itl_ms:
             self.max_itl_s = max(10.0 * one_row_s, 0.02)
-        calm = prefill_room(one_row_s, one_row_s, one_row_s, self.max_itl_s, self.limits.prefill_share)
-        self.chunk_tokens = self.limits.prefill_chunk_tokens or max(32, self.chunk_cost.tokens_within(calm))
-
-    @property
-    def prefill_token_s(self) -> float:
-        """Seconds a prompt token costs in a chunk of the last step's size (fixed part shared)."""
-        return self.chunk_cost.token_s + self.chunk_cost.fixed_s / max(self.chunk_tokens, 32)
+        self.planner.tune(one_row_s, prefill_token_s, chunk_fixed_s, self.max_itl_s)
 
     # -- the decode thread ---------------------------------------------------------
     def _run(self) -> None:
@@ -408,50 +344,17 @@ class GenerationEngine:
             self._waiting.finished(finished, self._clock())
         return len(rows), held
 
-    def _budget(self, decode_s: float) -> tuple[int, float | None]:
-        """Prompt tokens this step prefills at most, and the seconds of room they must fit
-        (None: a token budget alone). ``prefill_chunk_tokens`` when configured; with nobody
-        decoding, ``prefill_tokens_per_step`` (no stream to protect); else what
-        :func:`~ortserve.llm.prefill.prefill_room` leaves, at least 32 tokens."""
-        if self.limits.prefill_chunk_tokens:
-            return self.limits.prefill_chunk_tokens, None
-        most = self.limits.prefill_tokens_per_step
-        if decode_s <= 0:
-            return most, None
-        room = self._room_s(decode_s)
-        return max(32, min(most, self.chunk_cost.tokens_within(room))), room
-
-    def _room_s(self, decode_s: float) -> float:
-        """Seconds of prefill this step may carry beside its decode (``decode_s``, just run)."""
-        decoding = self.backend.decoding()
-        held = sum(s.length for s in decoding)
-        plain = self.cost.predict(len(decoding), held)
-        heading = plain
-        if self._prefilling:
-            joining = sum(s.length for s in self._prefilling)
-            heading = max(plain, self.cost.predict(len(decoding) + len(self._prefilling), held + joining))
-        behind = self._behind()
-        self.behind += behind
-        share = self.limits.behind_share if behind else self.limits.prefill_share
-        return prefill_room(plain, heading, decode_s, self.itl_target_s(), share)
-
-    def _behind(self) -> bool:
-        """Whether a prefilling prompt has waited since its admission longer than its own
-        prefill takes at the calm pace (then prefill takes all the slack under the target)."""
-        now, pace = self._clock(), self._prefill_wall_s()
-        return any(
-            now - s.admitted_at > BEHIND * pace * (len(s.prompt) - s.kv_tokens) for s in self._prefilling
-        )
-
     def _prefill(self, events: Events, decode_s: float) -> int:
         """Prefill prompts in admission order, in chunks that fit the step's room (or
         ``prefill_budget`` tokens in all when the chunk is configured or nobody decodes)."""
-        budget, room = self._budget(decode_s)
-        self.chunk_tokens = budget
+        decoding = self.backend.decoding()
+        budget, room = self.planner.budget(
+            decode_s, self.cost, decoding, self._prefilling, self.itl_target_s(), self._clock()
+        )
         done = 0
         for sequence in list(self._prefilling):
             if room is not None and done:  # a further chunk pays its own fixed part
-                budget = min(budget, self.chunk_cost.tokens_within(room))
+                budget = min(budget, self.planner.chunk_cost.tokens_within(room))
             if budget <= 0:
                 break
             # A resumed sequence recomputes all but its last token (sampled already).
@@ -470,7 +373,7 @@ class GenerationEngine:
             try:
                 began = self._clock()
                 logits = self.backend.prefill(sequence, start, stop, prefix)
-                self.chunk_cost.observe(stop - start, self._clock() - began)
+                self.planner.chunk_cost.observe(stop - start, self._clock() - began)
             except KvFull:
                 sequence.kv_tokens = before
                 if self._preempt_newest(sequence):
@@ -480,7 +383,7 @@ class GenerationEngine:
                 events.append((sequence, sequence.take_event()))
                 continue
             if room is not None:
-                room -= self.chunk_cost.seconds(stop - start)
+                room -= self.planner.chunk_cost.seconds(stop - start)
             sequence.kv_tokens = stop
             budget -= stop - start
             done += stop - start

@@ -22,10 +22,17 @@ second chunk's fixed part (ITL p99 154 ms against a 145 ms target).
 
 from __future__ import annotations
 
+from collections.abc import Sequence as Rows
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ChunkCost", "prefill_room"]
+from ortserve.llm import limits as shares
+from ortserve.llm.limits import EngineLimits
+from ortserve.llm.scheduler import StepCostModel
+from ortserve.llm.sequence import Sequence
+
+__all__ = ["ChunkCost", "PrefillPlanner", "prefill_room"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -91,3 +98,90 @@ def prefill_room(plain_s: float, heading_s: float, decode_s: float, target_s: fl
             larger one when a prompt is behind).
     """
     return max(min((1.0 + share) * heading_s - plain_s, target_s - decode_s), 0.0)
+
+
+class PrefillPlanner:
+    """Each step's prefill budget: the chunk cost, the calm or behind share, the room.
+
+    Args:
+        limits: the engine's bounds (``prefill_chunk_tokens``, ``prefill_tokens_per_step``,
+            the two shares).
+    """
+
+    def __init__(self, limits: EngineLimits) -> None:
+        self.limits = limits
+        self.chunk_cost = ChunkCost(0.0, 0.0002)
+        """What a prefill chunk costs (fitted on the chunks run)."""
+        self.chunk_tokens = limits.prefill_chunk_tokens or 256
+        """The prefill budget of the last step (the automatic one follows the decode time)."""
+        self.behind = 0
+        """Steps that gave prefill the larger share (a prompt was behind)."""
+
+    def tune(self, one_row_s: float, token_s: float, chunk_fixed_s: float, target_s: float) -> None:
+        """The chunk cost's prior, and the first budget (a one-row set's calm room)."""
+        self.chunk_cost = ChunkCost(chunk_fixed_s, token_s)
+        calm = prefill_room(one_row_s, one_row_s, one_row_s, target_s, self.limits.prefill_share)
+        self.chunk_tokens = self.limits.prefill_chunk_tokens or max(32, self.chunk_cost.tokens_within(calm))
+
+    def token_s(self) -> float:
+        """Seconds a prompt token costs in a chunk of the last step's size (fixed part shared)."""
+        return self.chunk_cost.token_s + self.chunk_cost.fixed_s / max(self.chunk_tokens, 32)
+
+    def wall_token_s(self) -> float:
+        """Wall seconds a prompt token takes to prefill while streams decode, at the calm pace:
+        its own cost, plus the decode steps its chunks share (a chunk is at most
+        ``prefill_share`` of a step; more when a prompt is behind, so this is an upper bound)."""
+        return self.token_s() * (1.0 + 1.0 / self.limits.prefill_share)
+
+    def budget(
+        self,
+        decode_s: float,
+        cost: StepCostModel,
+        decoding: Rows[Sequence],
+        prefilling: Rows[Sequence],
+        target_s: float,
+        now: float,
+    ) -> tuple[int, float | None]:
+        """Prompt tokens this step prefills at most, and the seconds of room they must fit
+        (None: a token budget alone). ``prefill_chunk_tokens`` when configured; with nobody
+        decoding, ``prefill_tokens_per_step`` (no stream to protect); else what
+        :func:`prefill_room` leaves, at least 32 tokens.
+
+        Args:
+            decode_s: the decode step just run (0: nobody decoded).
+            cost: the engine's decode-step model.
+            decoding: the rows decoding now; ``prefilling``: the prompts being prefilled.
+            target_s: the streams' inter-token latency target.
+            now: the engine clock.
+        """
+        budget, room = self.limits.prefill_chunk_tokens, None
+        if not budget:
+            budget = self.limits.prefill_tokens_per_step
+            if decode_s > 0:
+                room = self._room_s(decode_s, cost, decoding, prefilling, target_s, now)
+                budget = max(32, min(budget, self.chunk_cost.tokens_within(room)))
+        self.chunk_tokens = budget
+        return budget, room
+
+    def _room_s(
+        self,
+        decode_s: float,
+        cost: StepCostModel,
+        decoding: Rows[Sequence],
+        prefilling: Rows[Sequence],
+        target_s: float,
+        now: float,
+    ) -> float:
+        held = sum(s.length for s in decoding)
+        plain = cost.predict(len(decoding), held)
+        heading = plain
+        if prefilling:
+            joining = sum(s.length for s in prefilling)
+            heading = max(plain, cost.predict(len(decoding) + len(prefilling), held + joining))
+        # Behind: a prompt prefilling since its admission for longer than its own prefill takes
+        # at the calm pace (BEHIND times it).
+        pace = shares.BEHIND * self.wall_token_s()
+        behind = any(now - s.admitted_at > pace * (len(s.prompt) - s.kv_tokens) for s in prefilling)
+        self.behind += behind
+        share = self.limits.behind_share if behind else self.limits.prefill_share
+        return prefill_room(plain, heading, decode_s, target_s, share)
