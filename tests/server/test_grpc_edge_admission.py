@@ -65,6 +65,7 @@ class Call:
     """What the infer handler reads of a call."""
 
     metadata: tuple[tuple[str, str], ...] = ()
+    max_message = 4 * 1024 * 1024
 
     def __init__(self, edge_admitted: bool) -> None:
         self.edge_admitted = edge_admitted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from model_builders import slow_model, write_error_repository
@@ -229,3 +231,42 @@ def test_an_overloaded_model_refuses_from_the_messages_first_bytes_without_parsi
         call(garbage, timeout=30)
     assert parsed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, parsed.value.details()
     good_call(stub)
+
+
+def _requests_total(server: ServerProcess, model: str, outcome: str) -> float:
+    text = urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10).read().decode()
+    labels = (f'model="{model}"', 'transport="grpc"', f'outcome="{outcome}"')
+    for line in text.splitlines():
+        if line.startswith("ortserve_requests_total{") and all(label in line for label in labels):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_an_answer_over_the_message_limit_is_refused_and_counted_as_what_the_client_got(
+    tmp_path: Path,
+) -> None:
+    # x [-1, 4] tiled to [-1, 64]: a request under the limit whose answer is 16x over it.
+    repeats = numpy_helper.from_array(np.array([1, 16], np.int64), "repeats")
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "repeats"], ["y"])],
+        "widening",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+        [repeats],
+    )
+    folder = tmp_path / "models" / "widening" / "1"
+    folder.mkdir(parents=True)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        str(folder / "model.onnx"),
+    )
+    args = ["--no-strict-readiness", "--grpc-max-message-bytes", "5000"]
+    with run_server(tmp_path / "models", tmp_path / "server.log", args) as server:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_address))
+        small = stub.ModelInfer(request("widening", np.ones((2, 4))), timeout=30)
+        assert list(small.outputs[0].shape) == [2, 64]
+        error = call_error(stub, request("widening", np.ones((30, 4))), timeout=30)  # 480 B in, 7.7 KB out
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+        assert "response larger than max" in error.details()
+        assert _requests_total(server, "widening", "success") == 1
+        assert _requests_total(server, "widening", "invalid") == 1  # not a success

@@ -210,6 +210,11 @@ class GrpcCall:
         return held + (0 if request is None else len(request))
 
     @property
+    def max_message(self) -> int:
+        """The largest message this call may send or receive (``--grpc-max-message-bytes``)."""
+        return self._max_message
+
+    @property
     def unary(self) -> bool:
         """The method takes one request message (a streaming one reads them as they come)."""
         return self._rpc.streaming is None

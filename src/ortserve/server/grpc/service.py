@@ -11,7 +11,7 @@ from typing import Any
 
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import InferResponse
-from ortserve.errors import InvalidInput, NotImplementedByServer, OrtServeError
+from ortserve.errors import InvalidInput, NotImplementedByServer, OrtServeError, PayloadTooLarge
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.protocol.grpc.codec import (
     decode_infer_request,
@@ -352,7 +352,8 @@ def _infer_answer(
     """The answer to a settled inference; the future is cancelled when the client went away.
 
     Raises:
-        OrtServeError: the request failed (the caller finishes the scope with it).
+        OrtServeError: the request failed, or its answer is larger than the call may send (the
+            caller finishes the scope with it: counted and logged as what the client got).
     """
     if done.cancelled():
         exchange.abandon(scope)
@@ -362,6 +363,9 @@ def _infer_answer(
         call.trailing = ((DEGRADED_METADATA, response.degraded.header),)
     scope.inferred(response.model_version)
     answer = encode_infer_response(response)
+    size = answer.ByteSize()
+    if size > call.max_message:
+        raise PayloadTooLarge(f"response larger than max ({size} vs. {call.max_message})")
     call.scope_failed = None
     exchange.finish(scope, None, "OK")
     return answer
