@@ -59,9 +59,9 @@ def _timeline(
 async def _run(
     folder: Path, duration: float, open_rate: float, streams: int, warmup: float = 0.0
 ) -> dict[str, object]:
+    from ortserve.config.model import ModelConfig
     from ortserve.llm.loader import load_llm_version
     from ortserve.llm.servable import sampling_from
-    from ortserve.repository.config import ModelConfig
     from ortserve.settings import ServerSettings
 
     config = ModelConfig.model_validate(

@@ -55,13 +55,13 @@ from bench_grpc import server_cpu_s
 from h2load import grpc_frame, h2load_version, run_h2load
 from machine import stamp as machine_stamp
 
+from ortserve.core.marks import unmark
 from ortserve.core.sandbox import InputLimits, InputSandbox
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.protocol.grpc import grpc_service_pb2 as pb
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.chain import FallbackChain
 from ortserve.resilience.levels import SessionLevel
-from ortserve.resilience.marks import unmark
 from ortserve.testing import ServerProcess, run_server
 
 OUT = Path(__file__).parent / "out"

@@ -177,10 +177,10 @@ class _Instant:
 async def micro(rounds: int, count: int = 50_000) -> dict[str, float]:
     """Microseconds per DataPlane.submit with a sticky 70/30 policy and without one."""
     from ortserve.config.model import ModelConfig
+    from ortserve.config.routing import RoutingConfig
     from ortserve.core.dataplane import DataPlane
     from ortserve.core.types import InferInput, InferRequest, ServerMetadata
     from ortserve.repository.registry import ModelRegistry
-    from ortserve.routing.config import RoutingConfig
     from ortserve.routing.table import RoutingTable
 
     registry = ModelRegistry()

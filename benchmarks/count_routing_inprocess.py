@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from ortserve.config.model import ModelConfig
+from ortserve.config.routing import RoutingConfig
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferInput, InferRequest, ServerMetadata
 from ortserve.repository.registry import ModelRegistry
-from ortserve.routing.config import RoutingConfig
 from ortserve.routing.table import RoutingTable
 from ortserve.server.http.messages import HttpRequest
 

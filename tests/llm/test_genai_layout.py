@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from ortserve.config.model import ModelConfig
 from ortserve.errors import ConfigError
 from ortserve.llm.demo import train_tokenizer, write_llm_version
 from ortserve.llm.kv_backend import PaddedBackend, PooledBackend
 from ortserve.llm.loader import load_llm_version
 from ortserve.llm.servable import LlmVersion, sampling_from
 from ortserve.llm.weights import DecoderShape, random_weights
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
 

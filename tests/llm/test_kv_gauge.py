@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ortserve.config.model import ModelConfig
 from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
 from ortserve.llm.loader import load_llm_version
 from ortserve.llm.servable import sampling_from
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 from waiting import until
 

@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ortserve.config.model import ModelConfig
 from ortserve.errors import InvalidInput, Overloaded
 from ortserve.llm.demo import DEMO_LLM_NAME, corpus_documents, write_demo_llm
 from ortserve.llm.engine import EngineLimits, GenerationEngine
@@ -21,7 +22,6 @@ from ortserve.llm.sampler import SamplingParams, TokenSampler
 from ortserve.llm.sequence import Sequence
 from ortserve.llm.servable import LlmVersion, sampling_from
 from ortserve.llm.tokenizer import Detokenizer, TextTokenizer
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
 

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from llm_reference import F32, I64, reference_forward, small_shape, write_random_llm
+from ortserve.config.model import ModelConfig
 from ortserve.demo import build_mlp
 from ortserve.errors import ConfigError
 from ortserve.llm.demo import EOS_TOKEN, corpus_documents, demo_weights
@@ -21,7 +22,6 @@ from ortserve.llm.loader import load_llm_version
 from ortserve.llm.servable import sampling_from
 from ortserve.llm.stats import LlmCollector
 from ortserve.llm.weights import DecoderWeights, random_weights
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
 

@@ -11,13 +11,13 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from ortserve.config.model import ModelConfig
 from ortserve.errors import ConfigError
 from ortserve.llm.demo import train_tokenizer, write_llm_version
 from ortserve.llm.loader import load_llm_version
 from ortserve.llm.quantize import dequantize, quantize_llm_folder, quantize_matmuls
 from ortserve.llm.servable import sampling_from
 from ortserve.llm.weights import DecoderShape, random_weights
-from ortserve.repository.config import ModelConfig
 from ortserve.settings import ServerSettings
 
 

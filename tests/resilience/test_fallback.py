@@ -14,11 +14,12 @@ import onnxruntime as ort
 import pytest
 
 from model_builders import scaled_model, serialized
+from ortserve.config.model import ModelConfig
 from ortserve.config.resilience import DefaultAnswerConfig, FaultConfig, StaticOutput
+from ortserve.core.marks import MarkedArray, unmark
 from ortserve.core.session import SessionPlan
 from ortserve.core.types import TensorSpec
 from ortserve.errors import ConfigError, InvalidInput
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.config_source import read_model_source
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.building import VersionParts, build_guard
@@ -27,7 +28,6 @@ from ortserve.resilience.defaults import DefaultAnswers
 from ortserve.resilience.faults import FaultInjector
 from ortserve.resilience.guard import ResilienceGuard
 from ortserve.resilience.levels import DefaultLevel, Level, SessionLevel
-from ortserve.resilience.marks import MarkedArray, unmark
 from ortserve.settings import ServerSettings
 from ortserve.testing import FakeClock
 from waiting import until

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from ortserve.core.marks import unmark
 from ortserve.resilience.breaker import Breaker, BreakerPolicy
 from ortserve.resilience.chain import FallbackChain
 from ortserve.resilience.levels import Level
-from ortserve.resilience.marks import unmark
 from ortserve.resilience.nvml import (
     DeviceHealth,
     current_health,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ortserve.routing.config import RolloutConfig
+from ortserve.config.routing import RolloutConfig
 from ortserve.routing.rollout import DivergenceWindow, Phase, RolloutState, WindowStats, evaluate, start
 
 PLAN = RolloutConfig.model_validate(

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
+from ortserve.config.routing import RoutingConfig, parse_duration
 from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_of, bucket_ranges, bucketer, pick
-from ortserve.routing.config import RoutingConfig, parse_duration
 from ortserve.routing.policy import Choice, Policy, RequestView, choose, split_weights, static_ranges
 
 

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from ortserve.capture import CapturedRequest, read_capture
+from ortserve.config.model import ModelConfig
+from ortserve.config.routing import RoutingConfig
 from ortserve.core.model import ModelState, VersionInfo
 from ortserve.core.types import InferInput, InferOutput, InferRequest, InferResponse, TensorSpec
 from ortserve.errors import InferenceError, InvalidInput, OrtServeError
-from ortserve.repository.config import ModelConfig
 from ortserve.repository.registry import ModelRegistry
-from ortserve.routing.config import RoutingConfig
 from ortserve.routing.policy import Policy, RequestView, choose
 from ortserve.routing.roles import Role
 from ortserve.routing.rollout import Phase

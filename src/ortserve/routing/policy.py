@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ortserve.config.routing import RoutingConfig
 from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_of, bucket_ranges, pick
-from ortserve.routing.config import RoutingConfig
 
 __all__ = ["Choice", "Policy", "RequestView", "choose", "split_weights", "static_ranges"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ortserve.routing.config import RetireConfig
+from ortserve.config.routing import RetireConfig
 from ortserve.routing.outcomes import VersionOutcomes
 
 __all__ = ["ErrorWindow", "due_for_retirement"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from ortserve.routing.config import GuardsConfig, RolloutConfig
+from ortserve.config.routing import GuardsConfig, RolloutConfig
 
 __all__ = ["DivergenceWindow", "Phase", "RolloutState", "WindowStats", "evaluate", "guard_breach", "start"]
 

@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ortserve.config.routing import ShadowConfig
 from ortserve.core.dataplane import ModelResolver
 from ortserve.core.model import Servable
 from ortserve.core.types import InferRequest, InferResponse
 from ortserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from ortserve.routing.buckets import BUCKETS, BucketRange, bucket_ranges, bucketer
-from ortserve.routing.config import ShadowConfig
 from ortserve.routing.divergence import DivergenceBook
 from ortserve.routing.outcomes import VersionOutcomes
 from ortserve.routing.policy import Choice, Policy, RequestView, choose, split_weights, static_ranges

@@ -14,11 +14,11 @@ from pydantic import ValidationError
 
 from ortserve.capture import Capture
 from ortserve.config.model import ModelConfig
+from ortserve.config.routing import RoutingConfig
 from ortserve.core.dataplane import ModelResolver
 from ortserve.core.model import Servable
 from ortserve.errors import InvalidInput
 from ortserve.routing.buckets import BUCKETS
-from ortserve.routing.config import RoutingConfig
 from ortserve.routing.keeper import DivergentPairs
 from ortserve.routing.policy import Policy
 from ortserve.routing.retirement import ErrorWindow, due_for_retirement
