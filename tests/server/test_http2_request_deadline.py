@@ -74,3 +74,15 @@ def test_time_the_application_did_not_read_is_not_the_peers() -> None:
     assert peer.engine.expired_requests() == []
     peer.now = 15.0
     assert peer.engine.expired_requests() == [1]
+
+
+def test_while_the_application_does_not_read_a_late_request_brings_no_tick_every_millisecond() -> None:
+    # Parked by the intake governor, the connection's requests are not timed (their clocks are
+    # postponed when it reads again): the timer follows the frame and keepalive clocks only.
+    peer = Peer(**RULES).handshake()
+    peer.send(peer.request(1))
+    peer.now = 12.0  # past the 10 s grace, not yet expired: the application is not reading
+    assert peer.engine.tick() == pytest.approx(0.001)
+    assert peer.engine.tick(requests_timed=False) > 1.0
+    peer.engine.postpone_requests(12.0)  # read again: the 12 s parked were the server's
+    assert peer.engine.tick() == pytest.approx(10.0)

@@ -171,6 +171,9 @@ class Http2Connection(asyncio.Protocol):
         # Time parked was the server's, not the client's: the request clocks skip it.
         self._engine.postpone_requests(self._loop.time() - self._parked_at)
         self._resume_reading()
+        if self._engine.awaiting and self._timer is not None:  # the requests' clocks run again
+            self._timer.cancel()
+            self._arm(self._loop.time())
 
     def _pause_reading(self) -> None:
         if self._transport is not None and self._reading and not self._closed:
@@ -493,7 +496,7 @@ class Http2Connection(asyncio.Protocol):
                     call.fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "the request was not received in time"))
             if late:
                 self._rest()
-        delay = self._engine.tick()
+        delay = self._engine.tick(requests_timed=not self._parked)
         self._flush()
         if delay is not None:
             self._arm(self._loop.time() + delay)

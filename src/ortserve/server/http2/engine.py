@@ -296,12 +296,14 @@ class Http2Engine(ControlFrames[_H]):
         if not self.closed:
             self._fail(code, message)
 
-    def tick(self) -> float | None:
+    def tick(self, requests_timed: bool = True) -> float | None:
         """Timers: the preface deadline, a frame or header block left unfinished, then keepalive
         (ping a quiet peer, drop one that does not answer). Returns the seconds until the next
         tick (at most ``frame_timeout_s``: a frame may be begun at any time; sooner when a
-        request's arrival deadline, :meth:`expired_requests`, comes first), or None once the
-        connection is over."""
+        request's arrival deadline, :meth:`expired_requests`, comes first, unless
+        ``requests_timed`` is False: while the application does not read, the requests' clocks
+        stand still, :meth:`postpone_requests`, and a deadline already past would otherwise
+        bring the next tick every millisecond), or None once the connection is over."""
         if self.closed:
             return None
         now = self._clock()
@@ -330,7 +332,7 @@ class Http2Engine(ControlFrames[_H]):
             delay = min(delay, since + config.frame_timeout_s - now)
         else:
             delay = min(delay, config.frame_timeout_s)
-        if self.awaiting:
+        if self.awaiting and requests_timed:
             delay = min(delay, max(min(map(self._request_due, self.awaiting.values())) - now, 0.001))
         return delay
 
