@@ -162,9 +162,14 @@ def test_the_calls_deadline_becomes_the_requests_deadline(
 ) -> None:
     # "slower" takes well over 100 ms; with a 60 ms deadline the server refuses at admission
     # (it knows the deadline) instead of running work whose answer nobody would wait for.
-    error = call_error(stub, request("slower", np.full((1, 512, 512), 1e-3)), timeout=0.06)
-    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error.details()  # the client's, not ours
-    assert "deadline" in error.details()
+    details = []
+    for _ in range(5):  # on a loaded machine the client's own 60 ms may run out first
+        error = call_error(stub, request("slower", np.full((1, 512, 512), 1e-3)), timeout=0.06)
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error.details()
+        details.append(error.details())
+        if error.details() != "Deadline Exceeded":  # the server's answer, not the client's timer
+            break
+    assert "deadline" in details[-1] and details[-1] != "Deadline Exceeded", details
     good_call(stub)
 
 
