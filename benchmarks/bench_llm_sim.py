@@ -33,6 +33,12 @@ def main() -> None:
     parser.add_argument("--max-queue-wait", type=float, default=30.0)
     parser.add_argument("--prefill-share", type=float, default=None, help="EngineLimits.prefill_share")
     parser.add_argument("--seeds", type=int, default=1, help="runs of each phase (medians printed)")
+    parser.add_argument(
+        "--noise", type=float, default=0.0, help="relative sd of each decode and chunk (a shared core)"
+    )
+    parser.add_argument(
+        "--overhead", type=float, default=0.0, help="seconds per event handed out (untimed by the engine)"
+    )
     args = parser.parse_args()
     if args.src:
         sys.path.insert(0, args.src)
@@ -56,8 +62,9 @@ def main() -> None:
             return self.now
 
     class Backend:
-        def __init__(self, clock: Clock) -> None:
+        def __init__(self, clock: Clock, seed: int) -> None:
             self.clock = clock
+            self.jitter = random.Random(seed * 7 + 3)
             self.rows: list[Sequence] = []
             self.held: dict[Sequence, int] = {}
             self.decoder = None
@@ -68,7 +75,7 @@ def main() -> None:
             self.held[sequence] = 0
 
         def prefill(self, sequence: Sequence, start: int, stop: int, prefix: object) -> object:
-            self.clock.now += p0 + p * (stop - start)
+            self.clock.now += (p0 + p * (stop - start)) * self.noisy()
             self.held[sequence] = stop
             out = np.zeros(vocab, dtype=np.float32)
             out[3 + stop % (vocab - 3)] = 10.0
@@ -82,10 +89,14 @@ def main() -> None:
 
         def decode(self) -> tuple[list[Sequence], object]:
             held = sum(s.length for s in self.rows)
-            self.clock.now += a + b * len(self.rows) + c * held
+            self.clock.now += (a + b * len(self.rows) + c * held) * self.noisy()
             out = np.zeros((len(self.rows), vocab), dtype=np.float32)
             out[:, 5] = 10.0
             return list(self.rows), out
+
+        def noisy(self) -> float:
+            """A step's factor on a shared core: mostly near 1, now and then longer (a neighbour)."""
+            return max(0.5, self.jitter.gauss(1.0, args.noise)) if args.noise else 1.0
 
         def release(self, sequence: Sequence) -> None:
             self.held.pop(sequence, None)
@@ -104,11 +115,12 @@ def main() -> None:
 
     def run(mode: str, rate: float, seed: int) -> dict[str, float]:
         clock = Clock()
-        backend = Backend(clock)
+        backend = Backend(clock, seed)
         stamps: dict[Sequence, list[float]] = {}
         arrival: dict[Sequence, float] = {}
 
         def sink(events: list[tuple[Sequence, GenerationEvent]]) -> None:
+            clock.now += args.overhead * len(events)
             for sequence, event in events:
                 if event.token_ids:
                     stamps.setdefault(sequence, []).extend([clock.now] * len(event.token_ids))
@@ -121,6 +133,7 @@ def main() -> None:
             engine.tune(a + b + c * 300, p, b, chunk_fixed_s=p0)  # as warm-up measures them now
         else:
             engine.tune(a + b + c * 300, p + p0 / 64, b)  # a 64-token prefill, per token
+        engine.timeline = []
         rng = random.Random(seed)
         refused = 0
         done: list[Sequence] = []
@@ -180,6 +193,10 @@ def main() -> None:
             "ttft_p50_ms": 1e3 * pct(ttft, 0.5), "ttft_p99_ms": 1e3 * pct(ttft, 0.99),
             "itl_p50_ms": 1e3 * pct(gaps, 0.5), "itl_p99_ms": 1e3 * pct(gaps, 0.99),
             "itl_ratio": pct(gaps, 0.99) / max(pct(gaps, 0.5), 1e-9),
+            "itl_target_ms": 1e3 * engine.itl_target_s(),
+            "itl_over_target": sum(g > engine.itl_target_s() for g in gaps) / max(len(gaps), 1),
+            "rows_p50": statistics.median([t[2] for t in engine.timeline if start <= t[0] <= stop and t[2]] or [0]),
+            "preemptions": float(engine.preemptions),
             "refused": float(refused), "admitted": float(len(done)),
             "unfinished": float(sum(1 for s in done if s.finish_reason is None)),
             "requests_per_s": sum(1 for s in done if s in stamps and start <= stamps[s][-1] <= stop) / (stop - start),

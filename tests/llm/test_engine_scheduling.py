@@ -14,6 +14,7 @@ import pytest
 from ortserve.errors import InvalidField, Overloaded
 from ortserve.llm.demo import train_tokenizer
 from ortserve.llm.engine import PREFILL_SHARE, EngineLimits, GenerationEngine
+from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvFull
 from ortserve.llm.limits import BEHIND_SHARE
 from ortserve.llm.prefill import ChunkCost, PrefillPlanner
@@ -413,3 +414,136 @@ def test_a_prompt_behind_its_calm_pace_gets_the_larger_share_never_past_the_targ
     assert late == pytest.approx((1 + BEHIND_SHARE) * heading - plain) and planner.behind == 1
     _, tight = planner.budget(plain, cost, decoding, [prompt], 0.05, now=20.0)
     assert tight == pytest.approx(0.05 - plain)  # the target bounds the step, on the decode just run
+
+
+class _NoisyBackend(_ShapedBackend):
+    """The shaped costs on a shared core: each decode and chunk takes 1 ± 0.1 of its mean
+    (seeded), so a step planned to end at the target overruns it when its chunk runs long."""
+
+    def __init__(self, clock: _Clock, seed: int) -> None:
+        super().__init__(clock)
+        self.rng = np.random.default_rng(seed)
+        self.slower = 1.0
+
+    def _noisy(self, before: float) -> None:
+        spent = self.clock.now - before
+        self.clock.now = before + spent * self.slower * max(0.5, float(self.rng.normal(1.0, 0.1)))
+
+    def prefill(self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None) -> F32:
+        before = self.clock.now
+        out = super().prefill(sequence, start, stop, prefix)
+        self._noisy(before)
+        return out
+
+    def decode(self) -> tuple[list[Sequence], F32]:
+        before = self.clock.now
+        out = super().decode()
+        self._noisy(before)
+        return out
+
+
+def _open_loop(
+    tokenizer: TextTokenizer, backend: _NoisyBackend, rate: float, stop: float, overhead_s: float
+) -> tuple[GenerationEngine, dict[Sequence, list[float]], dict[Sequence, float]]:
+    """Poisson arrivals at ``rate``/s until ``stop``, then drained; handing out each event costs
+    ``overhead_s`` that no cost model times (the event loop's share of a served core)."""
+    clock = backend.clock
+    assert isinstance(clock, _Clock)
+    engine = _shaped_engine(clock, backend, max_queue_wait_s=10.0)
+    stamps = _stamps(engine, clock)
+    record = engine._sink
+
+    def sink(events: list[tuple[Sequence, GenerationEvent]]) -> None:
+        clock.now += overhead_s * len(events)
+        record(events)
+
+    engine._sink = sink
+    rng = np.random.default_rng(4)
+    arrival: dict[Sequence, float] = {}
+    next_at = 0.0
+    while clock.now < stop:
+        while next_at <= clock.now:
+            sequence = _mixed(tokenizer, rng)
+            try:
+                engine.submit(sequence)
+                arrival[sequence] = next_at
+            except Overloaded:
+                pass
+            next_at += float(rng.exponential(1.0 / rate))
+        if engine.idle():
+            clock.now = next_at
+            continue
+        engine.step()
+    while not engine.idle():
+        engine.step()
+    return engine, stamps, arrival
+
+
+def test_running_streams_gaps_stay_within_the_target_when_steps_run_longer_than_planned(
+    tokenizer: TextTokenizer,
+) -> None:
+    # Issue 35: served ITL p99 67-69 ms against a 61 ms target. With prompts waiting, every
+    # step's prefill was planned to end at the target on a chunk's mean cost, so about half
+    # the steps overran it (the old engine here: 38% of gaps beyond, p99 1.13 x the target).
+    backend = _NoisyBackend(_Clock(), seed=5)
+    engine, stamps, arrival = _open_loop(tokenizer, backend, 2.0, 100.0, 0.0002)
+    gaps = [b - a for times in stamps.values() for a, b in itertools.pairwise(times) if b >= 20.0]
+    target = engine.itl_target_s()
+    assert _pct(gaps, 0.99) <= target, (_pct(gaps, 0.99), target)
+    assert sum(g > target for g in gaps) <= 0.01 * len(gaps)
+    assert all(s.finish_reason == "length" for s in arrival)
+
+
+def test_a_set_whose_decode_outgrows_its_bound_pauses_its_newest_and_they_resume_greedy(
+    tokenizer: TextTokenizer,
+) -> None:
+    # The core slows to 2.5x after 30 s: the running set sized for the fast core decodes
+    # beyond half the target for good (the old engine: no sequence ever left it early).
+    backend = _NoisyBackend(_Clock(), seed=6)
+    clock = backend.clock
+    assert isinstance(clock, _Clock)
+    engine = _shaped_engine(clock, backend, max_queue_wait_s=1000.0)
+    widths: list[tuple[float, int, int]] = []
+    rng = np.random.default_rng(7)
+    submitted: list[Sequence] = []
+    for _ in range(120):
+        sequence = _mixed(tokenizer, rng)
+        engine.submit(sequence)
+        submitted.append(sequence)
+    while not engine.idle():
+        if clock.now > 30.0:
+            backend.slower = 2.5
+        engine.step()
+        widths.append((clock.now, len(backend.rows), engine.waiting))
+    assert engine.preemptions > 0
+    before = [w for t, w, waiting in widths if 15.0 <= t <= 30.0 and waiting]
+    after = [w for t, w, waiting in widths if t >= 60.0 and waiting]
+    assert after and float(np.median(after)) < float(np.median(before)), (before[-1], after[:5])
+    assert all(s.finish_reason == "length" for s in submitted)
+    # Paused ones resume with the greedy tokens they would have had alone.
+    for sequence in submitted[::10]:
+        alone_clock = _Clock()
+        alone_backend = _FakeBackend(alone_clock)
+        alone_engine = _engine(alone_clock, alone_backend)
+        again = Sequence(sequence.prompt, sequence.params, tokenizer, (), 4096)
+        alone_engine.submit(again)
+        while again.finish_reason is None:
+            alone_engine.step()
+        assert again.output == sequence.output
+
+
+def test_the_itl_guard_cuts_its_scale_on_overruns_and_climbs_back_when_they_stop() -> None:
+    guard = ItlGuard(over=0.004, down=0.03, floor=0.4)
+    for _ in range(20):
+        guard.observe(0.2, 0.1)
+    assert guard.scale == pytest.approx(0.97**20) and guard.beyond == 20
+    for _ in range(2000):
+        guard.observe(0.2, 0.1)
+    assert guard.scale == pytest.approx(0.4)  # never below the floor
+    for _ in range(200_000):
+        guard.observe(0.05, 0.1)
+    assert guard.scale == 1.0
+    # Overruns in 1 of 250 gaps (the tracked share) hold the scale where it is.
+    for step in range(25_000):
+        guard.observe(0.2 if step % 250 == 0 else 0.05, 0.1)
+    assert 0.9 <= guard.scale <= 1.0

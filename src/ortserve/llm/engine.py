@@ -25,18 +25,23 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import Overloaded
+from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
 from ortserve.llm.limits import PREFILL_SHARE, EngineLimits
 from ortserve.llm.prefill import PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sampler import sample_batch
-from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more
+from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more, held_ahead
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.warmup import measure
 
 __all__ = ["PREFILL_SHARE", "DecoderSession", "EngineLimits", "GenerationEngine", "StepSink"]
 
 logger = logging.getLogger(__name__)
+
+SHRINK_AFTER = 8
+"""Consecutive decode steps beyond the growth bound (by a quarter) before the newest sequence
+is paused: one slow step on a shared core must not cost a sequence its place."""
 
 F32 = npt.NDArray[np.float32]
 StepSink = Callable[[list[tuple[Sequence, GenerationEvent]]], None]
@@ -83,6 +88,11 @@ class GenerationEngine:
         self.cost = StepCostModel(0.005, 0.0002)
         self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
         self.planner = PrefillPlanner(limits)
+        self.guard = ItlGuard()
+        """Scales the target each step's prefill aims at, from the gaps streams saw."""
+        self._last_emit: float | None = None
+        self._decode_over = 0
+        """Consecutive steps whose measured decode exceeded the growth bound."""
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
@@ -234,6 +244,7 @@ class GenerationEngine:
                 (started, elapsed, decoded, prefilled, len(self._waiting), len(self._prefilling))
             )
         self._explored = max(self._explored, decoded)
+        self._shrink_if_over(decoded, decode_s)
         if decoded:
             # The decode alone (the chunks are timed where they run, prefill_token_s): fitted
             # on whole steps, a fit could not tell decode from prefill when every step carried
@@ -241,6 +252,11 @@ class GenerationEngine:
             # and could predict 50 rows as cheap as 20 (served at 1.3x-2x: 32-50 running rows).
             self.cost.observe(decoded, held, 0, decode_s)
         self._emit(events)
+        ended = self._clock()
+        if decoded and self._last_emit is not None:
+            # What a running stream saw: the previous step's events to this step's.
+            self.guard.observe(ended - self._last_emit, self.itl_target_s())
+        self._last_emit = ended
         self.steps += 1
         self.step_seconds += elapsed
         self._account()
@@ -256,18 +272,24 @@ class GenerationEngine:
                 events.append((sequence, sequence.take_event()))
                 continue
             running = self.backend.decoding() + self._prefilling
-            held = sum(s.length for s in running)
+            # Priced at the tokens the rows will hold a horizon ahead, not now: each row holds
+            # one more token per step, and a set sized on today's tokens outgrew its bound.
+            held = sum(held_ahead(s) for s in running)
             # Grow at most by half again past the widest step measured: the cost model has
             # seen nothing wider, and the peak of tokens/s may lie in between.
             explore = max(4, self._explored + self._explored // 2)
             floor = min(self.limits.max_num_seqs, 4)  # a few rows always run, whatever the fit says
             # A decode step within half the latency target: the rest is room for a prefill
             # chunk as large as the decode (PREFILL_SHARE), so newcomers' prompts are read at
-            # the pace rows leave; a set grown to the whole target would starve them.
+            # the pace rows leave; a set grown to the whole target would starve them. While
+            # the measured decode is beyond that bound, the set does not grow, whatever the fit.
             if len(running) >= min(self.limits.max_num_seqs, explore) or (
                 len(running) >= floor
-                and not admit_one_more(
-                    self.cost, len(running), held, sequence.length, self.itl_target_s() / 2.0
+                and (
+                    self._decode_over > 0
+                    or not admit_one_more(
+                        self.cost, len(running), held, held_ahead(sequence), self._growth_bound_s()
+                    )
                 )
             ):
                 self._full = True
@@ -287,6 +309,29 @@ class GenerationEngine:
             self._order[sequence] = self._admitted
             sequence.admitted_at = self._clock()
             self._prefilling.append(sequence)
+
+    def _growth_bound_s(self) -> float:
+        """The decode step the running set may grow to: half the latency target."""
+        return self.itl_target_s() / 2.0
+
+    def _shrink_if_over(self, decoded: int, decode_s: float) -> None:
+        """Pause the newest sequence when the measured decode has stayed beyond the growth
+        bound by a quarter for ``SHRINK_AFTER`` steps: the rows grew (each holds a token more
+        per step) or the core slowed, and nothing else would ever take the set back. The
+        paused sequence waits at the front of the queue and resumes where it was (its keys
+        and values go to the prefix cache, as for a memory preemption)."""
+        floor = min(self.limits.max_num_seqs, 4)
+        if not decoded or decode_s <= self._growth_bound_s():
+            self._decode_over = 0
+            return
+        self._decode_over += 1
+        if (
+            self._decode_over >= SHRINK_AFTER
+            and decode_s > 1.25 * self._growth_bound_s()
+            and decoded > floor
+            and self._preempt_newest()
+        ):
+            self._decode_over = 1  # still over: no growth until a decode is back within bound
 
     def _drop_cancelled(self, events: Events) -> None:
         for sequence in self.backend.decoding() + self._prefilling:
@@ -349,7 +394,12 @@ class GenerationEngine:
         ``prefill_budget`` tokens in all when the chunk is configured or nobody decodes)."""
         decoding = self.backend.decoding()
         budget, room = self.planner.budget(
-            decode_s, self.cost, decoding, self._prefilling, self.itl_target_s(), self._clock()
+            decode_s,
+            self.cost,
+            decoding,
+            self._prefilling,
+            self.itl_target_s() * self.guard.scale,
+            self._clock(),
         )
         done = 0
         for sequence in list(self._prefilling):

@@ -24,7 +24,11 @@ import numpy.typing as npt
 
 from ortserve.llm.sequence import Sequence
 
-__all__ = ["StepCostModel", "WaitingQueue", "admit_one_more"]
+__all__ = ["HORIZON_TOKENS", "StepCostModel", "WaitingQueue", "admit_one_more", "held_ahead"]
+
+HORIZON_TOKENS = 64
+"""Decode steps ahead at which admission prices the running set: every row holds one more
+token per step, so a set sized on the tokens held now outgrew its bound as it decoded."""
 
 F64 = npt.NDArray[np.float64]
 
@@ -100,6 +104,12 @@ def _bounded_solve(gram: F64, moment: F64, lower: F64) -> F64:
             return coef
         free &= ~below
     return np.maximum(coef, lower)
+
+
+def held_ahead(sequence: Sequence, horizon: int = HORIZON_TOKENS) -> int:
+    """Tokens ``sequence`` will hold ``horizon`` decode steps from now (it stops at max_tokens)."""
+    left = max(sequence.params.max_tokens - len(sequence.output), 0)
+    return sequence.length + min(left, horizon)
 
 
 def admit_one_more(
