@@ -533,7 +533,7 @@ def test_a_set_whose_decode_outgrows_its_bound_pauses_its_newest_and_they_resume
 
 
 def test_the_itl_guard_cuts_its_scale_on_overruns_and_climbs_back_when_they_stop() -> None:
-    guard = ItlGuard(over=0.004, down=0.03, floor=0.4)
+    guard = ItlGuard(over=0.004, down=0.03, floor=0.4, margin=0.0)
     for _ in range(20):
         guard.observe(0.2, 0.1)
     assert guard.scale == pytest.approx(0.97**20) and guard.beyond == 20

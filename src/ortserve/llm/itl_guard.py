@@ -13,7 +13,10 @@ target on every step (prompts waiting, open loop) about half the steps overran: 
 step's) and scales the target the plan aims at so that a small share of gaps exceed the real
 target: each gap over it takes ``down`` off the scale, each gap within adds back the amount
 that balances at ``over`` of the gaps (a quantile tracker). It follows the machine: noise that
-goes away lets the scale climb back to 1.
+goes away lets the scale climb back to 1. A gap counts as beyond once it passes the target less
+``margin``: the engine sees when it hands a step's events out, a client when the event loop has
+written them, a few milliseconds later and not always by the same amount (served, a guard on the
+whole target gave ITL p99 63.8 ms against 62.5 at 1.3x capacity).
 """
 
 from __future__ import annotations
@@ -30,11 +33,16 @@ class ItlGuard:
         over: the share of gaps allowed beyond the target (the tracked quantile is 1 - over).
         down: the relative cut of the scale after a gap beyond the target.
         floor: the lowest scale (a plan never aims below this share of the target).
+        margin: the share of the target kept for what happens after the engine's step (the
+            delivery to the client).
     """
 
-    def __init__(self, over: float = 0.004, down: float = 0.03, floor: float = 0.4) -> None:
+    def __init__(
+        self, over: float = 0.004, down: float = 0.03, floor: float = 0.4, margin: float = 0.05
+    ) -> None:
         self.over = over
         self.floor = floor
+        self.margin = margin
         self._down = math.log1p(-down)
         # Balance: over · log(1 - down) + (1 - over) · up = 0, so gaps beyond the target settle
         # at ``over`` of all gaps.
@@ -47,7 +55,7 @@ class ItlGuard:
     def observe(self, gap_s: float, target_s: float) -> None:
         """A running stream's gap between two tokens (one step's events to the next's)."""
         self.gaps += 1
-        if gap_s > target_s:
+        if gap_s > target_s * (1.0 - self.margin):
             self.beyond += 1
             self.scale = max(self.floor, self.scale * math.exp(self._down))
         else:
