@@ -51,12 +51,16 @@ OUT = Path(__file__).parent / "out"
 CONFIG = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 64\n  max_waiting: 256\n  max_queue_wait_s: {wait}\n"
 
 
-def _itl_target(url: str) -> float:
+def _metric(url: str, name: str) -> float:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
         for line in reply.read().decode().splitlines():
-            if line.startswith("ortserve_llm_itl_target_seconds{"):
+            if line.startswith(f"{name}{{"):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _itl_target(url: str) -> float:
+    return _metric(url, "ortserve_llm_itl_target_seconds")
 
 
 def _one_prefill(url: str) -> float:
@@ -149,6 +153,14 @@ def main() -> None:
             text = greedy_text(server.http_url)
             target = _itl_target(server.http_url)
             phases = measure(server.http_url, server.process.pid, args, log)
+            # The engine's own view over the whole run (warm-ups included): a share of gaps past
+            # the target far below the clients' says the tail is in the delivery.
+            seen = _metric(server.http_url, "ortserve_llm_engine_itl_gaps_total")
+            past = _metric(server.http_url, "ortserve_llm_engine_itl_gaps_over_target_total")
+            phases["engine_gaps_over_target_share"] = past / seen if seen else 0.0
+            phases["itl_guard_scale_at_end"] = _metric(server.http_url, "ortserve_llm_itl_guard_scale")
+            log(f"engine view: {past:.0f} of {seen:.0f} gaps past the target; guard scale "
+                f"{phases['itl_guard_scale_at_end']:.2f}")  # fmt: skip
         prefill = phases["one_prefill_s"]
         assert isinstance(prefill, float)
         bound = args.max_queue_wait + prefill * (1.0 + 1.0 / PREFILL_SHARE)

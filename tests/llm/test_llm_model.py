@@ -174,5 +174,16 @@ async def test_the_itl_target_is_exported_configured_or_measured(tmp_path: Path,
         assert sample.value == served.engine.itl_target_s() > 0  # ten one-row steps, measured
         if max_itl_ms:
             assert sample.value == pytest.approx(0.25)
+        # The engine's own view of the streams' gaps, and its guard (issue 35).
+        served.engine.guard.observe(2.0 * sample.value, served.engine.itl_target_s())
+        families = {f.name: f for f in LlmCollector(lambda: [("m", "1", served)]).collect()}
+        (past,) = [
+            s
+            for s in families["ortserve_llm_engine_itl_gaps_over_target"].samples
+            if s.name.endswith("_total")
+        ]
+        assert past.value == 1.0
+        (scale,) = families["ortserve_llm_itl_guard_scale"].samples
+        assert scale.value == served.engine.guard.scale < 1.0
     finally:
         await served.unload(1.0)

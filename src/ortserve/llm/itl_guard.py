@@ -50,11 +50,14 @@ class ItlGuard:
         self.scale = 1.0
         self.gaps = 0
         self.beyond = 0
-        """Gaps observed, and how many exceeded the target (for benchmarks and tests)."""
+        self.past_target = 0
+        """Gaps observed, how many passed the target less the margin, and the target itself
+        (exported: the engine's own view, to tell its tail from the delivery's)."""
 
     def observe(self, gap_s: float, target_s: float) -> None:
         """A running stream's gap between two tokens (one step's events to the next's)."""
         self.gaps += 1
+        self.past_target += gap_s > target_s
         if gap_s > target_s * (1.0 - self.margin):
             self.beyond += 1
             self.scale = max(self.floor, self.scale * math.exp(self._down))

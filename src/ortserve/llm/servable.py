@@ -176,6 +176,12 @@ class LlmVersion:
         return self.engine.preemptions
 
     @property
+    def engine_gaps(self) -> tuple[int, int, float]:
+        """Running streams' gaps the engine saw, those past the ITL target, the guard's scale."""
+        guard = self.engine.guard
+        return guard.gaps, guard.past_target, guard.scale
+
+    @property
     def prefix_hit_ratio(self) -> float:
         return self.engine.cache.hit_ratio
 

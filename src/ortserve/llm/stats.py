@@ -87,6 +87,9 @@ class _Source(Protocol):
     def preemptions(self) -> int: ...
 
     @property
+    def engine_gaps(self) -> tuple[int, int, float]: ...
+
+    @property
     def prefix_hit_ratio(self) -> float: ...
 
     @property
@@ -134,6 +137,13 @@ class LlmCollector(Collector):
             ),
         )
         timing = [s.engine_seconds for _, s in rows]
+        gaps = [s.engine_gaps for _, s in rows]
+        counters += (
+            ("engine_itl_gaps", "Running streams' gaps between tokens, as the engine hands them out",
+             [g[0] for g in gaps]),
+            ("engine_itl_gaps_over_target", "Of those, gaps longer than the ITL target",
+             [g[1] for g in gaps]),
+        )  # fmt: skip
         counters += (
             ("engine_steps", "Steps of the generation engine", [t[0] for t in timing]),
             (
@@ -179,6 +189,11 @@ class LlmCollector(Collector):
                 "itl_target_seconds",
                 "Running streams' inter-token latency target (max_itl_ms, else ten one-row steps)",
                 [s.itl_target_s for _, s in rows],
+            ),
+            (
+                "itl_guard_scale",
+                "Share of the ITL target the engine's step plans aim at (lowered after long gaps)",
+                [g[2] for g in gaps],
             ),
             (
                 "prefix_cache_hit_ratio",
