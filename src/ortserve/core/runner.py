@@ -103,12 +103,8 @@ class OrtRunner:
         self._bulk_jobs: queue.SimpleQueue[BatchJob | None] | None = None
         self._lanes_lock = threading.Lock()
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._work, args=(self._jobs, 0), name=f"ort-{name}-{index}", daemon=True)
-            for index in range(instances)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        self._start_lane(self._jobs, 0, name)
 
     @property
     def instances(self) -> int:
@@ -150,17 +146,18 @@ class OrtRunner:
         with self._lanes_lock:  # the loop and a worker's chain may both get here first
             if self._bulk_jobs is None:
                 jobs = queue.SimpleQueue()
-                for index in range(self._instances):
-                    thread = threading.Thread(
-                        target=self._work,
-                        args=(jobs, BULK_NICE),
-                        name=f"ort-{self._name}-bulk-{index}",
-                        daemon=True,
-                    )
-                    thread.start()
-                    self._threads.append(thread)
+                self._start_lane(jobs, BULK_NICE, f"{self._name}-bulk")
                 self._bulk_jobs = jobs
             return self._bulk_jobs
+
+    def _start_lane(self, jobs: queue.SimpleQueue[BatchJob | None], nice: int, label: str) -> None:
+        """``instances`` workers taking ``jobs``, each at ``nice``."""
+        for index in range(self._instances):
+            thread = threading.Thread(
+                target=self._work, args=(jobs, nice), name=f"ort-{label}-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
 
     def _work(self, jobs: queue.SimpleQueue[BatchJob | None], nice: int) -> None:
         _prefer_batch_scheduling()
