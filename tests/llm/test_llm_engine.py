@@ -4,6 +4,7 @@ it gets alone, seeds reproduce, prefix-cache hits change nothing but the work, b
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from ortserve.config.model import ModelConfig
 from ortserve.errors import InvalidInput, Overloaded
 from ortserve.llm.demo import DEMO_LLM_NAME, corpus_documents, write_demo_llm
-from ortserve.llm.engine import EngineLimits, GenerationEngine
+from ortserve.llm.engine import GIL_SWITCH_S, EngineLimits, GenerationEngine
 from ortserve.llm.loader import load_llm_version
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sampler import SamplingParams, TokenSampler
@@ -223,3 +224,26 @@ def test_stop_strings_are_cut_and_held_back_while_they_may_still_match(llm: LlmV
             break
     assert sequence.finish_reason == "stop"
     assert "".join(sent).strip() == "the lamp and"
+
+
+async def test_a_running_engine_hands_the_gil_back_within_a_millisecond(demo_llm: Path) -> None:
+    """The decode thread takes the GIL back after every model call; at the interpreter's 5 ms
+    default a busy event loop stretched each hand-over (issue 35's served ITL tail)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        served = await _load(demo_llm)
+        try:
+            assert sys.getswitchinterval() <= GIL_SWITCH_S
+            sys.setswitchinterval(0.0002)  # already shorter: left as the process set it
+            other = GenerationEngine(
+                served.engine.decoder, EngineLimits(1, 2, 64), PrefixCache(0, 1, _Clock()), lambda _: None
+            )
+            other.start("other")
+            other.close()
+            other.join(5.0)
+            assert sys.getswitchinterval() == pytest.approx(0.0002)
+        finally:
+            await served.unload(1.0)
+    finally:
+        sys.setswitchinterval(before)

@@ -17,6 +17,7 @@ within ``max_queue_wait_s`` (or its own deadline) is refused at once with 429 an
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,12 @@ __all__ = ["PREFILL_SHARE", "DecoderSession", "EngineLimits", "GenerationEngine"
 
 logger = logging.getLogger(__name__)
 
+GIL_SWITCH_S = 0.001
+"""The interpreter's switch interval once an engine runs (process-wide, never raised). Its
+decode thread takes the GIL back after every model call; at the default 5 ms a busy event loop
+(arrivals, refusals, streaming) kept it up to that long at each hand-over, stretching steps past
+the latency target: served at 2x capacity, 1 ms against 5 ms gave 0.92 against 0.81-0.82 of the
+closed loop's tokens/s and ITL p99 50 against 55-59 ms (benchmarks/RESULTS.md, issue 35)."""
 SHRINK_AFTER = 8
 """Consecutive decode steps beyond the growth bound (by a quarter) before the newest sequence
 is paused: one slow step on a shared core must not cost a sequence its place."""
@@ -116,6 +123,8 @@ class GenerationEngine:
         )
 
     def start(self, name: str) -> None:
+        if sys.getswitchinterval() > GIL_SWITCH_S:
+            sys.setswitchinterval(GIL_SWITCH_S)
         self._thread = threading.Thread(target=self._run, name=f"llm-{name}", daemon=True)
         self._thread.start()
 
