@@ -166,7 +166,7 @@ class GenerationEngine:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def warm_up(self, prompt_tokens: int = 64, steps: int = 5) -> None:
+    def warm_up(self, prompt_tokens: int = 64, steps: int = 9) -> None:
         """Run prefills and decode steps before the version is ready (not on the thread), and
         take the automatic defaults from their times (:func:`~ortserve.llm.warmup.measure`)."""
         costs = measure(self.decoder, self.limits.max_context_len, prompt_tokens, steps)

@@ -3,6 +3,7 @@ automatic defaults (latency target, prefill chunk) and its cost models' priors c
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -29,12 +30,15 @@ class StepCosts:
 
 
 def measure(
-    decoder: DecoderSession, max_context_len: int, prompt_tokens: int = 64, steps: int = 5
+    decoder: DecoderSession, max_context_len: int, prompt_tokens: int = 64, steps: int = 9
 ) -> StepCosts:
     """Time prefills of a prompt and of a quarter of it, then one-row and eight-row decode
-    steps, each several times: the fastest run of each counts (a step stretched by a
-    neighbour on a shared core inflated the latency target tenfold with it, and the running
-    set grew to the pool's limit). Not on the engine thread; the model time it spends is not
+    steps, each several times. The decode steps count by their median: a step stretched by a
+    neighbour on a shared core inflated the latency target tenfold with it (and the running set
+    grew to the pool's limit), and the fastest of five, taken instead, moved the target from
+    39 to 74 ms between loads on a quiet core (one-row steps of 3.8-7.4 ms around a median of
+    5.5), and the engine's running set and tokens/s under overload with it. The prefills count
+    by their fastest run (two each). Not on the engine thread; the model time it spends is not
     counted in ``decoder.run_seconds``."""
     prompt_tokens = max(8, min(prompt_tokens, max_context_len - steps - 1))
     if decoder.layout.shared_buffer:
@@ -47,8 +51,13 @@ def measure(
     quarter = prompt_tokens // 4
     token_s = max((full - short) / (prompt_tokens - quarter), 1e-7)
     fixed = min(max(full - token_s * prompt_tokens, 0.0), full / 2)
-    one_row = min(times)
-    return StepCosts(one_row, (min(wide) - one_row) / (_ROWS - 1), (full - fixed) / prompt_tokens, fixed)
+    one_row = statistics.median(times)
+    return StepCosts(
+        one_row,
+        max(statistics.median(wide) - one_row, 0.0) / (_ROWS - 1),
+        (full - fixed) / prompt_tokens,
+        fixed,
+    )
 
 
 def _measure_in_place(
