@@ -125,8 +125,12 @@ async def _run(
 
     await asyncio.gather(*(client() for _ in range(streams)))
     result: dict[str, object] = {
-        "closed": summary(closed, start, stop) | _timeline(steps, start, stop) | model_share(mark)
+        "closed": summary(closed, start, stop)
+        | _timeline(steps, start, stop)
+        | model_share(mark)
+        | {"errors": dict(errors)}
     }
+    errors.clear()
     mark = (engine.step_seconds, engine.decoder.run_seconds)
     # Capacity in requests/s: the closed loop's output tokens/s over the mean output (136 tokens).
     rate = open_rate * max(float(result["closed"]["output_tokens_per_s"]) / 136.0, 0.05)  # type: ignore[index]
@@ -141,8 +145,6 @@ async def _run(
     _, pending = await asyncio.wait(tasks, timeout=60.0)
     # Counted from ``warmup`` s after the first arrival: the closed loop is counted from 3 s
     # after its start too (a queue needs time to build at a rate only a little above capacity).
-    result["closed"]["errors"] = dict(errors)  # type: ignore[index]
-    errors.clear()
     result["open"] = (
         summary(opened, start + warmup, stop)
         | _timeline(steps, start + warmup, stop)
