@@ -21,7 +21,7 @@ from ortserve.metrics import ServerMetrics
 from ortserve.server.connections import ByteBudget, ConnectionLimit, ConnectionSet, connection_cap
 from ortserve.server.grpc.options import GrpcOptions
 from ortserve.server.http import listener as http_listener_module
-from ortserve.server.http.connection import ConnectionLimits
+from ortserve.server.http.connection import ConnectionLimits, HttpConnection
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
 from ortserve.server.http.responder import Handler
@@ -298,6 +298,31 @@ async def test_a_slow_handler_is_not_timed_out() -> None:
         assert await closed_by_server(witness)
         held.release.set()
         assert (await read_response(reader))[0] == 200
+
+
+async def test_a_long_answer_does_not_wake_its_connections_timer_every_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While we answer there is no deadline: once the request's arrival stamp has passed, the
+    timer must still tick at the timeouts' pace, not re-arm for a millisecond."""
+    ticks: list[float] = []
+    on_timer = HttpConnection._on_timer
+
+    def counted(connection: HttpConnection) -> None:
+        ticks.append(asyncio.get_running_loop().time())
+        on_timer(connection)
+
+    monkeypatch.setattr(HttpConnection, "_on_timer", counted)
+    held = HeldAnswers()
+    limits = ConnectionLimits(max_body_bytes=16 << 20, keepalive_timeout_s=0.1, header_timeout_s=0.1)
+    async with serving(held, limits) as site:
+        reader, writer = await site.connect()
+        writer.write(post_head(2) + b"ok")
+        await until(lambda: held.arrived == 1, 5, "the request at the handler")
+        await asyncio.sleep(0.6)  # six ticks past the request's arrival stamp, answer still held
+        held.release.set()
+        assert (await read_response(reader))[0] == 200
+    assert len(ticks) <= 12, f"{len(ticks)} timer wake-ups in 0.6 s for one held answer"
 
 
 # -- memory ------------------------------------------------------------------------------

@@ -165,7 +165,14 @@ class Deadlines(Responder, abc.ABC):
         if self._parked:  # the server stopped reading, not the client: its clock restarts
             self._deadline = self._loop.time() + self._tick
             remaining = self._tick
-        if self._phase == BUSY or remaining > 0:
+        if self._phase == BUSY:
+            # No deadline while we answer: the stamp left from the request's arrival passes
+            # during a long answer (a generation queued or streaming past the header timeout),
+            # and re-arming for it woke the loop every millisecond per such connection (at 2x an
+            # LLM's capacity, 40 connections: the engine's core lost to timers). One tick for
+            # the paused-write check.
+            self._timer = self._loop.call_later(self._tick, self._on_timer)
+        elif remaining > 0:
             self._timer = self._loop.call_later(min(max(remaining, 0.001), self._tick), self._on_timer)
         elif self._phase == IDLE:
             self._close()
