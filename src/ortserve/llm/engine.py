@@ -44,8 +44,8 @@ GIL_SWITCH_S = 0.001
 """The interpreter's switch interval once an engine runs (process-wide, never raised). Its
 decode thread takes the GIL back after every model call; at the default 5 ms a busy event loop
 (arrivals, refusals, streaming) kept it up to that long at each hand-over, stretching steps past
-the latency target: served at 2x capacity, 1 ms against 5 ms gave 0.92 against 0.81-0.82 of the
-closed loop's tokens/s and ITL p99 50 against 55-59 ms (benchmarks/RESULTS.md, issue 35)."""
+the latency target. Served at 2x capacity, one A/B/A' gave 0.92 against 0.81-0.82 of the closed
+loop's tokens/s, inside the 0.79-0.97 that later runs spread over (benchmarks/RESULTS.md)."""
 SHRINK_AFTER = 8
 """Consecutive decode steps beyond the growth bound (by a quarter) before the newest sequence
 is paused: one slow step on a shared core must not cost a sequence its place."""
