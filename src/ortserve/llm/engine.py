@@ -31,8 +31,9 @@ from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_back
 from ortserve.llm.limits import PREFILL_SHARE, EngineLimits
 from ortserve.llm.prefill import PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
+from ortserve.llm.running_set import RunningSetSize
 from ortserve.llm.sampler import sample_batch
-from ortserve.llm.scheduler import StepCostModel, WaitingQueue, admit_one_more, held_ahead
+from ortserve.llm.scheduler import StepCostModel, WaitingQueue
 from ortserve.llm.sequence import GenerationEvent, Sequence
 from ortserve.llm.warmup import measure
 
@@ -41,14 +42,9 @@ __all__ = ["PREFILL_SHARE", "DecoderSession", "EngineLimits", "GenerationEngine"
 logger = logging.getLogger(__name__)
 
 GIL_SWITCH_S = 0.001
-"""The interpreter's switch interval once an engine runs (process-wide, never raised). Its
-decode thread takes the GIL back after every model call; at the default 5 ms a busy event loop
-(arrivals, refusals, streaming) kept it up to that long at each hand-over, stretching steps past
-the latency target. Served at 2x capacity, one A/B/A' gave 0.92 against 0.81-0.82 of the closed
-loop's tokens/s, inside the 0.79-0.97 that later runs spread over (benchmarks/RESULTS.md)."""
-SHRINK_AFTER = 8
-"""Consecutive decode steps beyond the growth bound (by a quarter) before the newest sequence
-is paused: one slow step on a shared core must not cost a sequence its place."""
+"""The interpreter's switch interval once an engine runs (process-wide, never raised): the decode
+thread takes the GIL back after every model call, and at the default 5 ms a busy event loop
+could hold each hand-over that long (benchmarks/RESULTS.md, issue 35)."""
 
 F32 = npt.NDArray[np.float32]
 StepSink = Callable[[list[tuple[Sequence, GenerationEvent]]], None]
@@ -91,15 +87,13 @@ class GenerationEngine:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._full = False
-        self._explored = 0
+        self.size = RunningSetSize(limits.max_num_seqs)
         self.cost = StepCostModel(0.005, 0.0002)
         self.max_itl_s = limits.max_itl_ms / 1000.0 or 0.05
         self.planner = PrefillPlanner(limits)
         self.guard = ItlGuard()
         """Scales the target each step's prefill aims at, from the gaps streams saw."""
         self._last_emit: float | None = None
-        self._decode_over = 0
-        """Consecutive steps whose measured decode exceeded the growth bound."""
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
@@ -136,21 +130,13 @@ class GenerationEngine:
                 ``max_queue_wait_s`` or its deadline (Retry-After: the excess wait).
         """
         with self._wake:
-            ahead = self._waiting.ahead_of(sequence.priority)
-            wait = self._waiting.expected_wait(
-                ahead, sequence.length, self._full, self.planner.wall_token_s(), self._clock()
-            )
-            limit = self.limits.max_queue_wait_s
-            if sequence.deadline is not None:
-                limit = min(limit, sequence.deadline - self._clock())
-            if len(self._waiting) >= self.limits.max_waiting or (ahead and wait > limit):
-                self.refused += 1
-                raise Overloaded(
-                    f"{len(self._waiting)} generation requests are waiting; the expected wait for a "
-                    f"first token is {wait:.1f} s",
-                    retry_after_s=max(1.0, min(wait - max(limit, 0.0), 60.0)),
+            try:
+                self._waiting.push_within(
+                    sequence, self.limits, self._full, self.planner.wall_token_s(), self._clock()
                 )
-            self._waiting.push(sequence)
+            except Overloaded:
+                self.refused += 1
+                raise
             self._wake.notify()
 
     def idle(self) -> bool:
@@ -252,8 +238,8 @@ class GenerationEngine:
             self.timeline.append(
                 (started, elapsed, decoded, prefilled, len(self._waiting), len(self._prefilling))
             )
-        self._explored = max(self._explored, decoded)
-        self._shrink_if_over(decoded, decode_s)
+        if self.size.after_step(decoded, decode_s, self.itl_target_s()):
+            self._preempt_newest()  # paused: resumes where it was, as after a memory preemption
         if decoded:
             # The decode alone (the chunks are timed where they run, prefill_token_s): fitted
             # on whole steps, a fit could not tell decode from prefill when every step carried
@@ -281,28 +267,7 @@ class GenerationEngine:
                 events.append((sequence, sequence.take_event()))
                 continue
             running = self.backend.decoding() + self._prefilling
-            # Priced at the tokens the rows will hold a horizon ahead, not now: each row holds
-            # one more token per step, and a set sized on today's tokens outgrew its bound.
-            held = sum(held_ahead(s) for s in running)
-            # Grow at most by half again past the widest step measured: the cost model has
-            # seen nothing wider, and the peak of tokens/s may lie in between.
-            explore = max(4, self._explored + self._explored // 2)
-            floor = min(self.limits.max_num_seqs, 4)  # a few rows always run, whatever the fit says
-            # A decode step within half the latency target: the rest is room for a prefill
-            # chunk as large as the decode (PREFILL_SHARE), so newcomers' prompts are read at
-            # the pace rows leave; a set grown to the whole target would starve them. The set
-            # does not grow while the measured decode has been 1.25x beyond that bound for
-            # SHRINK_AFTER steps (then it shrinks); a bound enforced on every noisy step held
-            # the served set at 17 rows and tokens/s at 0.84 of the closed loop's.
-            if len(running) >= min(self.limits.max_num_seqs, explore) or (
-                len(running) >= floor
-                and (
-                    self._decode_over >= SHRINK_AFTER
-                    or not admit_one_more(
-                        self.cost, len(running), held, held_ahead(sequence), self._growth_bound_s()
-                    )
-                )
-            ):
+            if self.size.is_full(self.cost, running, sequence, self.itl_target_s()):
                 self._full = True
                 return
             try:
@@ -320,25 +285,6 @@ class GenerationEngine:
             self._order[sequence] = self._admitted
             sequence.admitted_at = self._clock()
             self._prefilling.append(sequence)
-
-    def _growth_bound_s(self) -> float:
-        """The decode step the running set may grow to: half the latency target."""
-        return self.itl_target_s() / 2.0
-
-    def _shrink_if_over(self, decoded: int, decode_s: float) -> None:
-        """Pause the newest sequence when the measured decode has stayed beyond the growth
-        bound by a quarter for more than ``SHRINK_AFTER`` steps: the rows grew (each holds a token more
-        per step) or the core slowed, and nothing else would ever take the set back. The
-        paused sequence waits at the front of the queue and resumes where it was (its keys
-        and values go to the prefix cache, as for a memory preemption)."""
-        floor = min(self.limits.max_num_seqs, 4)
-        if not decoded or decode_s <= 1.25 * self._growth_bound_s():
-            self._decode_over = 0
-            return
-        self._decode_over += 1
-        if self._decode_over > SHRINK_AFTER and decoded > floor:
-            # Paused at most once a step; the set stays shut until a decode is back in bound.
-            self._preempt_newest()
 
     def _drop_cancelled(self, events: Events) -> None:
         for sequence in self.backend.decoding() + self._prefilling:

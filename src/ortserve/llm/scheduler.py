@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from ortserve.errors import Overloaded
+from ortserve.llm.limits import EngineLimits
 from ortserve.llm.sequence import Sequence
 
 __all__ = ["HORIZON_TOKENS", "StepCostModel", "WaitingQueue", "admit_one_more", "held_ahead"]
@@ -152,6 +154,28 @@ class WaitingQueue:
         order = -next(self._order) if front else next(self._order)
         heapq.heappush(self._heap, _Waiting((-sequence.priority, order), sequence))
         self.tokens += sequence.length
+
+    def push_within(
+        self, sequence: Sequence, limits: EngineLimits, full: bool, prefill_s: float, now: float
+    ) -> None:
+        """Queue ``sequence`` unless the queue is at ``max_waiting`` or its expected wait for a
+        first token (:meth:`expected_wait`) passes ``max_queue_wait_s`` or its own deadline.
+
+        Raises:
+            Overloaded: refused now, with Retry-After the excess wait (1-60 s).
+        """
+        ahead = self.ahead_of(sequence.priority)
+        wait = self.expected_wait(ahead, sequence.length, full, prefill_s, now)
+        limit = limits.max_queue_wait_s
+        if sequence.deadline is not None:
+            limit = min(limit, sequence.deadline - now)
+        if len(self) >= limits.max_waiting or (ahead and wait > limit):
+            raise Overloaded(
+                f"{len(self)} generation requests are waiting; the expected wait for a "
+                f"first token is {wait:.1f} s",
+                retry_after_s=max(1.0, min(wait - max(limit, 0.0), 60.0)),
+            )
+        self.push(sequence)
 
     def peek(self) -> Sequence:
         return self._heap[0].sequence
