@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--max-queue-wait", type=float, default=30.0)
     parser.add_argument("--prefill-share", type=float, default=None, help="EngineLimits.prefill_share")
+    parser.add_argument("--max-itl-ms", type=float, default=0.0, help="EngineLimits.max_itl_ms (0: measured)")
     parser.add_argument("--seeds", type=int, default=1, help="runs of each phase (medians printed)")
     parser.add_argument(
         "--noise", type=float, default=0.0, help="relative sd of each decode and chunk (a shared core)"
@@ -125,7 +126,9 @@ def main() -> None:
                 if event.token_ids:
                     stamps.setdefault(sequence, []).extend([clock.now] * len(event.token_ids))
 
-        extra = {} if args.prefill_share is None else {"prefill_share": args.prefill_share}
+        extra: dict[str, float] = {} if args.prefill_share is None else {"prefill_share": args.prefill_share}
+        if args.max_itl_ms:
+            extra["max_itl_ms"] = args.max_itl_ms
         limits = EngineLimits(max_num_seqs=64, max_waiting=256, max_context_len=4096,
                               max_queue_wait_s=args.max_queue_wait, **extra)  # type: ignore[arg-type]  # fmt: skip
         engine = GenerationEngine(backend.decoder, limits, PrefixCache(0, 1.0, clock), sink, clock, backend)  # type: ignore[arg-type]

@@ -36,7 +36,8 @@ class LlmConfig(BaseModel):
     measured step cost, at most prefill_tokens_per_step)."""
     max_itl_ms: Annotated[float, Field(ge=0, le=600_000)] = 0.0
     """Target inter-token latency of running streams: the running set grows only while the
-    predicted step stays within it (0: ten times the measured one-row step, at least 20 ms)."""
+    predicted step stays within it (0: ten times the measured one-row step, at least 20 ms, and
+    at least what holds half of it in decode beside the smallest prefill chunk)."""
     max_queue_wait_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     """A request that could not get its first token within this long is refused at once (429)."""
     kv_pool_bytes: Annotated[int, Field(ge=1 << 20)] = 1 << 30

@@ -28,10 +28,10 @@ import numpy.typing as npt
 from ortserve.errors import Overloaded
 from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
-from ortserve.llm.limits import PREFILL_SHARE, EngineLimits
+from ortserve.llm.limits import MIN_CHUNK_TOKENS, PREFILL_SHARE, EngineLimits
 from ortserve.llm.prefill import PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
-from ortserve.llm.running_set import RunningSetSize
+from ortserve.llm.running_set import RunningSetSize, default_itl_target_s
 from ortserve.llm.sampler import sample_batch
 from ortserve.llm.scheduler import StepCostModel, WaitingQueue
 from ortserve.llm.sequence import GenerationEvent, Sequence
@@ -159,7 +159,8 @@ class GenerationEngine:
         self.tune(costs.one_row_s, costs.prefill_token_s, costs.row_s, costs.chunk_fixed_s)
 
     def itl_target_s(self) -> float:
-        """``max_itl_ms``, or ten times the one-row step measured at load. Fixed: a target that
+        """``max_itl_ms``, or one from the one-row step and the smallest chunk measured at load
+        (:func:`~ortserve.llm.running_set.default_itl_target_s`). Fixed: a target that
         followed the fitted step grew with the batch it was meant to bound (the fit put the
         rows' cost in its intercept, the target rose, more rows came in)."""
         return self.max_itl_s
@@ -176,7 +177,8 @@ class GenerationEngine:
         prefill chunk pays whatever its length, ``prefill_token_s`` then the rest per token)."""
         self.cost = StepCostModel(one_row_s, prefill_token_s, row_s)
         if not self.limits.max_itl_ms:
-            self.max_itl_s = max(10.0 * one_row_s, 0.02)
+            smallest = chunk_fixed_s + prefill_token_s * MIN_CHUNK_TOKENS
+            self.max_itl_s = default_itl_target_s(one_row_s, smallest)
         self.planner.tune(one_row_s, prefill_token_s, chunk_fixed_s, self.max_itl_s)
 
     # -- the decode thread ---------------------------------------------------------
@@ -267,6 +269,7 @@ class GenerationEngine:
                 events.append((sequence, sequence.take_event()))
                 continue
             running = self.backend.decoding() + self._prefilling
+            self.size.reserve_s = self.planner.chunk_cost.seconds(MIN_CHUNK_TOKENS)
             if self.size.is_full(self.cost, running, sequence, self.itl_target_s()):
                 self._full = True
                 return

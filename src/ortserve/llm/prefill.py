@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.llm import limits as shares
-from ortserve.llm.limits import EngineLimits
+from ortserve.llm.limits import MIN_CHUNK_TOKENS, EngineLimits
 from ortserve.llm.scheduler import StepCostModel
 from ortserve.llm.sequence import Sequence
 
@@ -121,11 +121,13 @@ class PrefillPlanner:
         """The chunk cost's prior, and the first budget (a one-row set's calm room)."""
         self.chunk_cost = ChunkCost(chunk_fixed_s, token_s)
         calm = prefill_room(one_row_s, one_row_s, one_row_s, target_s, self.limits.prefill_share)
-        self.chunk_tokens = self.limits.prefill_chunk_tokens or max(32, self.chunk_cost.tokens_within(calm))
+        self.chunk_tokens = self.limits.prefill_chunk_tokens or max(
+            MIN_CHUNK_TOKENS, self.chunk_cost.tokens_within(calm)
+        )
 
     def token_s(self) -> float:
         """Seconds a prompt token costs in a chunk of the last step's size (fixed part shared)."""
-        return self.chunk_cost.token_s + self.chunk_cost.fixed_s / max(self.chunk_tokens, 32)
+        return self.chunk_cost.token_s + self.chunk_cost.fixed_s / max(self.chunk_tokens, MIN_CHUNK_TOKENS)
 
     def wall_token_s(self) -> float:
         """Wall seconds a prompt token takes to prefill while streams decode, at the calm pace:
@@ -145,7 +147,7 @@ class PrefillPlanner:
         """Prompt tokens this step prefills at most, and the seconds of room they must fit
         (None: a token budget alone). ``prefill_chunk_tokens`` when configured; with nobody
         decoding, ``prefill_tokens_per_step`` (no stream to protect); else what
-        :func:`prefill_room` leaves, at least 32 tokens.
+        :func:`prefill_room` leaves, at least :data:`MIN_CHUNK_TOKENS`.
 
         Args:
             decode_s: the decode step just run (0: nobody decoded).
@@ -159,7 +161,7 @@ class PrefillPlanner:
             budget = self.limits.prefill_tokens_per_step
             if decode_s > 0:
                 room = self._room_s(decode_s, cost, decoding, prefilling, target_s, now)
-                budget = max(32, min(budget, self.chunk_cost.tokens_within(room)))
+                budget = max(MIN_CHUNK_TOKENS, min(budget, self.chunk_cost.tokens_within(room)))
         self.chunk_tokens = budget
         return budget, room
 

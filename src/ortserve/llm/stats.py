@@ -187,7 +187,7 @@ class LlmCollector(Collector):
             ),
             (
                 "itl_target_seconds",
-                "Running streams' inter-token latency target (max_itl_ms, else ten one-row steps)",
+                "Running streams' inter-token latency target (max_itl_ms, else from the measured steps)",
                 [s.itl_target_s for _, s in rows],
             ),
             (
