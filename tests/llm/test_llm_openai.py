@@ -35,8 +35,11 @@ def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 
 
 @pytest.fixture
-def client(llm_server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0, timeout=30)
+def client(llm_server: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=f"{llm_server.http_url}/v1", api_key="unused", max_retries=0, timeout=30
+    ) as opened:  # closed after the test: its pooled connections are sockets
+        yield opened
 
 
 _OPENING = "The lighthouse stood at the end of the long stone pier, and every evening the keeper"
@@ -137,7 +140,8 @@ def test_errors_come_in_openai_shape(client: openai.OpenAI, llm_server: ServerPr
     )
     with pytest.raises(urllib.error.HTTPError) as raw:
         urllib.request.urlopen(request)
-    assert raw.value.code == 400 and "error" in json.loads(raw.value.read())
+    with raw.value:  # the error holds the answer's socket
+        assert raw.value.code == 400 and "error" in json.loads(raw.value.read())
 
 
 @pytest.mark.parametrize(

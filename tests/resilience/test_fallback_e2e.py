@@ -146,7 +146,8 @@ def test_readiness_when_degraded_follows_the_config(server: ServerProcess) -> No
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(unnamed, timeout=30)
     assert caught.value.code == 503
-    message = json.loads(caught.value.read())["error"]
+    with caught.value:  # the error holds the answer's socket
+        message = json.loads(caught.value.read())["error"]
     assert message.startswith("model 'unready' has no ready version: version 1: fallback level 2: L0 primary")
 
 

@@ -245,7 +245,8 @@ def test_an_overloaded_model_refuses_from_the_messages_first_bytes_without_parsi
 
 
 def _requests_total(server: ServerProcess, model: str, outcome: str) -> float:
-    text = urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10).read().decode()
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
     labels = (f'model="{model}"', 'transport="grpc"', f'outcome="{outcome}"')
     for line in text.splitlines():
         if line.startswith("ortserve_requests_total{") and all(label in line for label in labels):
