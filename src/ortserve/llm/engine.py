@@ -1,14 +1,12 @@
 """The generation engine: one decode thread per LLM version, continuous batching.
 
 Each step: drop sequences whose clients went away, let waiting sequences into the running set
-while that raises measured tokens/s within the latency target (:mod:`ortserve.llm.scheduler`),
+while that raises measured tokens/s within the latency target (:mod:`~ortserve.llm.running_set`),
 run one decode step for every decoding row, then prefill waiting prompts in chunks under a
-per-step budget (:mod:`ortserve.llm.prefill`: a share of the step that grows while a prompt is
-behind, never past the latency target), so a long prompt never stalls the streams already
-running. A prefilled sequence decodes from the next step on; finished ones leave at
-once. Keys and values live in a :mod:`~ortserve.llm.kv_backend` (an in-place slot pool for
-GroupQueryAttention graphs); when it runs short the newest sequences are preempted and resume
-later from where they were, without repeating a token.
+per-step budget (:mod:`~ortserve.llm.prefill`), so a long prompt never stalls the streams already
+running. A prefilled sequence decodes from the next step on; finished ones leave at once. Keys
+and values live in a :mod:`~ortserve.llm.kv_backend`; when it runs short the newest sequences are
+preempted and resume later from where they were, without repeating a token.
 
 The waiting queue is bounded by expected wait: a request that could not get its first token
 within ``max_queue_wait_s`` (or its own deadline) is refused at once with 429 and Retry-After.
@@ -101,8 +99,7 @@ class GenerationEngine:
         self.preemptions = 0
         self.refused = 0
         self.timeline: list[tuple[float, float, int, int, int, int]] | None = None
-        """When a list: per step (start, seconds, decoded rows, prefilled tokens, waiting,
-        prefilling) for benchmarks that explain where the core went."""
+        """When a list, per step: start, seconds, decoded, prefilled, waiting, prefilling."""
 
     # -- any thread -----------------------------------------------------------------
     @property
@@ -211,6 +208,7 @@ class GenerationEngine:
 
     def _account(self) -> None:
         self.running = len(self.backend.decoding()) + len(self._prefilling)
+        self._waiting.backlog_tokens = sum(s.length - s.kv_tokens for s in self._prefilling)
         self.kv_bytes = self.backend.nbytes + self.cache.bytes_used
 
     def step(self) -> None:

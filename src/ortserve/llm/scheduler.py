@@ -143,6 +143,10 @@ class WaitingQueue:
         self._order = itertools.count()
         self.tokens = 0
         """Prompt tokens waiting (their prefill is work ahead of a newcomer)."""
+        self.backlog_tokens = 0
+        """Tokens the sequences already admitted have still to prefill (set by the engine each
+        step): a newcomer's first token waits for them too. Left out, served at 1.3x capacity
+        with 20 running, admitted TTFT p99 was 31.3-33.9 s against 30 s plus one prefill."""
         self._finishes: deque[tuple[float, int]] = deque()
         self._finished_in_window = 0
 
@@ -233,9 +237,10 @@ class WaitingQueue:
         """Seconds until a newcomer with ``ahead`` sequences before it gets its first token:
         its own prompt's prefill (``prefill_s`` a token, chunks between decode steps
         included) after, when the running set is full, one finish for each sequence ahead
-        and itself; when it is not full, after the prefill of the prompts ahead."""
-        own = prompt_tokens * prefill_s
+        and itself; when it is not full, after the prefill of the prompts ahead. Either way
+        after what the admitted have still to prefill (:attr:`backlog_tokens`)."""
+        own = (prompt_tokens + self.backlog_tokens) * prefill_s
         rate = self.finish_rate(now)
         if not full or rate <= 0:
-            return (self.tokens + prompt_tokens) * prefill_s
+            return self.tokens * prefill_s + own
         return own + (ahead + 1) / rate
