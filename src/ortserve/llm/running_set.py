@@ -2,8 +2,8 @@
 newest must be paused because the measured decode has outgrown its bound.
 
 Kept apart from the engine's step so the rule is one piece with its own state (the widest step
-measured, the run of steps beyond the bound, the steps' measured tail) and can be read and
-tested without a decoder.
+measured, the run of steps beyond the bound, the room kept for the smallest prefill chunk) and
+can be read and tested without a decoder.
 """
 
 from __future__ import annotations
