@@ -26,8 +26,9 @@ import numpy.typing as npt
 from ortserve.errors import Overloaded
 from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
+from ortserve.llm.kv_reuse import cached_start, remember
 from ortserve.llm.limits import MIN_CHUNK_TOKENS, PREFILL_SHARE, EngineLimits
-from ortserve.llm.prefill import PrefillPlanner
+from ortserve.llm.prefill import ChunkCost, PrefillPlanner
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.running_set import RunningSetSize, default_itl_target_s
 from ortserve.llm.sampler import sample_batch
@@ -174,7 +175,7 @@ class GenerationEngine:
         prefill chunk pays whatever its length, ``prefill_token_s`` then the rest per token)."""
         self.cost = StepCostModel(one_row_s, prefill_token_s, row_s)
         if not self.limits.max_itl_ms:
-            smallest = chunk_fixed_s + prefill_token_s * MIN_CHUNK_TOKENS
+            smallest = ChunkCost(chunk_fixed_s, prefill_token_s).seconds(MIN_CHUNK_TOKENS)
             self.max_itl_s = default_itl_target_s(one_row_s, smallest)
         self.planner.tune(one_row_s, prefill_token_s, chunk_fixed_s, self.max_itl_s)
 
@@ -259,6 +260,7 @@ class GenerationEngine:
     def _admit(self, events: Events) -> None:
         """Move waiting sequences into the running set while that pays (lock held)."""
         self._full = False
+        self.size.reserve_s = self.planner.chunk_cost.seconds(MIN_CHUNK_TOKENS)
         while self._waiting:
             sequence = self._waiting.peek()
             if sequence.cancelled:
@@ -267,7 +269,6 @@ class GenerationEngine:
                 events.append((sequence, sequence.take_event()))
                 continue
             running = self.backend.decoding() + self._prefilling
-            self.size.reserve_s = self.planner.chunk_cost.seconds(MIN_CHUNK_TOKENS)
             if self.size.is_full(self.cost, running, sequence, self.itl_target_s()):
                 self._full = True
                 return
@@ -363,15 +364,8 @@ class GenerationEngine:
                 break
             # A resumed sequence recomputes all but its last token (sampled already).
             target = len(sequence.prompt) if not sequence.output else sequence.length - 1
-            prefix = None
             before = sequence.kv_tokens
-            if before == 0:
-                hit = self.cache.lookup(sequence.tokens[:target], sequence.cache_salt)
-                if hit is not None and hit.length < target:
-                    prefix = [part[0] for part in hit.kv]
-                    sequence.kv_tokens = hit.length
-                if not sequence.output and not sequence.preempted:
-                    sequence.cached_tokens = sequence.kv_tokens
+            prefix = cached_start(self.cache, sequence, target) if before == 0 else None
             start = sequence.kv_tokens
             stop = min(target, start + budget)
             try:
@@ -444,8 +438,4 @@ class GenerationEngine:
             self._sink(events)
 
     def _remember(self, sequence: Sequence, length: int) -> None:
-        """Offer the sequence's first ``length`` tokens' keys and values to the prefix cache."""
-        if self.cache.budget_bytes > 0 and length >= self.cache.block_tokens:
-            self.cache.store(
-                sequence.tokens[:length], self.backend.read(sequence, length), sequence.cache_salt
-            )
+        remember(self.cache, self.backend, sequence, length)
