@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ortserve.capture import MAGIC, Capture, CapturedRequest, read_capture
+from ortserve.capture import Capture
+from ortserve.capture_records import MAGIC, CapturedRequest, read_capture
 from ortserve.loadtest.replay import load_capture
 
 

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # wire formats; per-request accounting
     ("protocol", "telemetry"),
     # traffic capture (records requests in their HTTP form)
-    ("capture", "capture_redaction"),
+    ("capture_records", "capture", "capture_redaction"),
     # traffic policies and pipelines over served models
     ("routing", "pipeline"),
     # the model repository: layout, versions, registry, lifecycle manager

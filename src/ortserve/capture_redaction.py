@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import yaml
 
-from ortserve.capture import CapturedRequest
+from ortserve.capture_records import CapturedRequest
 
 __all__ = ["Redactor", "load_redactor", "parse_path"]
 

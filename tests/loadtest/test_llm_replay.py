@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ortserve.capture import CapturedRequest, read_capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.cli.main import main
 from ortserve.llm.demo import DEMO_LLM_NAME, write_demo_llm
 from ortserve.testing import ServerProcess, run_server

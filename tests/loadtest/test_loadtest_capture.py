@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ortserve.capture import Capture, CapturedRequest, read_capture
+from ortserve.capture import Capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.loadtest.replay import load_capture
 
 

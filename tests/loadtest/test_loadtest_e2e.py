@@ -14,7 +14,7 @@ import onnx
 import pytest
 from click.testing import CliRunner, Result
 
-from ortserve.capture import CapturedRequest, read_capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.cli.main import main
 from ortserve.demo import DEMO_MODELS, build_mlp
 from ortserve.testing import ServerProcess, run_server

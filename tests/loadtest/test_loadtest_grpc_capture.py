@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from ortserve.capture import read_capture
+from ortserve.capture_records import read_capture
 from ortserve.protocol.http_codec import decode_infer_request
 from ortserve.protocol.tensors import TensorLimits
 from ortserve.testing import run_server

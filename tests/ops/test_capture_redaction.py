@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from model_builders import write_scaled_version
-from ortserve.capture import CapturedRequest
+from ortserve.capture_records import CapturedRequest
 from ortserve.capture_redaction import Redactor, load_redactor, parse_path
 from ortserve.testing import run_server
 

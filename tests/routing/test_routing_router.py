@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ortserve.capture import CapturedRequest, read_capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.config.model import ModelConfig
 from ortserve.config.routing import RoutingConfig
 from ortserve.core.model import ModelState, VersionInfo

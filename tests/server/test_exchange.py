@@ -19,7 +19,8 @@ import pytest_asyncio
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ortserve.capture import Capture, read_capture
+from ortserve.capture import Capture
+from ortserve.capture_records import read_capture
 from ortserve.core.dataplane import DataPlane
 from ortserve.core.types import ServerMetadata
 from ortserve.demo import write_demo_repository

@@ -12,7 +12,7 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
-from ortserve.capture import CapturedRequest
+from ortserve.capture_records import CapturedRequest
 from ortserve.loadtest.llm_load import LlmLevel, StreamTrace, _Connection, _percentiles
 
 __all__ = ["GENERATION_PATHS", "is_generation", "replay_generation"]

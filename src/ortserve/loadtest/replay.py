@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortserve.capture import CapturedRequest, read_capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.loadtest.compare import Comparison
 from ortserve.loadtest.generator import Drive, LoadLevel, open_loop
 from ortserve.loadtest.measurement import Measurement

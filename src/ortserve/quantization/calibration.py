@@ -20,7 +20,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 import orjson
 
-from ortserve.capture import CapturedRequest, read_capture
+from ortserve.capture_records import CapturedRequest, read_capture
 from ortserve.errors import InvalidInput, OrtServeError
 from ortserve.pipeline.contract import ModelCall, Pipeline, PipelineContext
 from ortserve.pipeline.runtime import pipeline_model_name
