@@ -8,8 +8,9 @@ happen on the loop (answering futures, timers, the observer) is handed back to i
 
 It coordinates: the queued and running work and the taking of batches are the
 :class:`~ortserve.core.backlog.Backlog`'s, the admission arithmetic and its kept verdicts
-the :class:`~ortserve.core.admission.Admission`'s, a batch's requests (joined, answered)
-:mod:`ortserve.core.batch`'s.
+the :class:`~ortserve.core.admission.Admission`'s, the refusals that read the tenants'
+shares of the queue the :class:`~ortserve.core.tenant_admission.TenantAdmission`'s, a
+batch's requests (joined, answered) :mod:`ortserve.core.batch`'s.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from ortserve.core.backlog import Backlog
 from ortserve.core.batch import Pending, Run, assemble, fail, report
 from ortserve.core.clock import Clock, TimerHandle
 from ortserve.core.costmodel import BatchCostModel
-from ortserve.core.fairness import tenant_key
 from ortserve.core.inlining import InlineGate
 from ortserve.core.job import BatchExecutor, BatchJob, Feeds, RunResult
 from ortserve.core.observer import NullObserver, SchedulerObserver
 from ortserve.core.policy import SchedulingPolicy
 from ortserve.core.read_delay import read_delay_of
 from ortserve.core.screening import BatchScreen, split_refused
-from ortserve.errors import DeadlineExceeded, InvalidInput, ModelNotReady, OrtServeError, Overloaded
+from ortserve.core.tenant_admission import TenantAdmission
+from ortserve.errors import DeadlineExceeded, InvalidInput, ModelNotReady, OrtServeError
 
 __all__ = ["BatchExecutor", "Scheduler"]
 
@@ -91,6 +92,7 @@ class Scheduler:
         self._admission = Admission(
             self._backlog, policy, self.cost_model, self.concurrency, clock, self._lock, self._read_delay
         )
+        self._tenants = TenantAdmission(self._backlog, self._admission, policy, clock, self._lock)
         self._inline = InlineGate()
         self._tenancy = False  # a request named its tenant: the queue is shared by tenants
         # Loop thread only:
@@ -162,7 +164,8 @@ class Scheduler:
         backlog = self._backlog
         with self._lock:
             if tenant is not None or self._tenancy:
-                error = self._tenant_refusal(pending, tenant, as_at_edge, now, deadline)
+                self._tenancy = True
+                error = self._tenants.refusal(pending, tenant, as_at_edge, now, deadline)
             elif as_at_edge and self._admission.still_admitted(lane):
                 error = None  # the edge's verdict for this request (refusal()) still holds
             else:
@@ -182,46 +185,6 @@ class Scheduler:
         else:
             self._dispatch()
         return future
-
-    def _tenant_refusal(
-        self, pending: Pending, tenant: str | None, as_at_edge: bool, now: float, deadline: float | None
-    ) -> Overloaded | None:
-        """Admission with tenancy on (under the lock). While the queue holds one tenant's work
-        and this request is that tenant's, as without tenancy (nothing more is kept: see
-        ``Backlog.solo``); else with the queue's shares (:meth:`_fair_refusal`)."""
-        self._tenancy = True
-        pending.tenant = tenant
-        backlog = self._backlog
-        if backlog.shares is None:
-            key = tenant_key(pending)
-            if backlog.queued_requests == 0 or backlog.solo == key:
-                backlog.solo = key
-                if as_at_edge and self._admission.still_admitted(pending.lane):
-                    return None  # the edge's verdict (refusal()) still holds
-                return self._admission.refusal(now, pending.rows, pending.lane, deadline)
-        return self._fair_refusal(pending, now, deadline)
-
-    def _fair_refusal(self, pending: Pending, now: float, deadline: float | None) -> Overloaded | None:
-        """Admission with the queue shared by tenants (under the lock): a full queue first
-        makes room for a tenant under its share, pushing out the newest request of the tenant
-        holding the most (answered 429 on the loop)."""
-        backlog = self._backlog
-        shares = backlog.share_by_tenant()
-        tenant = tenant_key(pending)
-        bound = self._policy.max_queue_size
-        if backlog.queued_requests >= bound and shares.requests.get(tenant, 0) < max(
-            1, bound // shares.tenants_with(tenant)
-        ):
-            victim = shares.newest_of_largest()
-            if victim is not None and tenant_key(victim) != tenant:
-                backlog.drop(
-                    victim,
-                    Overloaded(
-                        "pushed out of a full queue: its tenant held more than its share",
-                        retry_after_s=self._admission.drain_estimate(now, backlog.queued_rows),
-                    ),
-                )
-        return self._admission.refusal(now, pending.rows, pending.lane, deadline, tenant)
 
     def refusal(
         self, priority: int = 0, tenant_of: Callable[[], str | None] | None = None
@@ -254,32 +217,10 @@ class Scheduler:
         if error is not None and tenant_of is not None and self._tenancy:
             tenant = tenant_of()
             if tenant is not None:
-                error = self._tenant_verdict(lane, tenant, error)
+                error = self._tenants.verdict(lane, tenant, error)
         if error is not None:
             self.observer.on_rejected(error)
         return error
-
-    def _tenant_verdict(self, lane: int, tenant: str, blind: Overloaded) -> Overloaded | None:
-        """What ``submit`` would answer a one-row request of ``tenant`` that the tenant-blind
-        verdict refuses: the same while only its own work is queued, else by its share."""
-        backlog = self._backlog
-        if backlog.shares is None and (backlog.queued_requests == 0 or backlog.solo == tenant):
-            return blind
-        now = self._clock.now()
-        timeout_s = self._policy.default_timeout_s
-        bound = self._policy.max_queue_size
-        with self._lock:
-            shares = backlog.share_by_tenant()
-            if backlog.queued_requests >= bound and shares.requests.get(tenant, 0) < max(
-                1, bound // shares.tenants_with(tenant)
-            ):
-                return None  # its submit pushes out the newest of the tenant holding most
-            error = self._admission.refusal(
-                now, 1, lane, None if timeout_s is None else now + timeout_s, tenant
-            )
-        # Answered with the kept verdict's error, encoded once by the edge: a fresh one per
-        # refused request of a flooding tenant cost its encoding each time.
-        return None if error is None else blind
 
     def _dispatch_at_tick_end_once(self) -> None:
         if self._dispatch_soon is None:
