@@ -21,7 +21,7 @@ from ortserve.core.model_files import external_locations, read_model_files
 from ortserve.core.types import InferInput, InferRequest
 from ortserve.errors import ConfigError
 from ortserve.llm.servable import LlmVersion
-from ortserve.repository import manager as manager_module
+from ortserve.repository import version_build as version_build_module
 from ortserve.repository.manager import LifecycleManager
 from ortserve.repository.registry import ModelRegistry
 from ortserve.repository.signature import (
@@ -74,7 +74,7 @@ def _swap_after_the_check(monkeypatch: pytest.MonkeyPatch, swap: Callable[[Path]
         swapped.append(folder)
         return verified
 
-    monkeypatch.setattr(manager_module, "verify_and_read", checked_then_swapped)
+    monkeypatch.setattr(version_build_module, "verify_and_read", checked_then_swapped)
     return swapped
 
 

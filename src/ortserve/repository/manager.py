@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from ortserve.core.model import ModelState, Servable
@@ -25,10 +24,10 @@ from ortserve.errors import ModelLoadFailed, ModelNotFound, OrtServeError
 from ortserve.repository.config_source import ModelSource, check_declared, read_model_source
 from ortserve.repository.kinds import ModelKinds, standard_kinds
 from ortserve.repository.layout import is_model_name, select_versions
-from ortserve.repository.loader import LoadInputs, load_version
 from ortserve.repository.registry import IndexState, ModelRegistry, VersionRecord
-from ortserve.repository.signature import TrustedKeys, VerifiedVersion, verify_and_read
+from ortserve.repository.signature import TrustedKeys
 from ortserve.repository.snapshot import Fingerprint, ModelSnapshot, snapshot_model, snapshot_repository
+from ortserve.repository.version_build import build_version
 from ortserve.settings import ServerSettings
 
 __all__ = ["LifecycleEvents", "LifecycleManager", "LoadedModel"]
@@ -306,31 +305,9 @@ class LifecycleManager:
         started = time.perf_counter()
         observer = None if self.registry.observers is None else self.registry.observers(name, str(number))
         try:
-            model_file = snapshot.model_file(number, config.default_model_filename)
-            loader = self.kinds.loaders.get(config.kind)  # None: an ONNX model
-            keep = 0 if loader is None else loader.keep_bytes
-            folder = snapshot.versions[number].folder
-            verified = await self._verify(name, number, folder, model_file, keep, source.digests)
-            served: Servable
-            if loader is not None:  # another kind (an LLM: its own engine), by its own loader
-                served = await loader.load(name, number, model_file, config, self.settings, verified)
-            else:
-                served = await load_version(
-                    name,
-                    number,
-                    model_file,
-                    config,
-                    self.settings,
-                    observer,
-                    LoadInputs(
-                        source.reshapes(),
-                        source.where,
-                        verified.model_bytes,
-                        source.optional_inputs(),
-                        verified.files,
-                        {t.name: t.label_filename for t in source.outputs if t.label_filename},
-                    ),
-                )
+            served = await build_version(
+                snapshot, number, source, self.kinds, self.settings, self.trusted, observer
+            )
         except OrtServeError as exc:
             return self._version_failed(name, number, files, exc.message)
         except Exception as exc:  # ONNX Runtime's own load errors: logged, this version fails alone
@@ -351,31 +328,6 @@ class LifecycleManager:
         if replaced is not None:
             self._drain(name, number, replaced, "replaced by a reload of the same version")
         return None
-
-    async def _verify(
-        self,
-        name: str,
-        number: int,
-        folder: Path,
-        model_file: Path,
-        keep_below: int = 0,
-        config: Mapping[str, str] | None = None,
-    ) -> VerifiedVersion:
-        """Check the signature (with ``--trusted-keys``), keeping the model file's bytes as hashed.
-
-        Raises:
-            SignatureError: see :func:`verify_and_read`.
-        """
-        if self.trusted is None:
-            return VerifiedVersion(False)
-        relative = model_file.relative_to(folder).as_posix()
-        verified = await asyncio.to_thread(
-            verify_and_read, folder, self.trusted, relative, keep_below, config
-        )
-        logger.info(
-            "model %s version %d: %s", name, number, "signature verified" if verified.signed else "unsigned"
-        )
-        return verified
 
     def _version_failed(self, name: str, number: int, files: Fingerprint, reason: str) -> str:
         self._failed[(name, number)] = files
