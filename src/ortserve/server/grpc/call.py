@@ -2,8 +2,9 @@
 
 The HTTP/2 engine (:mod:`~ortserve.server.http2`) owns the stream; the connection hands its
 DATA here; a call reassembles messages (gRPC over HTTP/2, "Length-Prefixed-Message", through
-its :class:`~ortserve.server.grpc.framing.MessageFramer`), decompresses them, runs the method's handler (an :class:`~ortserve.server.grpc.rpc.Rpc`) and
-answers through its :class:`CallOwner`. A unary handler may answer at once, with a
+its :class:`~ortserve.server.grpc.framing.MessageFramer`), decompresses them (both in its base
+class, :class:`~ortserve.server.grpc.inbound.Inbound`), runs the method's handler (an
+:class:`~ortserve.server.grpc.rpc.Rpc`) and answers through its :class:`CallOwner`. A unary handler may answer at once, with a
 :class:`~ortserve.server.grpc.rpc.Deferred` (a future plus the function
 that turns its result into the answer, so the common inference path needs no task), or
 with a coroutine. A streaming handler is a coroutine that reads and writes messages itself.
@@ -24,8 +25,9 @@ from ortserve.errors import DeadlineExceeded, OrtServeError
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode, abort_from
 from ortserve.server.grpc.framing import MessageFramer
 from ortserve.server.grpc.headers import RESPONSE_HEADERS, RequestHead, trailers, trailers_only
+from ortserve.server.grpc.inbound import Inbound
 from ortserve.server.grpc.inflate import InflateJob, Inflater
-from ortserve.server.grpc.messages import framed, parse_message, wbits
+from ortserve.server.grpc.messages import framed, parse_message
 from ortserve.server.grpc.rpc import Deferred, Rpc, StreamHandler
 
 __all__ = ["CallOwner", "GrpcCall"]
@@ -34,9 +36,6 @@ __all__ = ["CallOwner", "GrpcCall"]
 # it fires a little late so a handler that does (the scheduler) answers and accounts first.
 _DEADLINE_SLACK_S = 0.005
 _NO_INBOX: deque[bytes | bytearray | memoryview] = deque()  # unary calls' inbox: nothing is ever put in it
-_COPY_BELOW = 4096
-"""A streaming call's queued message smaller than this is copied out of the read buffer (a
-memoryview object is ~180 bytes, more than such a message)."""
 
 
 class CallOwner(Protocol):
@@ -65,7 +64,7 @@ _FAILED: Any = object()
 """What ``GrpcCall._called`` returns when the handler raised (the call has ended)."""
 
 
-class GrpcCall:
+class GrpcCall(Inbound):
     """One call's gRPC state; the HTTP/2 stream under it is the engine's.
 
     Handlers see :attr:`metadata`, :meth:`time_remaining`, and for streaming methods
@@ -73,22 +72,14 @@ class GrpcCall:
     """
 
     __slots__ = (
-        "_after",
-        "_after_bytes",
         "_deadline",
         "_ended",
         "_failed",
-        "_framer",
         "_headers_sent",
-        "_inbox",
-        "_inflater",
-        "_inflating",
-        "_input_ended",
         "_loop",
         "_max_message",
         "_owner",
         "_reader",
-        "_request",
         "_rpc",
         "_stop_reading",
         "_task",
@@ -236,25 +227,6 @@ class GrpcCall:
             self._task = task
             task.add_done_callback(self._on_task)
 
-    def receive(self, payload: memoryview, end_stream: bool) -> None:
-        """Take one DATA frame's payload (padding removed)."""
-        if end_stream:
-            self._input_ended = True
-        if self._ended or self._failed:
-            return
-        try:
-            if payload:
-                self._framer.feed(payload, self._complete)
-            if end_stream:
-                self._end_of_input()
-        except GrpcAbort as abort:
-            self._fail(abort)
-            return
-        request = self._request
-        # A request waiting for the end of its stream must not pin a much larger read buffer.
-        if isinstance(request, memoryview) and 2 * len(request) < memoryview(request.obj).nbytes:
-            self._request = bytes(request)
-
     def cancel(self) -> None:
         """The client reset the stream or went away: stop the handler, send nothing more."""
         self._ended = True
@@ -268,70 +240,7 @@ class GrpcCall:
         """End the call with ``abort`` unless it already ended (the connection's own limits)."""
         self._fail(abort)
 
-    # -- inbound messages -------------------------------------------------------------
-    def _complete(self, data: bytes | bytearray | memoryview, compressed: bool) -> None:
-        """One whole message arrived: in order behind one still inflating, else accepted now."""
-        if self._inflating is not None:
-            if self._after is None:
-                self._after = deque()
-            self._after.append((bytes(data), compressed))
-            self._after_bytes += len(data)
-        elif compressed:
-            self._accept(data, True)
-        else:
-            self._deliver(data)
-
-    def _accept(self, data: bytes | bytearray | memoryview, compressed: bool) -> None:
-        if compressed:
-            job = self._inflater.submit(data, wbits(self.head.encoding), self._max_message)
-            if not job.done:  # a large message: it inflates a slice per loop tick
-                self._inflating = job
-                job.on_done = self._on_inflated
-                return
-            data = job.take()
-        self._deliver(data)
-
-    def _deliver(self, data: bytes | bytearray | memoryview) -> None:
-        """Hold the message (unary) or queue it for the handler (streaming)."""
-        if self._rpc.streaming is None:
-            if self._request is not None:
-                raise GrpcAbort(
-                    StatusCode.INVALID_ARGUMENT, "a unary call carries exactly one request message"
-                )
-            self._request = data
-            return
-        self._inbox.append(bytes(data) if len(data) < _COPY_BELOW else data)
-        self._wake()
-
-    def _on_inflated(self, job: InflateJob) -> None:
-        """A message inflated over several ticks: deliver it, then what arrived behind it."""
-        self._inflating = None
-        if self._ended:
-            return
-        try:
-            self._deliver(job.take())
-            while self._after and self._inflating is None:
-                data, compressed = self._after.popleft()
-                self._after_bytes -= len(data)
-                self._accept(data, compressed)
-            if self._input_ended and self._inflating is None:
-                self._input_complete()
-        except GrpcAbort as abort:
-            self._fail(abort)
-
-    def _stop_inflating(self) -> None:
-        if self._inflating is not None:
-            self._inflating.cancelled = True
-            self._inflating = None
-        self._after = None
-        self._after_bytes = 0
-
-    def _end_of_input(self) -> None:
-        if self._framer.inside_message:
-            raise GrpcAbort(StatusCode.INTERNAL, "the stream ended inside a message")
-        if self._inflating is None:
-            self._input_complete()
-
+    # -- the request is in ------------------------------------------------------------
     def _input_complete(self) -> None:
         """The client is done sending and every message is in: run a unary handler."""
         if self._rpc.streaming is not None:
