@@ -11,22 +11,11 @@ runs in a worker thread (ctypes releases the GIL), one at a time, after enough w
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 from collections.abc import Callable
 
+from ortserve.core.heap import malloc_trim
+
 __all__ = ["HeapTrimmer", "malloc_trim"]
-
-
-def _glibc_malloc_trim() -> Callable[[], None] | None:
-    with contextlib.suppress(OSError, AttributeError):
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-        trim.argtypes = [ctypes.c_size_t]
-        return lambda: trim(0)
-    return None  # not glibc: nothing to do
-
-
-malloc_trim = _glibc_malloc_trim()
 
 
 class HeapTrimmer:
