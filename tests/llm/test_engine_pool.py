@@ -1,9 +1,10 @@
 """The engine on real ONNX Runtime sessions, driven step by step: greedy tokens do not depend on
-batch companions, prefill chunking, pool layout or preemption; prefixes are shared only within
-one cache salt."""
+batch companions, prefill chunking, pool layout, a chunk run with the decode (the step graph)
+or preemption; prefixes are shared only within one cache salt."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from ortserve.llm.demo import train_tokenizer, write_llm_version
 from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
+from ortserve.llm.fusion import step_session
 from ortserve.llm.kv_backend import PooledBackend
 from ortserve.llm.layout import check_graph, read_llm_files
 from ortserve.llm.prefix_cache import PrefixCache
@@ -32,19 +34,30 @@ def _write(folder: Path, layout: str) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module", params=["genai", "optimum"])
-def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _write(tmp_path_factory.mktemp(request.param), request.param)
+@dataclass(frozen=True)
+class _Model:
+    folder: Path
+    fused: bool
+    """Steps run the decode and the first prompt chunk as one run of the step graph."""
+
+
+@pytest.fixture(scope="module", params=["genai", "genai-fused", "optimum"])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> _Model:
+    layout = request.param.split("-")[0]
+    return _Model(_write(tmp_path_factory.mktemp(request.param), layout), request.param.endswith("fused"))
 
 
 class _Harness:
-    def __init__(self, folder: Path, limits: EngineLimits, cache_bytes: int = 0) -> None:
+    def __init__(self, model: _Model, limits: EngineLimits, cache_bytes: int = 0) -> None:
+        folder = model.folder
         files = read_llm_files(folder)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        session = ort.InferenceSession(
-            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+
+        def build(graph: bytes) -> ort.InferenceSession:
+            return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+        session = build((folder / "model.onnx").read_bytes())
 
         def signature(args: list[ort.NodeArg]) -> dict[str, tuple[str, list[object]]]:
             return {a.name: (a.type, list(a.shape)) for a in args}
@@ -54,7 +67,11 @@ class _Harness:
         self.vocab = files.vocab_size
         self.events: list[tuple[Sequence, GenerationEvent]] = []
         cache = PrefixCache(cache_bytes, 600.0, lambda: 0.0, 4)
-        self.engine = GenerationEngine(DecoderSession(session, layout), limits, cache, self.events.extend)
+        decoder = DecoderSession(session, layout)
+        if model.fused:
+            decoder.fused = step_session(decoder, (folder / "model.onnx").read_bytes(), files.config, build)
+            assert decoder.fused is not None
+        self.engine = GenerationEngine(decoder, limits, cache, self.events.extend)
         self.engine.tune(0.001, 0.0001)
 
     def sequence(self, prompt: list[int], max_tokens: int, salt: str = "") -> Sequence:
@@ -92,7 +109,7 @@ _requests = st.lists(
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=_requests, chunk=st.sampled_from([3, 8, 17, 4096]))
 def test_greedy_tokens_are_the_same_alone_and_with_any_companions_and_chunking(
-    model: Path, requests: list[tuple[int, int, int, int]], chunk: int
+    model: _Model, requests: list[tuple[int, int, int, int]], chunk: int
 ) -> None:
     alone = _Harness(model, _limits(4096))
     together = _Harness(model, _limits(chunk))
@@ -108,7 +125,7 @@ def test_greedy_tokens_are_the_same_alone_and_with_any_companions_and_chunking(
     assert all(len(s.output) == n for s, (_, n, _, _) in zip((s for _, s in arrivals), requests))
 
 
-def test_preempted_sequences_resume_with_identical_greedy_output(model: Path) -> None:
+def test_preempted_sequences_resume_with_identical_greedy_output(model: _Model) -> None:
     rng = np.random.default_rng(5)
     alone = _Harness(model, _limits(4096))
     prompts = [[int(t) for t in rng.integers(3, alone.vocab, int(n))] for n in rng.integers(20, 60, 8)]
@@ -125,10 +142,11 @@ def test_preempted_sequences_resume_with_identical_greedy_output(model: Path) ->
     assert [s.output for _, s in arrivals] == expected
     if isinstance(tight.engine.backend, PooledBackend):
         assert tight.engine.preemptions > 0
+    assert (tight.engine.riding_steps > 0) == model.fused
     assert not tight.engine.backend.decoding() and tight.engine.backend.nbytes == 0
 
 
-def test_a_cached_prefix_is_reported_only_within_the_same_salt(model: Path) -> None:
+def test_a_cached_prefix_is_reported_only_within_the_same_salt(model: _Model) -> None:
     harness = _Harness(model, _limits(4096), cache_bytes=1 << 24)
     secret = [int(t) for t in np.random.default_rng(9).integers(3, harness.vocab, 48)]
     owner = harness.sequence([*secret, 5], 4, salt="tenant-a")
@@ -145,3 +163,23 @@ def test_a_cached_prefix_is_reported_only_within_the_same_salt(model: Path) -> N
     reference = alone.sequence([*secret, 7], 4)
     alone.run([(0, reference)])
     assert same.output == reference.output == probe_other.output
+
+
+def test_prompts_read_from_the_prefix_cache_while_others_decode_say_what_they_say_alone(
+    model: _Model,
+) -> None:
+    """Later prompts sharing a cached prefix start from it while the first still decodes (with
+    the step graph, their chunks ride with its decode)."""
+    rng = np.random.default_rng(13)
+    harness = _Harness(model, _limits(16), cache_bytes=1 << 24)
+    shared = [int(t) for t in rng.integers(3, harness.vocab, 40)]
+    first = harness.sequence([*shared, 5], 30)
+    later = [harness.sequence([*shared, 7 + i, 9], 10) for i in range(3)]
+    harness.run([(0, first), *((4 + 3 * i, s) for i, s in enumerate(later))])
+    alone = _Harness(model, _limits(4096))
+    for sequence in (first, *later):
+        reference = alone.sequence(sequence.prompt, len(sequence.output))
+        alone.run([(0, reference)])
+        assert sequence.output == reference.output
+    assert all(s.cached_tokens >= 32 for s in later)
+    assert (harness.engine.riding_steps > 0) == model.fused

@@ -267,6 +267,8 @@ def test_generation_metrics_are_exported(client: openai.OpenAI, llm_server: Serv
     # Time inside ONNX Runtime is part of the steps' time, the rest is the engine's own cost.
     in_model = _metric(llm_server, "ortserve_llm_model_run_seconds_total", DEMO_LLM_NAME)
     assert 0 < in_model <= _metric(llm_server, "ortserve_llm_engine_step_seconds_total", DEMO_LLM_NAME)
+    steps = _metric(llm_server, "ortserve_llm_engine_steps_total", DEMO_LLM_NAME)
+    assert 0 <= _metric(llm_server, "ortserve_llm_engine_fused_steps_total", DEMO_LLM_NAME) <= steps
 
 
 def test_bench_openai_transport_reports_tokens_and_latencies(

@@ -42,6 +42,11 @@ class LlmConfig(BaseModel):
     """A request that could not get its first token within this long is refused at once (429)."""
     kv_pool_bytes: Annotated[int, Field(ge=1 << 20)] = 1 << 30
     """Keys and values of running sequences at most; beyond, the newest are preempted."""
+    fuse_steps: bool = True
+    """Run each step's decode and its first prompt chunk as one graph run when the decoder is a
+    GroupQueryAttention graph ortserve wrote (the weights are read once a step, not twice; they
+    are then held by a second session, twice the weights' memory). Other graphs, quantized
+    ones and device sessions keep separate runs."""
     enable_cuda_graph: bool = False
     """CUDA sessions: decode steps captured as CUDA graphs, one per row count (the keys and values
     pool is then allocated whole at the first request; limits in docs/device.md)."""

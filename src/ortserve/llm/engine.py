@@ -4,7 +4,8 @@ Each step: drop sequences whose clients went away, let waiting sequences into th
 while that raises measured tokens/s within the latency target (:mod:`~ortserve.llm.running_set`),
 run one decode step for every decoding row, then prefill waiting prompts in chunks under a
 per-step budget (:mod:`~ortserve.llm.prefill`), so a long prompt never stalls the streams already
-running. A prefilled sequence decodes from the next step on; finished ones leave at once. Keys
+running; with a step graph (:mod:`~ortserve.llm.fusion`) the first chunk runs with the decode, in
+one run. A prefilled sequence decodes from the next step on; finished ones leave at once. Keys
 and values live in a :mod:`~ortserve.llm.kv_backend`; when it runs short the newest sequences are
 preempted and resume later from where they were, without repeating a token.
 
@@ -24,11 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.errors import Overloaded
+from ortserve.llm.forks import start_forks
 from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
 from ortserve.llm.kv_reuse import cached_start, remember
 from ortserve.llm.limits import MIN_CHUNK_TOKENS, PREFILL_SHARE, EngineLimits
-from ortserve.llm.prefill import ChunkCost, PrefillPlanner
+from ortserve.llm.prefill import ChunkCost, PrefillPlanner, RidingChunk, plan_riding
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.running_set import RunningSetSize, default_itl_target_s
 from ortserve.llm.sampler import sample_batch
@@ -78,6 +80,7 @@ class GenerationEngine:
         self._sink = sink
         self._clock = clock
         self.backend = backend or make_backend(decoder, limits.max_context_len, limits.kv_pool_bytes)
+        self._fuses = bool(getattr(self.backend, "fuses", False))  # a step graph (llm/fusion.py)
         self._waiting = WaitingQueue()
         self._prefilling: list[Sequence] = []
         self._order: dict[Sequence, int] = {}
@@ -99,6 +102,8 @@ class GenerationEngine:
         self.step_seconds = 0.0
         self.preemptions = 0
         self.refused = 0
+        self.riding_steps = 0
+        """Steps whose first prompt chunk ran with the decode, in one run of the step graph."""
         self.timeline: list[tuple[float, float, int, int, int, int]] | None = None
         """When a list, per step: start, seconds, decoded, prefilled, waiting, prefilling."""
 
@@ -154,7 +159,9 @@ class GenerationEngine:
         """Run prefills and decode steps before the version is ready (not on the thread), and
         take the automatic defaults from their times (:func:`~ortserve.llm.warmup.measure`)."""
         costs = measure(self.decoder, self.limits.max_context_len, prompt_tokens, steps)
-        self.tune(costs.one_row_s, costs.prefill_token_s, costs.row_s, costs.chunk_fixed_s)
+        self.tune(
+            costs.one_row_s, costs.prefill_token_s, costs.row_s, costs.chunk_fixed_s, costs.riding_token_s
+        )
 
     def itl_target_s(self) -> float:
         """``max_itl_ms``, or one from the one-row step and the smallest chunk measured at load
@@ -169,15 +176,17 @@ class GenerationEngine:
         prefill_token_s: float,
         row_s: float | None = None,
         chunk_fixed_s: float = 0.0,
+        riding_token_s: float | None = None,
     ) -> None:
         """Set the cost models' priors and the automatic defaults from measured costs
         (``row_s``: what one more decoding row adds to a step; ``chunk_fixed_s``: what a
-        prefill chunk pays whatever its length, ``prefill_token_s`` then the rest per token)."""
+        prefill chunk pays whatever its length, ``prefill_token_s`` then the rest per token;
+        ``riding_token_s``: a token of a chunk run with the decode)."""
         self.cost = StepCostModel(one_row_s, prefill_token_s, row_s)
         if not self.limits.max_itl_ms:
             smallest = ChunkCost(chunk_fixed_s, prefill_token_s).seconds(MIN_CHUNK_TOKENS)
             self.max_itl_s = default_itl_target_s(one_row_s, smallest)
-        self.planner.tune(one_row_s, prefill_token_s, chunk_fixed_s, self.max_itl_s)
+        self.planner.tune(one_row_s, prefill_token_s, chunk_fixed_s, self.max_itl_s, riding_token_s)
 
     # -- the decode thread ---------------------------------------------------------
     def _run(self) -> None:
@@ -221,9 +230,11 @@ class GenerationEngine:
                 self._admit(events)
             self._drop_cancelled(events)
             decode_started = self._clock()
-            decoded, held = self._decode(events)
+            decoded, held, riding = self._decode(events)
             decode_s = self._clock() - decode_started
-            prefilled = self._prefill(events, decode_s if decoded else 0.0)
+            prefilled = self._prefill(events, decode_s if decoded else 0.0, riding)
+            if riding is not None:  # the decode alone is what the step model learns
+                decode_s -= self.planner.riding_cost.seconds(riding.stop - riding.start)
         except Exception:
             logger.exception("generation step failed; its sequences end with an error")
             failed = self.backend.decoding() + self._prefilling
@@ -260,7 +271,7 @@ class GenerationEngine:
     def _admit(self, events: Events) -> None:
         """Move waiting sequences into the running set while that pays (lock held)."""
         self._full = False
-        self.size.reserve_s = self.planner.chunk_cost.seconds(MIN_CHUNK_TOKENS)
+        self.size.reserve_s = self.planner.smallest_s(self._fuses)
         while self._waiting:
             sequence = self._waiting.peek()
             if sequence.cancelled:
@@ -312,12 +323,13 @@ class GenerationEngine:
         victim.kv_tokens = 0
         victim.preempted += 1
         self.preemptions += 1
-        with self._wake:
-            self._waiting.push(victim, front=True)
+        self._requeue(victim)
         return True
 
-    def _decode(self, events: Events) -> tuple[int, int]:
-        """One token for every decoding row; returns (rows, tokens they held)."""
+    def _decode(self, events: Events) -> tuple[int, int, RidingChunk | None]:
+        """One token for every decoding row, with the first prompt's chunk in the same run when
+        the backend can (:func:`~ortserve.llm.prefill.plan_riding`); returns (rows, the tokens
+        they held, the chunk that rode)."""
         while self.backend.decoding():
             try:
                 self.backend.grow()
@@ -327,9 +339,24 @@ class GenerationEngine:
                     raise
         rows = self.backend.decoding()
         if not rows:
-            return 0, 0
+            return 0, 0, None
         held = sum(s.length for s in rows)
-        rows, logits = self.backend.decode()
+        riding = None
+        if self._prefilling and self._fuses:
+            riding = plan_riding(
+                self.planner, self.cost, self.cache, rows, held, self._prefilling,
+                self.itl_target_s() * self.guard.scale, self._clock(),
+            )  # fmt: skip
+        if riding is not None:
+            try:
+                rows, logits, riding.logits = self.backend.decode_with_chunk(  # type: ignore[attr-defined]
+                    riding.sequence, riding.start, riding.stop, riding.prefix
+                )
+                self.riding_steps += 1
+            except KvFull:  # the separate prefill after the decode meets it and preempts
+                riding.sequence.kv_tokens, riding = riding.before, None
+        if riding is None:
+            rows, logits = self.backend.decode()
         finished = 0
         draws = sample_batch([s.sampler for s in rows], logits)  # one pass for all rows
         for index, sequence in enumerate(rows):
@@ -342,46 +369,50 @@ class GenerationEngine:
                 self._leave(sequence)
         with self._wake:
             self._waiting.finished(finished, self._clock())
-        return len(rows), held
+        return len(rows), held, riding
 
-    def _prefill(self, events: Events, decode_s: float) -> int:
+    def _prefill(self, events: Events, decode_s: float, riding: RidingChunk | None) -> int:
         """Prefill prompts in admission order, in chunks that fit the step's room (or
-        ``prefill_budget`` tokens in all when the chunk is configured or nobody decodes)."""
-        decoding = self.backend.decoding()
-        budget, room = self.planner.budget(
-            decode_s,
-            self.cost,
-            decoding,
-            self._prefilling,
-            self.itl_target_s() * self.guard.scale,
-            self._clock(),
-        )
+        ``prefill_budget`` tokens in all when the chunk is configured or nobody decodes);
+        ``riding``: the first chunk, planned before and run with the decode."""
+        target_s = self.itl_target_s() * self.guard.scale
+        if riding is not None:
+            budget, room = riding.budget, riding.room
+        else:
+            decoding = self.backend.decoding()
+            budget, room = self.planner.budget(
+                decode_s, self.cost, decoding, self._prefilling, target_s, self._clock()
+            )
         done = 0
         for sequence in list(self._prefilling):
             if room is not None and done:  # a further chunk pays its own fixed part
                 budget = min(budget, self.planner.chunk_cost.tokens_within(room))
             if budget <= 0:
                 break
-            # A resumed sequence recomputes all but its last token (sampled already).
-            target = len(sequence.prompt) if not sequence.output else sequence.length - 1
-            before = sequence.kv_tokens
-            prefix = cached_start(self.cache, sequence, target) if before == 0 else None
-            start = sequence.kv_tokens
-            stop = min(target, start + budget)
-            try:
-                began = self._clock()
-                logits = self.backend.prefill(sequence, start, stop, prefix)
-                self.planner.chunk_cost.observe(stop - start, self._clock() - began)
-            except KvFull:
-                sequence.kv_tokens = before
-                if self._preempt_newest(sequence):
-                    break
-                self._leave(sequence)
-                sequence.abort("length", "the sequence does not fit the keys and values budget")
-                events.append((sequence, sequence.take_event()))
-                continue
-            if room is not None:
-                room -= self.planner.chunk_cost.seconds(stop - start)
+            if riding is not None and sequence is riding.sequence and riding.logits is not None:
+                start, stop, target, logits = riding.start, riding.stop, riding.target, riding.logits
+                if room is not None:  # what the run beyond its prediction took is gone too
+                    room = min(room - self.planner.riding_cost.seconds(stop - start), target_s - decode_s)
+            else:
+                target = sequence.prefill_target
+                before = sequence.kv_tokens
+                prefix = cached_start(self.cache, sequence, target) if before == 0 else None
+                start = sequence.kv_tokens
+                stop = min(target, start + budget)
+                try:
+                    began = self._clock()
+                    logits = self.backend.prefill(sequence, start, stop, prefix)
+                    self.planner.chunk_cost.observe(stop - start, self._clock() - began)
+                except KvFull:
+                    sequence.kv_tokens = before
+                    if self._preempt_newest(sequence):
+                        break
+                    self._leave(sequence)
+                    sequence.abort("length", "the sequence does not fit the keys and values budget")
+                    events.append((sequence, sequence.take_event()))
+                    continue
+                if room is not None:
+                    room -= self.planner.chunk_cost.seconds(stop - start)
             sequence.kv_tokens = stop
             budget -= stop - start
             done += stop - start
@@ -402,35 +433,20 @@ class GenerationEngine:
         return done
 
     def _fork(self, sequence: Sequence, length: int, logits: F32, events: Events) -> None:
-        """Start the request's other choices from this prefill: a copy of its keys and values,
-        their first tokens sampled from its logits in one pass. A choice with no room waits at
-        the front of the queue and prefills as any request (through the prefix cache)."""
-        forks, sequence.forks = sequence.forks, []
-        started: list[Sequence] = []
-        for fork in forks:
-            try:
-                running = len(self.backend.decoding()) + len(self._prefilling) + 1 + len(started)
-                if fork.cancelled or running >= self.limits.max_num_seqs:
-                    raise KvFull("no place for another choice now")
-                self.backend.fork(sequence, fork, length)
-            except KvFull:
-                with self._wake:
-                    self._waiting.push(fork, front=True)
-                continue
-            fork.kv_tokens, fork.cached_tokens = length, sequence.cached_tokens
+        """Start the request's other choices from this prefill (:mod:`~ortserve.llm.forks`)."""
+        places = self.limits.max_num_seqs - len(self.backend.decoding()) - len(self._prefilling) - 1
+        for fork in start_forks(self.backend, sequence, length, logits, places, self._requeue):
             self._admitted += 1
             self._order[fork] = self._admitted
-            started.append(fork)
-        if not started:
-            return
-        draws = sample_batch([f.sampler for f in started], np.repeat(logits[None], len(started), axis=0))
-        for fork, draw in zip(started, draws, strict=True):
-            fork.accept_draw(draw)
             events.append((fork, fork.take_event()))
             if fork.finish_reason is None:
                 self.backend.activate(fork)
             else:
                 self._leave(fork)
+
+    def _requeue(self, sequence: Sequence) -> None:
+        with self._wake:
+            self._waiting.push(sequence, front=True)
 
     def _emit(self, pairs: Events) -> None:
         events = [(s, e) for s, e in pairs if e is not None]

@@ -10,12 +10,14 @@ Two backends behind one face, chosen by the graph's layout:
   batch is left-padded to its longest row (:class:`~ortserve.llm.batch.DecodeBatch`).
 
 Both prefill a prompt in chunks (a row at a time, its own length) and decode every activated
-row in one run.
+row in one run. The pool can also run the decode and one prompt's chunk as one run, when the
+decoder has a step graph for that (:mod:`ortserve.llm.fused_graph`): the weights are read once.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -26,7 +28,15 @@ from ortserve.llm.kv_pool import KvFull, KvPool
 from ortserve.llm.layout import DecoderLayout
 from ortserve.llm.sequence import Sequence
 
-__all__ = ["DecoderSession", "KvBackend", "KvFull", "PaddedBackend", "PooledBackend", "make_backend"]
+__all__ = [
+    "DecoderSession",
+    "KvBackend",
+    "KvFull",
+    "PaddedBackend",
+    "PooledBackend",
+    "StepFeeds",
+    "make_backend",
+]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -49,8 +59,13 @@ class DecoderSession:
         self.present_names = [
             f"present.{layer}.{part}" for layer in range(layout.layers) for part in ("key", "value")
         ]
+        self.chunk_past_names = [name.replace("past_key_values", "chunk_past") for name in self.past_names]
+        self.chunk_present_names = [f"chunk_{name}" for name in self.present_names]
         self.run_seconds = 0.0
         """Time spent inside ONNX Runtime's ``run`` (against the engine's step time: its overhead)."""
+        self.fused: object | None = None
+        """The decode-plus-chunk step graph's session on the same weights (the loader sets it
+        when it could build one, :mod:`ortserve.llm.fusion`), else None."""
 
     @property
     def parts(self) -> int:
@@ -77,25 +92,78 @@ class DecoderSession:
         """Run with ``present`` bound to the very buffers fed as ``past`` (GroupQueryAttention
         writes the new tokens in place); rows are right-padded, row i holds ``lengths[i]``
         tokens after the run. Returns the last position's logits per row."""
+        binding = _binding(self.session)
+        feeds = StepFeeds(ids, positions, lengths, buffers)
+        feeds.bind(binding, _PLAIN, self.past_names, self.present_names, self.layout.has_position_ids)
+        logits = self._run_bound(self.session, binding)
+        return logits[:, -1, :]
+
+    def run_fused(self, decode: StepFeeds, chunk: StepFeeds) -> F32:
+        """Decode rows and one prompt's chunk in one run of :attr:`fused`, keys and values
+        written in place as :meth:`run_in_place` does. Returns the logits [rows + 1, vocab]:
+        each decode row's, then the chunk's last token's.
+
+        Raises:
+            ValueError: no step graph, no decode row, or not one non-empty chunk row (ONNX
+                Runtime's attention divides by the batch: a run with no row ends the process).
+        """
+        if self.fused is None or not len(decode.ids) or chunk.ids.shape[0] != 1 or not chunk.ids.size:
+            raise ValueError("a fused step needs the step graph, decode rows and one non-empty chunk")
+        binding = _binding(self.fused)
+        decode.bind(binding, _PLAIN, self.past_names, self.present_names, True)
+        chunk.bind(binding, _CHUNK, self.chunk_past_names, self.chunk_present_names, True)
+        return self._run_bound(self.fused, binding)
+
+    def _run_bound(self, session: object, binding: object) -> F32:
+        started = time.perf_counter()
+        session.run_with_iobinding(binding)  # type: ignore[attr-defined]
+        self.run_seconds += time.perf_counter() - started
+        logits: F32 = binding.get_outputs()[0].numpy()  # type: ignore[attr-defined]
+        return logits
+
+
+def _binding(session: object) -> object:
+    """A fresh I/O binding with ``logits`` its first output (what ``get_outputs()[0]`` reads)."""
+    binding = session.io_binding()  # type: ignore[attr-defined]
+    binding.bind_output("logits")
+    return binding
+
+
+_PLAIN = ("input_ids", "position_ids", "attention_mask")
+_CHUNK = ("chunk_ids", "chunk_position_ids", "chunk_attention_mask")
+
+
+@dataclass(frozen=True, slots=True)
+class StepFeeds:
+    """Rows of one in-place run: token ids and positions [rows, tokens], each row's length
+    after the run (rows right-padded), and the rows' pool buffers, bound as past and present."""
+
+    ids: I64
+    positions: I64
+    lengths: list[int]
+    buffers: list[F32]
+
+    def bind(
+        self,
+        binding: object,
+        names: tuple[str, str, str],
+        past: list[str],
+        present: list[str],
+        positions: bool,
+    ) -> None:
         import onnxruntime as ort  # the engine module stays importable without it
 
-        binding = self.session.io_binding()  # type: ignore[attr-defined]
-        binding.bind_cpu_input("input_ids", ids)
-        if self.layout.has_position_ids:
-            binding.bind_cpu_input("position_ids", positions)
-        width = max(lengths)
-        mask = (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
-        binding.bind_cpu_input("attention_mask", mask)
-        binding.bind_output("logits")
-        for past, present, buffer in zip(self.past_names, self.present_names, buffers, strict=True):
+        width = max(self.lengths)
+        mask = (np.arange(width)[None, :] < np.asarray(self.lengths)[:, None]).astype(np.int64)
+        ids_name, positions_name, mask_name = names
+        binding.bind_cpu_input(ids_name, self.ids)  # type: ignore[attr-defined]
+        if positions:
+            binding.bind_cpu_input(positions_name, self.positions)  # type: ignore[attr-defined]
+        binding.bind_cpu_input(mask_name, mask)  # type: ignore[attr-defined]
+        for past_name, present_name, buffer in zip(past, present, self.buffers, strict=True):
             value = ort.OrtValue.ortvalue_from_numpy(buffer)
-            binding.bind_ortvalue_input(past, value)
-            binding.bind_ortvalue_output(present, value)
-        started = time.perf_counter()
-        self.session.run_with_iobinding(binding)  # type: ignore[attr-defined]
-        self.run_seconds += time.perf_counter() - started
-        logits: F32 = binding.get_outputs()[0].numpy()
-        return logits[:, -1, :]
+            binding.bind_ortvalue_input(past_name, value)  # type: ignore[attr-defined]
+            binding.bind_ortvalue_output(present_name, value)  # type: ignore[attr-defined]
 
 
 class KvBackend(Protocol):
@@ -187,13 +255,48 @@ class PooledBackend:
     def decode(self) -> tuple[list[Sequence], F32]:
         pool = self.pool
         rows: list[Sequence] = pool.owners(0, pool.decoding)  # type: ignore[assignment]
-        ids = np.array([[s.last_token] for s in rows], dtype=np.int64)
-        positions = np.array([[s.length - 1] for s in rows], dtype=np.int64)
-        lengths = [s.length for s in rows]
+        ids, positions, lengths = _decode_feeds(rows)
         logits = self._run(ids, positions, lengths, 0, len(rows), graph=self.cuda_graph)
         for sequence, length in zip(rows, lengths, strict=True):
             pool.set_length(sequence, length)
         return rows, logits
+
+    @property
+    def fuses(self) -> bool:
+        """Whether :meth:`decode_with_chunk` can run: the decoder has a step graph and the
+        pool is in host memory."""
+        return self.decoder.fused is not None and type(self.pool) is KvPool
+
+    def decode_with_chunk(
+        self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None
+    ) -> tuple[list[Sequence], F32, F32]:
+        """:meth:`decode` and :meth:`prefill` of ``sequence``'s tokens ``start .. stop-1`` as
+        one run: the decoding rows, their logits, and the chunk's last token's logits.
+
+        Raises:
+            KvFull: no room for the chunk (before anything ran).
+            ValueError: the sequence decodes already (its rows cannot be bound twice).
+        """
+        pool = self.pool
+        index = pool.slot(sequence)
+        if index < pool.decoding:  # its row would be bound twice, as decode and as chunk
+            raise ValueError("the chunk's sequence is decoding")
+        pool.reserve(len(pool), stop)
+        if prefix is not None:
+            pool.write(sequence, prefix, start)
+        rows: list[Sequence] = pool.owners(0, pool.decoding)  # type: ignore[assignment]
+        ids, positions, lengths = _decode_feeds(rows)
+        chunk = StepFeeds(
+            np.array([sequence.tokens[start:stop]], dtype=np.int64),
+            np.arange(start, stop, dtype=np.int64)[None],
+            [stop],
+            pool.view(index, index + 1),
+        )
+        logits = self.decoder.run_fused(StepFeeds(ids, positions, lengths, pool.view(0, len(rows))), chunk)
+        for row, length in zip(rows, lengths, strict=True):
+            pool.set_length(row, length)
+        pool.set_length(sequence, stop)
+        return rows, logits[:-1], logits[-1]
 
     def release(self, sequence: Sequence) -> None:
         if sequence in self.pool:
@@ -204,6 +307,13 @@ class PooledBackend:
 
     def decoding(self) -> list[Sequence]:
         return self.pool.owners(0, self.pool.decoding)  # type: ignore[return-value]
+
+
+def _decode_feeds(rows: list[Sequence]) -> tuple[I64, I64, list[int]]:
+    """Each decoding row's last token, its position, and its length after the step."""
+    ids = np.array([[s.last_token] for s in rows], dtype=np.int64)
+    positions = np.array([[s.length - 1] for s in rows], dtype=np.int64)
+    return ids, positions, [s.length for s in rows]
 
 
 class PaddedBackend:

@@ -14,10 +14,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ortserve.config.model import ModelConfig
-from ortserve.core.model_files import ModelFiles
+from ortserve.core.heap import malloc_trim
+from ortserve.core.model_files import ModelFiles, read_model_files
 from ortserve.core.session import build_session, plan_session
 from ortserve.llm.device_kv import with_cuda_graph
 from ortserve.llm.engine import DecoderSession, EngineLimits, GenerationEngine
+from ortserve.llm.fusion import step_session
 from ortserve.llm.layout import LlmFiles, check_graph, read_llm_files
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.sequence import GenerationEvent, Sequence
@@ -65,9 +67,19 @@ def _prepare(
         files, tokenizer = _read_verified(verified)
     plan = plan_session(config, settings.intra_op_threads, settings.inter_op_threads)
     plan = with_cuda_graph(plan, config.llm.enable_cuda_graph)  # into the CUDA provider's options
-    session = build_session(path, plan, files=None if verified is None else verified.model)
+    model = read_model_files(path) if verified is None else verified.model
+    session = build_session(path, plan, files=model)
     layout = check_graph(files, _signature(session.get_inputs()), _signature(session.get_outputs()))
-    return _Prepared(files, DecoderSession(session, layout), tokenizer, tuple(session.get_providers()))
+    decoder = DecoderSession(session, layout)
+    providers = tuple(session.get_providers())
+    if config.llm.fuse_steps and layout.shared_buffer and providers[0] == "CPUExecutionProvider":
+        # From the very bytes the plain session was built from (and the signature checked).
+        decoder.fused = step_session(
+            decoder, model.graph, files.config, lambda graph: build_session(path, plan, model_bytes=graph)
+        )
+        if malloc_trim is not None:  # the graph's parse, weights and rebuild: ~4 copies, now free
+            malloc_trim()
+    return _Prepared(files, decoder, tokenizer, providers)
 
 
 def _read_verified(verified: VerifiedFiles) -> tuple[LlmFiles, TextTokenizer]:
@@ -147,9 +159,10 @@ async def load_llm_version(
     engine.start(f"{name}-{version}")
     logger.info(
         "loaded llm %s version %d: %d layers, %d kv heads x %d, context %d, max_num_seqs %d, "
-        "prefix cache %d bytes, warmed up in %.2f s",
+        "prefix cache %d bytes, %s, warmed up in %.2f s",
         name, version, prepared.decoder.layout.layers, prepared.decoder.layout.kv_heads,
         prepared.decoder.layout.head_dim, context, llm.max_num_seqs, llm.kv_cache_bytes,
+        "decode and chunk in one run" if prepared.decoder.fused is not None else "separate chunks",
         time.perf_counter() - started,
     )  # fmt: skip
     return served

@@ -98,6 +98,12 @@ class Sequence:
         return self.prompt + self.output
 
     @property
+    def prefill_target(self) -> int:
+        """The tokens its prefill reads: the prompt, or, resumed after a pause, all but the
+        last token (sampled already; the next decode step reads it)."""
+        return len(self.prompt) if not self.output else self.length - 1
+
+    @property
     def last_token(self) -> int:
         return self.output[-1]
 

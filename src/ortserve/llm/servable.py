@@ -176,6 +176,10 @@ class LlmVersion:
         return self.engine.preemptions
 
     @property
+    def riding_steps(self) -> int:
+        return self.engine.riding_steps
+
+    @property
     def engine_gaps(self) -> tuple[int, int, float]:
         """Running streams' gaps the engine saw, those past the ITL target, the guard's scale."""
         guard = self.engine.guard

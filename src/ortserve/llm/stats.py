@@ -87,6 +87,9 @@ class _Source(Protocol):
     def preemptions(self) -> int: ...
 
     @property
+    def riding_steps(self) -> int: ...
+
+    @property
     def engine_gaps(self) -> tuple[int, int, float]: ...
 
     @property
@@ -150,6 +153,11 @@ class LlmCollector(Collector):
                 "preemptions",
                 "Running sequences paused for keys-and-values memory",
                 [s.preemptions for _, s in rows],
+            ),
+            (
+                "engine_fused_steps",
+                "Engine steps whose first prompt chunk ran with the decode in one run (the step graph)",
+                [s.riding_steps for _, s in rows],
             ),
             (
                 "engine_step_seconds",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ortserve.llm.kv_backend import DecoderSession
+from ortserve.llm.kv_backend import DecoderSession, StepFeeds
 
 __all__ = ["StepCosts", "measure"]
 
@@ -27,6 +27,9 @@ class StepCosts:
     """A prompt token's share of a chunk, beyond the chunk's fixed part."""
     chunk_fixed_s: float
     """What a prefill chunk pays whatever its length (reading the weights)."""
+    riding_token_s: float | None = None
+    """What a prompt token adds to a decode step it rides with, in one run of the step graph
+    (None: the decoder has none)."""
 
 
 def measure(
@@ -41,8 +44,9 @@ def measure(
     by their fastest run (two each). Not on the engine thread; the model time it spends is not
     counted in ``decoder.run_seconds``."""
     prompt_tokens = max(8, min(prompt_tokens, max_context_len - steps - 1))
+    riding: list[float] = []
     if decoder.layout.shared_buffer:
-        full, short, times, wide = _measure_in_place(decoder, prompt_tokens, steps)
+        full, short, times, wide = _measure_in_place(decoder, prompt_tokens, steps, riding)
     else:
         full, short, times, wide = _measure_optimum(decoder, prompt_tokens, steps)
     # Warm-up is no engine step: its model time must not count in the steps' share of
@@ -57,16 +61,20 @@ def measure(
         max(statistics.median(wide) - one_row, 0.0) / (_ROWS - 1),
         (full - fixed) / prompt_tokens,
         fixed,
+        max(statistics.median(riding) / prompt_tokens, 1e-7) if riding else None,
     )
 
 
 def _measure_in_place(
-    decoder: DecoderSession, prompt_tokens: int, steps: int
+    decoder: DecoderSession, prompt_tokens: int, steps: int, riding: list[float]
 ) -> tuple[float, float, list[float], list[float]]:
+    """Time the prefills and decode steps on a pool-shaped buffer; with a step graph, also
+    what the whole prompt as a chunk adds to the wide decode step it rides with (into
+    ``riding``, once per step; the chunk goes to a row of its own)."""
     layout = decoder.layout
     ids = np.ones((1, prompt_tokens), dtype=np.int64)
     positions = np.arange(prompt_tokens, dtype=np.int64)[None]
-    shape = (_ROWS, layout.kv_heads, prompt_tokens + steps + 1, layout.head_dim)
+    shape = (_ROWS + 1, layout.kv_heads, prompt_tokens + steps + 1, layout.head_dim)
     buffers = [np.zeros(shape, dtype=np.float32) for _ in range(decoder.parts)]
     prefills: dict[int, float] = {}
     for size in (prompt_tokens, prompt_tokens // 4) * 2:
@@ -81,11 +89,20 @@ def _measure_in_place(
         started = time.perf_counter()
         decoder.run_in_place(ids[:, :1], positions[:, :1] + total - 1, [total], [b[:1] for b in buffers])
         times.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        decoder.run_in_place(
-            np.ones((_ROWS, 1), np.int64), np.full((_ROWS, 1), total - 1), [total] * _ROWS, buffers
+        decode = StepFeeds(
+            np.ones((_ROWS, 1), np.int64),
+            np.full((_ROWS, 1), total - 1),
+            [total] * _ROWS,
+            [b[:_ROWS] for b in buffers],
         )
+        started = time.perf_counter()
+        decoder.run_in_place(decode.ids, decode.positions, decode.lengths, decode.buffers)
         wide.append(time.perf_counter() - started)
+        if decoder.fused is not None:
+            chunk = StepFeeds(ids, positions, [prompt_tokens], [b[_ROWS:] for b in buffers])
+            started = time.perf_counter()
+            decoder.run_fused(decode, chunk)
+            riding.append(max(time.perf_counter() - started - wide[-1], 0.0))
     return prefills[prompt_tokens], prefills[prompt_tokens // 4], times, wide
 
 
