@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ortserve.llm.gqa_graph import lengths, rope_tables, rotated
 from ortserve.llm.graph import _IR_VERSION, _OPSET, _Graph, _ints, _mlp, _rms_norm
 from ortserve.llm.weights import DecoderWeights
 
@@ -41,40 +42,8 @@ def _flat(g: _Graph, decode: str, chunk: str) -> str:
     return g.op("Concat", [g.op("Reshape", [decode, flat]), g.op("Reshape", [chunk, flat])], axis=0)
 
 
-def _rope(g: _Graph, weights: DecoderWeights, positions: str) -> tuple[str, str]:
-    """cos and sin [N, 1, head_dim] for the flattened positions (broadcast over heads)."""
-    shape = weights.shape
-    inv_freq = 1.0 / (
-        shape.rope_theta ** (np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim)
-    )
-    column = g.op("Unsqueeze", [g.op("Cast", [positions], to=TensorProto.FLOAT), g.const(_ints(1))])
-    freqs = g.op("Mul", [column, g.const(inv_freq.astype(np.float32), "inv_freq")])
-    emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=1), g.const(_ints(1))])
-    return g.op("Cos", [emb]), g.op("Sin", [emb])
-
-
-def _rotated(g: _Graph, x: str, heads: int, head_dim: int, rope: tuple[str, str]) -> str:
-    """[N, heads*hd] rotated per head (HF's rotate_half), back to [N, heads*hd]."""
-    cos, sin = rope
-    half = head_dim // 2
-    split = g.op("Reshape", [x, g.const(_ints(0, heads, head_dim))])
-    first = g.op("Slice", [split, g.const(_ints(0)), g.const(_ints(half)), g.const(_ints(2))])
-    second = g.op("Slice", [split, g.const(_ints(half)), g.const(_ints(2 * half)), g.const(_ints(2))])
-    turned = g.op("Concat", [g.op("Neg", [second]), first], axis=2)
-    out = g.op("Add", [g.op("Mul", [split, cos]), g.op("Mul", [turned, sin])])
-    return g.op("Reshape", [out, g.const(_ints(0, heads * head_dim))])
-
-
-def _lengths(g: _Graph, mask: str) -> tuple[str, str]:
-    """``seqlens_k`` [B] (each row's total length - 1) and ``total_sequence_length`` (scalar)."""
-    ones = g.op("ReduceSum", [mask, g.const(_ints(1))], keepdims=0)
-    seqlens = g.op("Cast", [g.op("Sub", [ones, g.const(np.int64(1))])], to=TensorProto.INT32)
-    width = g.op("Gather", [g.op("Shape", [mask]), g.const(np.int64(1))], axis=0)
-    return seqlens, g.op("Cast", [width], to=TensorProto.INT32)
-
-
 def _attend(
-    g: _Graph, qkv: list[str], layer: int, prefix: str, lengths: tuple[str, str], weights: DecoderWeights
+    g: _Graph, qkv: list[str], layer: int, prefix: str, seqlens: tuple[str, str], weights: DecoderWeights
 ) -> str:
     """GroupQueryAttention over one part's cache rows; returns its context [tokens, hidden]."""
     shape = weights.shape
@@ -84,7 +53,7 @@ def _attend(
     g.nodes.append(
         helper.make_node(
             "GroupQueryAttention",
-            [*qkv, f"{past}.{layer}.key", f"{past}.{layer}.value", *lengths],
+            [*qkv, f"{past}.{layer}.key", f"{past}.{layer}.value", *seqlens],
             [context, f"{present}.{layer}.key", f"{present}.{layer}.value"],
             domain="com.microsoft",
             num_heads=shape.num_attention_heads,
@@ -105,11 +74,11 @@ def build_fused_decoder(weights: DecoderWeights, name: str = "decoder_fused") ->
     shape.check()
     g = _Graph()
     hd, heads, kv_heads = shape.head_dim, shape.num_attention_heads, shape.num_key_value_heads
-    rope = _rope(g, weights, _flat(g, "position_ids", "chunk_position_ids"))
+    rope = rope_tables(g, weights, _flat(g, "position_ids", "chunk_position_ids"), axis=1)
     rows = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const(_ints(0))], axis=0)
     chunk_tokens = g.op("Gather", [g.op("Shape", ["chunk_ids"]), g.const(_ints(1))], axis=0)
     sizes = g.op("Concat", [rows, chunk_tokens], axis=0)
-    decode_lengths, chunk_lengths = _lengths(g, "attention_mask"), _lengths(g, "chunk_attention_mask")
+    decode_lengths, chunk_lengths = lengths(g, "attention_mask"), lengths(g, "chunk_attention_mask")
     # Each part's q, k, v as the [batch, sequence, width] its attention takes.
     as_rows = {
         (prefix, width): g.const(_ints(-1, 1, width) if not prefix else _ints(1, -1, width))
@@ -120,8 +89,8 @@ def build_fused_decoder(weights: DecoderWeights, name: str = "decoder_fused") ->
     for layer in range(shape.num_hidden_layers):
         lw = weights.layers[layer]
         x = _rms_norm(g, hidden, lw.attn_norm, shape.rms_norm_eps)
-        q = _rotated(g, g.op("MatMul", [x, g.const(lw.wq, "wq")]), heads, hd, rope)
-        k = _rotated(g, g.op("MatMul", [x, g.const(lw.wk, "wk")]), kv_heads, hd, rope)
+        q = rotated(g, g.op("MatMul", [x, g.const(lw.wq, "wq")]), heads, hd, rope, lead=1)
+        k = rotated(g, g.op("MatMul", [x, g.const(lw.wk, "wk")]), kv_heads, hd, rope, lead=1)
         v = g.op("MatMul", [x, g.const(lw.wv, "wv")])
         parts: dict[str, list[str]] = {"": [], CHUNK_PREFIX: []}
         for tensor, width in ((q, heads * hd), (k, kv_heads * hd), (v, kv_heads * hd)):

@@ -23,38 +23,43 @@ from onnx import TensorProto, helper
 from ortserve.llm.graph import _Graph, _ints, _mlp, _rms_norm, finish_decoder
 from ortserve.llm.weights import DecoderWeights
 
-__all__ = ["build_gqa_decoder"]
+__all__ = ["build_gqa_decoder", "lengths", "rope_tables", "rotated"]
 
 
-def _rope_tables(g: _Graph, weights: DecoderWeights) -> tuple[str, str]:
-    """cos and sin [B, S, 1, head_dim] from ``position_ids`` (broadcast over heads, BSNH)."""
+def rope_tables(
+    g: _Graph, weights: DecoderWeights, positions: str = "position_ids", axis: int = 2
+) -> tuple[str, str]:
+    """cos and sin from ``positions`` with a head axis of 1 inserted at ``axis`` (the positions'
+    rank): [B, S, 1, head_dim] from [B, S] (BSNH), [N, 1, head_dim] from flattened [N]."""
     shape = weights.shape
     inv_freq = 1.0 / (
         shape.rope_theta ** (np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim)
     )
-    positions = g.op("Unsqueeze", [g.op("Cast", ["position_ids"], to=TensorProto.FLOAT), g.const(_ints(2))])
-    freqs = g.op("Mul", [positions, g.const(inv_freq.astype(np.float32), "inv_freq")])
-    emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=2), g.const(_ints(2))])
+    column = g.op("Unsqueeze", [g.op("Cast", [positions], to=TensorProto.FLOAT), g.const(_ints(axis))])
+    freqs = g.op("Mul", [column, g.const(inv_freq.astype(np.float32), "inv_freq")])
+    emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=axis), g.const(_ints(axis))])
     return g.op("Cos", [emb]), g.op("Sin", [emb])
 
 
-def _rotated(g: _Graph, x: str, heads: int, head_dim: int, rope: tuple[str, str]) -> str:
-    """[B, S, heads*hd] rotated per head (HF's rotate_half), back to [B, S, heads*hd]."""
+def rotated(g: _Graph, x: str, heads: int, head_dim: int, rope: tuple[str, str], lead: int = 2) -> str:
+    """``x`` [*lead, heads*hd] rotated per head (HF's rotate_half), back to its shape (``lead``:
+    its leading axes, 2 for [B, S], 1 for flattened tokens)."""
     cos, sin = rope
-    half = head_dim // 2
-    split = g.op("Reshape", [x, g.const(_ints(0, 0, heads, head_dim))])
-    first = g.op("Slice", [split, g.const(_ints(0)), g.const(_ints(half)), g.const(_ints(3))])
-    second = g.op("Slice", [split, g.const(_ints(half)), g.const(_ints(2 * half)), g.const(_ints(3))])
-    turned = g.op("Concat", [g.op("Neg", [second]), first], axis=3)
+    half, axis = head_dim // 2, lead + 1
+    split = g.op("Reshape", [x, g.const(_ints(*[0] * lead, heads, head_dim))])
+    first = g.op("Slice", [split, g.const(_ints(0)), g.const(_ints(half)), g.const(_ints(axis))])
+    second = g.op("Slice", [split, g.const(_ints(half)), g.const(_ints(2 * half)), g.const(_ints(axis))])
+    turned = g.op("Concat", [g.op("Neg", [second]), first], axis=axis)
     out = g.op("Add", [g.op("Mul", [split, cos]), g.op("Mul", [turned, sin])])
-    return g.op("Reshape", [out, g.const(_ints(0, 0, heads * head_dim))])
+    return g.op("Reshape", [out, g.const(_ints(*[0] * lead, heads * head_dim))])
 
 
-def _lengths(g: _Graph) -> tuple[str, str]:
-    """``seqlens_k`` [B] (each row's total length - 1) and ``total_sequence_length`` (scalar)."""
-    ones = g.op("ReduceSum", ["attention_mask", g.const(_ints(1))], keepdims=0)
+def lengths(g: _Graph, mask: str = "attention_mask") -> tuple[str, str]:
+    """``seqlens_k`` [B] (each row's total length - 1) and ``total_sequence_length`` (scalar)
+    from an attention mask."""
+    ones = g.op("ReduceSum", [mask, g.const(_ints(1))], keepdims=0)
     seqlens = g.op("Cast", [g.op("Sub", [ones, g.const(np.int64(1))])], to=TensorProto.INT32)
-    width = g.op("Gather", [g.op("Shape", ["attention_mask"]), g.const(np.int64(1))], axis=0)
+    width = g.op("Gather", [g.op("Shape", [mask]), g.const(np.int64(1))], axis=0)
     return seqlens, g.op("Cast", [width], to=TensorProto.INT32)
 
 
@@ -68,14 +73,14 @@ def build_gqa_decoder(weights: DecoderWeights, name: str = "decoder") -> onnx.Mo
     shape.check()
     g = _Graph()
     hd, heads, kv_heads = shape.head_dim, shape.num_attention_heads, shape.num_key_value_heads
-    rope = _rope_tables(g, weights)
-    seqlens, total = _lengths(g)
+    rope = rope_tables(g, weights)
+    seqlens, total = lengths(g)
     hidden = g.op("Gather", [g.const(weights.embed, "embed"), "input_ids"], axis=0)
     for layer in range(shape.num_hidden_layers):
         lw = weights.layers[layer]
         x = _rms_norm(g, hidden, lw.attn_norm, shape.rms_norm_eps)
-        q = _rotated(g, g.op("MatMul", [x, g.const(lw.wq, "wq")]), heads, hd, rope)
-        k = _rotated(g, g.op("MatMul", [x, g.const(lw.wk, "wk")]), kv_heads, hd, rope)
+        q = rotated(g, g.op("MatMul", [x, g.const(lw.wq, "wq")]), heads, hd, rope)
+        k = rotated(g, g.op("MatMul", [x, g.const(lw.wk, "wk")]), kv_heads, hd, rope)
         v = g.op("MatMul", [x, g.const(lw.wv, "wv")])
         context = g.name("attention")
         g.nodes.append(
