@@ -27,10 +27,10 @@ import numpy.typing as npt
 from ortserve.errors import Overloaded
 from ortserve.llm.forks import start_forks
 from ortserve.llm.itl_guard import ItlGuard
-from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, make_backend
-from ortserve.llm.kv_reuse import cached_start, remember
+from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, fusing, make_backend
+from ortserve.llm.kv_reuse import remember
 from ortserve.llm.limits import MIN_CHUNK_TOKENS, PREFILL_SHARE, EngineLimits
-from ortserve.llm.prefill import ChunkCost, PrefillPlanner, RidingChunk, plan_riding
+from ortserve.llm.prefill import ChunkCost, PrefillPlanner, RidingChunk, next_chunk, plan_riding, ride
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.running_set import RunningSetSize, default_itl_target_s
 from ortserve.llm.sampler import sample_batch
@@ -80,7 +80,7 @@ class GenerationEngine:
         self._sink = sink
         self._clock = clock
         self.backend = backend or make_backend(decoder, limits.max_context_len, limits.kv_pool_bytes)
-        self._fuses = bool(getattr(self.backend, "fuses", False))  # a step graph (llm/fusion.py)
+        self._fusing = fusing(self.backend)  # runs decode and first chunk as one (llm/fusion.py)
         self._waiting = WaitingQueue()
         self._prefilling: list[Sequence] = []
         self._order: dict[Sequence, int] = {}
@@ -158,10 +158,8 @@ class GenerationEngine:
     def warm_up(self, prompt_tokens: int = 64, steps: int = 9) -> None:
         """Run prefills and decode steps before the version is ready (not on the thread), and
         take the automatic defaults from their times (:func:`~ortserve.llm.warmup.measure`)."""
-        costs = measure(self.decoder, self.limits.max_context_len, prompt_tokens, steps)
-        self.tune(
-            costs.one_row_s, costs.prefill_token_s, costs.row_s, costs.chunk_fixed_s, costs.riding_token_s
-        )
+        cost = measure(self.decoder, self.limits.max_context_len, prompt_tokens, steps)
+        self.tune(cost.one_row_s, cost.prefill_token_s, cost.row_s, cost.chunk_fixed_s, cost.riding_token_s)
 
     def itl_target_s(self) -> float:
         """``max_itl_ms``, or one from the one-row step and the smallest chunk measured at load
@@ -201,13 +199,18 @@ class GenerationEngine:
                     break
             self.step()
         with self._wake:
-            left = self.backend.decoding() + self._prefilling + self._waiting.drain()
-        for sequence in left:
-            self.backend.release(sequence)
-            sequence.abort("abort", "the model was unloaded")
-        self._prefilling.clear()
+            waiting = self._waiting.drain()
         self.running = 0
-        self._emit([(s, s.take_event()) for s in left])
+        self._emit(self._end_all("abort", "the model was unloaded", waiting))
+
+    def _end_all(self, reason: str, error: str, waiting: list[Sequence]) -> Events:
+        """End every running sequence, and ``waiting``, with ``reason``; their last events."""
+        ended = self.backend.decoding() + self._prefilling + waiting
+        for sequence in ended:
+            self.backend.release(sequence)
+            sequence.abort(reason, error)
+        self._prefilling.clear()
+        return [(s, s.take_event()) for s in ended]
 
     def _busy(self) -> bool:
         return bool(self._prefilling) or bool(self.backend.decoding())
@@ -234,15 +237,10 @@ class GenerationEngine:
             decode_s = self._clock() - decode_started
             prefilled = self._prefill(events, decode_s if decoded else 0.0, riding)
             if riding is not None:  # the decode alone is what the step model learns
-                decode_s -= self.planner.riding_cost.seconds(riding.stop - riding.start)
+                decode_s -= self.planner.riding_cost.seconds(riding.chunk.stop - riding.chunk.start)
         except Exception:
             logger.exception("generation step failed; its sequences end with an error")
-            failed = self.backend.decoding() + self._prefilling
-            for sequence in failed:
-                self.backend.release(sequence)
-                sequence.abort("error", "internal error in the generation step")
-                events.append((sequence, sequence.take_event()))
-            self._prefilling.clear()
+            events += self._end_all("error", "internal error in the generation step", [])
             decoded = held = prefilled = 0
             decode_s = 0.0
         elapsed = self._clock() - started
@@ -271,7 +269,7 @@ class GenerationEngine:
     def _admit(self, events: Events) -> None:
         """Move waiting sequences into the running set while that pays (lock held)."""
         self._full = False
-        self.size.reserve_s = self.planner.smallest_s(self._fuses)
+        self.size.reserve_s = self.planner.smallest_s(self._fusing is not None)
         while self._waiting:
             sequence = self._waiting.peek()
             if sequence.cancelled:
@@ -341,22 +339,18 @@ class GenerationEngine:
         if not rows:
             return 0, 0, None
         held = sum(s.length for s in rows)
-        riding = None
-        if self._prefilling and self._fuses:
+        riding = ran = None
+        if self._prefilling and self._fusing is not None:
             riding = plan_riding(
                 self.planner, self.cost, self.cache, rows, held, self._prefilling,
                 self.itl_target_s() * self.guard.scale, self._clock(),
             )  # fmt: skip
-        if riding is not None:
-            try:
-                rows, logits, riding.logits = self.backend.decode_with_chunk(  # type: ignore[attr-defined]
-                    riding.sequence, riding.start, riding.stop, riding.prefix
-                )
-                self.riding_steps += 1
-            except KvFull:  # the separate prefill after the decode meets it and preempts
-                riding.sequence.kv_tokens, riding = riding.before, None
-        if riding is None:
-            rows, logits = self.backend.decode()
+            ran = ride(self._fusing, riding) if riding is not None else None
+        if ran is None:  # no chunk rode (none planned, or no room: the separate prefill preempts)
+            riding, (rows, logits) = None, self.backend.decode()
+        else:
+            rows, logits = ran
+            self.riding_steps += 1
         finished = 0
         draws = sample_batch([s.sampler for s in rows], logits)  # one pass for all rows
         for index, sequence in enumerate(rows):
@@ -389,22 +383,20 @@ class GenerationEngine:
                 budget = min(budget, self.planner.chunk_cost.tokens_within(room))
             if budget <= 0:
                 break
-            if riding is not None and sequence is riding.sequence and riding.logits is not None:
-                start, stop, target, logits = riding.start, riding.stop, riding.target, riding.logits
+            if riding is not None and sequence is riding.chunk.sequence and riding.logits is not None:
+                chunk, logits = riding.chunk, riding.logits
+                start, stop, target = chunk.start, chunk.stop, chunk.target
                 if room is not None:  # what the run beyond its prediction took is gone too
                     room = min(room - self.planner.riding_cost.seconds(stop - start), target_s - decode_s)
             else:
-                target = sequence.prefill_target
-                before = sequence.kv_tokens
-                prefix = cached_start(self.cache, sequence, target) if before == 0 else None
-                start = sequence.kv_tokens
-                stop = min(target, start + budget)
+                chunk = next_chunk(self.cache, sequence, budget)
+                start, stop, target = chunk.start, chunk.stop, chunk.target
                 try:
                     began = self._clock()
-                    logits = self.backend.prefill(sequence, start, stop, prefix)
+                    logits = self.backend.prefill(sequence, start, stop, chunk.prefix)
                     self.planner.chunk_cost.observe(stop - start, self._clock() - began)
                 except KvFull:
-                    sequence.kv_tokens = before
+                    sequence.kv_tokens = chunk.before
                     if self._preempt_newest(sequence):
                         break
                     self._leave(sequence)

@@ -119,16 +119,13 @@ def agrees(decoder: DecoderSession, fused: object, tolerance: float = 1e-3) -> b
     chunk_positions = np.arange(8, 8 + width, dtype=np.int64)[None]
     decode = StepFeeds(ids, positions, lengths, [part[:rows] for part in pool])
     chunk = StepFeeds(chunk_ids, chunk_positions, [8 + width], [part[rows:] for part in pool])
-    before = decoder.fused
-    decoder.fused = fused
-    try:
-        together = decoder.run_fused(decode, chunk)
-    finally:
-        decoder.fused = before
+    probe = DecoderSession(decoder.session, layout)  # the served one's run time is not touched
+    probe.fused = fused
+    together = probe.run_fused(decode, chunk)
     apart = np.concatenate(
         [
-            decoder.run_in_place(ids, positions, lengths, [part[:rows] for part in copy]),
-            decoder.run_in_place(chunk_ids, chunk_positions, [8 + width], [part[rows:] for part in copy]),
+            probe.run_in_place(ids, positions, lengths, [part[:rows] for part in copy]),
+            probe.run_in_place(chunk_ids, chunk_positions, [8 + width], [part[rows:] for part in copy]),
         ]
     )
     worst = max(

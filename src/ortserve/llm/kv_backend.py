@@ -35,6 +35,7 @@ __all__ = [
     "PaddedBackend",
     "PooledBackend",
     "StepFeeds",
+    "fusing",
     "make_backend",
 ]
 
@@ -261,12 +262,6 @@ class PooledBackend:
             pool.set_length(sequence, length)
         return rows, logits
 
-    @property
-    def fuses(self) -> bool:
-        """Whether :meth:`decode_with_chunk` can run: the decoder has a step graph and the
-        pool is in host memory."""
-        return self.decoder.fused is not None and type(self.pool) is KvPool
-
     def decode_with_chunk(
         self, sequence: Sequence, start: int, stop: int, prefix: list[F32] | None
     ) -> tuple[list[Sequence], F32, F32]:
@@ -388,6 +383,19 @@ class PaddedBackend:
 
     def decoding(self) -> list[Sequence]:
         return list(self.batch.rows) + self._joining
+
+
+def fusing(backend: KvBackend) -> PooledBackend | None:
+    """``backend`` when it can run a step's decode and a prompt chunk as one
+    (:meth:`PooledBackend.decode_with_chunk`): the decoder has a step graph and the pool is in
+    host memory; else None."""
+    if (
+        isinstance(backend, PooledBackend)
+        and backend.decoder.fused is not None
+        and type(backend.pool) is KvPool
+    ):
+        return backend
+    return None
 
 
 def make_backend(decoder: DecoderSession, max_len: int, budget_bytes: int) -> KvBackend:

@@ -29,24 +29,33 @@ import numpy as np
 import numpy.typing as npt
 
 from ortserve.llm import limits as shares
+from ortserve.llm.kv_backend import KvFull, PooledBackend
 from ortserve.llm.kv_reuse import cached_start
 from ortserve.llm.limits import MIN_CHUNK_TOKENS, EngineLimits
 from ortserve.llm.prefix_cache import PrefixCache
 from ortserve.llm.scheduler import StepCostModel
 from ortserve.llm.sequence import Sequence
 
-__all__ = ["ChunkCost", "PrefillPlanner", "RidingChunk", "plan_riding", "prefill_room"]
+__all__ = [
+    "Chunk",
+    "ChunkCost",
+    "PrefillPlanner",
+    "RidingChunk",
+    "next_chunk",
+    "plan_riding",
+    "prefill_room",
+    "ride",
+]
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]
 
 
 @dataclass(slots=True)
-class RidingChunk:
-    """A step's first prompt chunk, planned before the decode to run with it as one graph run:
-    ``sequence``'s tokens ``start .. stop-1`` of the ``target`` its prefill reads (``prefix``:
-    cached keys and values it starts from; ``before``: its ``kv_tokens`` to restore if the run
-    cannot take it), and the step's prefill ``budget`` and ``room``."""
+class Chunk:
+    """The next chunk of ``sequence``'s prefill: tokens ``start .. stop-1`` of the ``target``
+    its prefill reads (``prefix``: cached keys and values it starts from; ``before``: its
+    ``kv_tokens`` to restore if the chunk cannot run)."""
 
     sequence: Sequence
     start: int
@@ -54,6 +63,24 @@ class RidingChunk:
     target: int
     before: int
     prefix: list[F32] | None
+
+
+def next_chunk(cache: PrefixCache, sequence: Sequence, budget: int) -> Chunk:
+    """At most ``budget`` tokens of ``sequence``'s prefill from where it stands; a first chunk
+    starts past the longest prefix the cache holds (moving its ``kv_tokens`` there)."""
+    target = sequence.prefill_target
+    before = sequence.kv_tokens
+    prefix = cached_start(cache, sequence, target) if before == 0 else None
+    start = sequence.kv_tokens
+    return Chunk(sequence, start, min(target, start + budget), target, before, prefix)
+
+
+@dataclass(slots=True)
+class RidingChunk:
+    """A step's first prompt chunk, planned before the decode to run with it as one graph run,
+    with the step's prefill ``budget`` and ``room`` it was planned in."""
+
+    chunk: Chunk
     budget: int
     room: float | None
     logits: F32 | None = None
@@ -255,13 +282,23 @@ def plan_riding(
     """
     predicted = cost.predict(len(decoding), held)
     budget, room = planner.budget(predicted, cost, decoding, prefilling, target_s, now, riding=True)
-    sequence = prefilling[0]
-    target = sequence.prefill_target
-    before = sequence.kv_tokens
-    prefix = cached_start(cache, sequence, target) if before == 0 else None
-    start = sequence.kv_tokens
-    stop = min(target, start + budget)
-    if stop <= start:
-        sequence.kv_tokens = before
+    chunk = next_chunk(cache, prefilling[0], budget)
+    if chunk.stop <= chunk.start:
+        chunk.sequence.kv_tokens = chunk.before
         return None
-    return RidingChunk(sequence, start, stop, target, before, prefix, budget, room)
+    return RidingChunk(chunk, budget, room)
+
+
+def ride(backend: PooledBackend, riding: RidingChunk) -> tuple[list[Sequence], F32] | None:
+    """Run the decode with ``riding``'s chunk as one run: the decoding rows and their logits
+    (the chunk's in ``riding.logits``), or None when the pool has no room for the chunk (its
+    sequence's ``kv_tokens`` put back; nothing ran)."""
+    chunk = riding.chunk
+    try:
+        rows, logits, riding.logits = backend.decode_with_chunk(
+            chunk.sequence, chunk.start, chunk.stop, chunk.prefix
+        )
+    except KvFull:
+        chunk.sequence.kv_tokens = chunk.before
+        return None
+    return rows, logits
