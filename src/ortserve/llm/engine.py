@@ -242,6 +242,7 @@ class GenerationEngine:
             logger.exception("generation step failed; its sequences end with an error")
             events += self._end_all("error", "internal error in the generation step", [])
             decoded = held = prefilled = 0
+            riding = None
             decode_s = 0.0
         elapsed = self._clock() - started
         if self.timeline is not None:
@@ -250,11 +251,10 @@ class GenerationEngine:
             )
         if self.size.after_step(decoded, decode_s, self.itl_target_s()):
             self._preempt_newest()  # paused: resumes where it was, as after a memory preemption
-        if decoded:
-            # The decode alone (the chunks are timed where they run, prefill_token_s): fitted
-            # on whole steps, a fit could not tell decode from prefill when every step carried
-            # a chunk in proportion to its decode (overload), put the cost on the prefill term,
-            # and could predict 50 rows as cheap as 20 (served at 1.3x-2x: 32-50 running rows).
+        if decoded and riding is None:
+            # The decode alone, from steps no chunk rode with: fitted on whole steps, the fit put
+            # the cost on the prefill term under overload and predicted 50 rows as cheap as 20; a
+            # riding step's run less a chunk price measured at load erred with the chunk's size.
             self.cost.observe(decoded, held, 0, decode_s)
         self._emit(events)
         ended = self._clock()
