@@ -6,7 +6,7 @@ One connection with a transport that only counts writes, the server's real edge 
 with the same whole request (a 64-float JSON body) again and again; CPU time of the thread per
 call. Arms:
 
-- ``bytes``: refused from the request's first bytes (``HttpConnection._refuse_whole``), no parser;
+- ``bytes``: refused from the request's first bytes (``plain_post.screen_whole``), no parser;
 - ``headers``: the same connection without that screen: httptools' callbacks, then the edge's
   verdict from the headers (the path every refusal took before);
 - ``bare``: the floor of ``bench_refusal_floor.py`` (httptools parses, one canned write).

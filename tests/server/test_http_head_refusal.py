@@ -21,9 +21,10 @@ from ortserve.core.dataplane import DataPlane
 from ortserve.errors import Overloaded
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.http.admission import EarlyRefusal
-from ortserve.server.http.connection import ConnectionLimits, HttpConnection, _plain_post
+from ortserve.server.http.connection import ConnectionLimits, HttpConnection
 from ortserve.server.http.listener import HttpListener
 from ortserve.server.http.messages import HttpRequest, HttpResponse, json_response
+from ortserve.server.http.plain_post import plain_post
 from ortserve.server.http.run_queue import RunQueue
 from ortserve.statistics import ServerStatistics
 from ortserve.telemetry import Telemetry
@@ -231,13 +232,13 @@ async def test_a_head_split_over_reads_is_refused_by_the_parser(served: Served) 
     ],
 )
 def test_a_head_in_any_doubt_is_left_to_the_parser(head: bytes) -> None:
-    assert _plain_post(head, ConnectionLimits()) is None
+    assert plain_post(head, ConnectionLimits()) is None
 
 
 def test_a_plain_head_gives_its_target_and_length() -> None:
     head = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: a\r\nconnection: Keep-Alive\r\ncontent-length:  12 "
-    assert _plain_post(head, ConnectionLimits()) == (b"/v2/models/m/infer", 12)
-    assert _plain_post(b"POST /x HTTP/1.1\r\nContent-Length: 12", ConnectionLimits(max_body_bytes=11)) is None
+    assert plain_post(head, ConnectionLimits()) == (b"/v2/models/m/infer", 12)
+    assert plain_post(b"POST /x HTTP/1.1\r\nContent-Length: 12", ConnectionLimits(max_body_bytes=11)) is None
 
 
 class Listened:

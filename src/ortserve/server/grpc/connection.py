@@ -7,12 +7,12 @@ targets are made of that overhead (benchmarks/RESULTS.md). HTTP/2 itself is the 
 reads, turns its events into :class:`~ortserve.server.grpc.call.GrpcCall` s, runs its timer,
 and writes what it has to send: what one read produced leaves in one system call.
 
-It owns only what is gRPC's: the calls by stream id and the request bytes they hold (a
-connection holding more than twice the message limit in bytes no handler has taken fails
-its newest call with RESOURCE_EXHAUSTED), a unary call whose request misses its arrival
+It owns only what is gRPC's: the calls by stream id and the request bytes they hold
+(:class:`~ortserve.server.grpc.held.HeldBytes`), a unary call whose request misses its arrival
 deadline (ended DEADLINE_EXCEEDED), and what the connection cap is told: idle (no stream
 open), serving (a unary call's whole request is being answered) or receiving (requests
-arriving, or only streaming calls, which the cap may close for a new connection).
+arriving, or only streaming calls, which the cap may close for a new connection). When it
+reads is its base's, :class:`~ortserve.server.grpc.read_gate.ReadGate`.
 
 Under overload most infer calls are refused, and at 1,600 connections the loop cannot read
 them as fast as they come (issue 30). Three things keep reading and refusing ahead of running:
@@ -45,6 +45,7 @@ from typing import TypeAlias
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
+from ortserve.server.grpc.framing import whole_message
 from ortserve.server.grpc.headers import (
     OK_TRAILERS,
     RESPONSE_HEADERS,
@@ -53,8 +54,10 @@ from ortserve.server.grpc.headers import (
     trailers,
     trailers_only,
 )
+from ortserve.server.grpc.held import HeldBytes
 from ortserve.server.grpc.inflate import Inflater
 from ortserve.server.grpc.options import GrpcOptions
+from ortserve.server.grpc.read_gate import ReadGate
 from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http2.engine import Http2Engine
@@ -78,7 +81,7 @@ _Admitted: TypeAlias = tuple[RequestHead, Rpc, memoryview | bytes]
 """A call admitted from its whole message, waiting for its turn after the loop's reads."""
 
 
-class Http2Connection(asyncio.Protocol):
+class Http2Connection(ReadGate):
     """Serves gRPC calls on one HTTP/2 connection.
 
     Args:
@@ -102,38 +105,29 @@ class Http2Connection(asyncio.Protocol):
         budget: ByteBudget | None = None,
         runs: RunQueue | None = None,
     ) -> None:
+        super().__init__(loop)
         self._routes = routes
         self._runs = runs
         self._lag = read_lag_of(loop)  # the loop's meter of the wait before reading
         self._heads: dict[int, _Head] = {}
         self._admitted: dict[int, _Admitted] = {}
-        self._budget = budget if budget is not None else ByteBudget(1 << 62)
         self._inflater = inflater
         self._settings = settings
         self._connections = connections
         self._told = _SERVING  # the gate in front of it tells the cap until the first bytes
         self._streaming = 0  # streaming calls among self._calls
         self._received = 0  # bytes read (the connection cap ranks progress by it)
-        self._loop = loop
-        self._transport: asyncio.Transport | None = None
         config = settings.engine()
         self._engine: Http2Engine[RequestHead] = Http2Engine(config, request_head, time.monotonic)
         self._calls: dict[int, GrpcCall] = {}
-        self._held_by: dict[int, int] = {}
-        self._held = 0
-        self._max_held = 2 * settings.max_message_bytes + config.stream_window
-        self._closed = False
+        budget = budget if budget is not None else ByteBudget(1 << 62)
+        self._held = HeldBytes(budget, 2 * settings.max_message_bytes + config.stream_window)
         self._in_read = False
-        self._reading = True
-        self._write_paused = False
-        self._parked = False  # the intake governor paused reading (the loop is saturated)
-        self._parked_at = 0.0
         self._intake = connections.intake
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0  # the loop time the timer fires at
         # The soonest a request just begun can be late (none has made progress yet).
         self._first_due = min(config.request_grace_s, config.request_timeout_s)
-        self._resting = False  # a request came too late: nothing is read for a while (_rest)
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -152,46 +146,14 @@ class Http2Connection(asyncio.Protocol):
             self._timer = None
         self._cancel_all()
 
-    def pause_writing(self) -> None:
-        # The peer is not reading: stop reading its requests so it cannot make us buffer answers.
-        self._write_paused = True
-        self._pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._resume_reading()
-
-    def park(self) -> None:
-        self._parked = True
-        self._parked_at = self._loop.time()
-        self._pause_reading()
-
     def unpark(self) -> None:
-        self._parked = False
-        # Time parked was the server's, not the client's: the request clocks skip it.
-        self._engine.postpone_requests(self._loop.time() - self._parked_at)
-        self._resume_reading()
+        super().unpark()
         if self._engine.awaiting and self._timer is not None:  # the requests' clocks run again
             self._timer.cancel()
             self._arm(self._loop.time())
 
-    def _pause_reading(self) -> None:
-        if self._transport is not None and self._reading and not self._closed:
-            self._transport.pause_reading()
-            self._reading = False
-
-    def _resume_reading(self) -> None:
-        if (
-            self._reading
-            or self._write_paused
-            or self._parked
-            or self._resting
-            or self._closed
-            or self._transport is None
-        ):
-            return
-        self._transport.resume_reading()
-        self._reading = True
+    def _skip(self, seconds: float) -> None:
+        self._engine.postpone_requests(seconds)
 
     def data_received(self, data: bytes) -> None:
         self._in_read = True
@@ -277,7 +239,7 @@ class Http2Connection(asyncio.Protocol):
         """The first DATA of a unary call with an edge refusal: a whole message is refused
         without a call, or admitted to run after the reads; anything else starts the call."""
         assert rpc.refuse is not None
-        message = _whole_message(payload) if end_stream else None
+        message = whole_message(payload) if end_stream else None
         if message is None:
             self._receive(self._start(stream_id, head, rpc), payload, end_stream)
             return
@@ -286,13 +248,12 @@ class Http2Connection(asyncio.Protocol):
             self._engine.send_headers(stream_id, verdict, True)
             return
         runs = self._runs
-        if runs is None or not self._budget.take(len(payload)):
+        if runs is None or not self._held.take(len(payload)):
             self._receive(self._start(stream_id, head, rpc), payload, end_stream)
             return
         # A small message must not pin the whole read's buffer while it waits.
         kept = payload if 2 * len(payload) >= memoryview(payload.obj).nbytes else bytes(payload)
         self._admitted[stream_id] = (head, rpc, kept)
-        self._held += len(payload)
         runs.defer(self)
 
     def run_deferred(self) -> None:
@@ -304,8 +265,7 @@ class Http2Connection(asyncio.Protocol):
             return
         stream_id = next(iter(admitted))
         head, rpc, payload = admitted.pop(stream_id)
-        self._held -= len(payload)
-        self._budget.give(len(payload))
+        self._held.give(len(payload))
         if self._closed:
             return
         self._receive(self._start(stream_id, head, rpc), memoryview(payload), True)
@@ -320,21 +280,9 @@ class Http2Connection(asyncio.Protocol):
             return  # the call ended while it took them
         if not end_stream and not call.backlogged:
             self._engine.consumed(stream_id)
-        held = call.held
-        grown = held - self._held_by.get(stream_id, 0)
-        if not grown:
-            return
-        if grown > 0 and not self._budget.take(grown):
-            call.fail(GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "the server holds too many request bytes"))
-            return
-        if grown < 0:
-            self._budget.give(-grown)
-        self._held += grown
-        self._held_by[stream_id] = held
-        if self._held > self._max_held and held:
-            call.fail(
-                GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, "too much request data held on this connection")
-            )
+        refusal = self._held.update(stream_id, call.held)
+        if refusal is not None:
+            call.fail(GrpcAbort(StatusCode.RESOURCE_EXHAUSTED, refusal))
 
     def _on_reset(self, stream_id: int) -> None:
         self._heads.pop(stream_id, None)
@@ -344,10 +292,7 @@ class Http2Connection(asyncio.Protocol):
             call.cancel()
 
     def _forget(self, stream_id: int) -> GrpcCall | None:
-        held = self._held_by.pop(stream_id, 0)
-        self._held -= held
-        if held:
-            self._budget.give(held)
+        self._held.released(stream_id)
         call = self._calls.pop(stream_id, None)
         if call is not None and not call.unary:
             self._streaming -= 1
@@ -356,8 +301,7 @@ class Http2Connection(asyncio.Protocol):
     def _drop_admitted(self, stream_id: int) -> None:
         admitted = self._admitted.pop(stream_id, None)
         if admitted is not None:
-            self._held -= len(admitted[2])
-            self._budget.give(len(admitted[2]))
+            self._held.give(len(admitted[2]))
 
     def _cancel_all(self) -> None:
         self._heads.clear()
@@ -366,10 +310,7 @@ class Http2Connection(asyncio.Protocol):
         calls = list(self._calls.values())
         self._calls.clear()
         self._streaming = 0
-        self._held_by.clear()
-        if self._held:
-            self._budget.give(self._held)
-        self._held = 0
+        self._held.clear()
         for call in calls:
             call.cancel()
 
@@ -377,10 +318,7 @@ class Http2Connection(asyncio.Protocol):
     def send_answer(self, call: GrpcCall, payload: bytes) -> None:
         stream_id = call.stream_id
         self._calls.pop(stream_id, None)  # a unary call's (streaming calls end with trailers)
-        held = self._held_by.pop(stream_id, 0)
-        if held:
-            self._held -= held
-            self._budget.give(held)
+        self._held.released(stream_id)
         ending = trailers(StatusCode.OK, "", call.trailing) if call.trailing else OK_TRAILERS
         self._engine.send_response(stream_id, RESPONSE_HEADERS, payload, ending)
         if not self._in_read:
@@ -495,31 +433,17 @@ class Http2Connection(asyncio.Protocol):
                 else:  # answered, then the stream reset (the client may still be sending)
                     call.fail(GrpcAbort(StatusCode.DEADLINE_EXCEEDED, "the request was not received in time"))
             if late:
-                self._rest()
+                # Read nothing from this peer for three times the grace a request gets. A peer
+                # that re-opens a stalled call at once (issue 27's sustained attack: 10,000 of
+                # them) made the server end ~300 calls a second; resting, the connection has no
+                # call open and is the first the cap evicts, and the attack's calls ended halved
+                # (server CPU -20%, probe medians 2-3x lower; benchmarks/RESULTS.md, "issue 27,
+                # the three open points"). A real client's other calls keep their clocks.
+                self._rest(3 * self._first_due)
         delay = self._engine.tick(requests_timed=not self._parked)
         self._flush()
         if delay is not None:
             self._arm(self._loop.time() + delay)
-
-    def _rest(self) -> None:
-        """A call's request did not arrive in time: read nothing more from this peer for three
-        times the grace a request gets. A peer that re-opens a stalled call at once (issue 27's
-        sustained attack: 10,000 of them) made the server end ~300 calls a second; resting,
-        the connection has no call open and is the first the cap evicts, and the attack's
-        calls ended halved (server CPU -20%, probe medians 2-3x lower; benchmarks/RESULTS.md,
-        "issue 27, the three open points"). A real client's other calls on the connection
-        keep their clocks (postponed by the rest)."""
-        if self._resting or self._closed:
-            return
-        self._resting = True
-        self._pause_reading()
-        # Not reading is the server's choice: the other calls' request clocks skip the rest.
-        self._engine.postpone_requests(3 * self._first_due)
-        self._loop.call_later(3 * self._first_due, self._end_rest)
-
-    def _end_rest(self) -> None:
-        self._resting = False
-        self._resume_reading()
 
     def _arm(self, when: float) -> None:
         self._timer_at = when
@@ -532,12 +456,3 @@ _NONE_GONE: frozenset[int] = frozenset()
 def _reset_in(events: list[Event[RequestHead]]) -> frozenset[int]:
     """The streams the peer reset in one read's events."""
     return frozenset(e.stream_id for e in events if type(e) is StreamReset and e.remote)
-
-
-def _whole_message(payload: memoryview) -> memoryview | None:
-    """The message when ``payload`` is exactly one uncompressed length-prefixed message; None
-    for anything else (a compressed message inflates in its call)."""
-    size = len(payload) - 5
-    if size < 0 or payload[0] != 0 or int.from_bytes(payload[1:5], "big") != size:
-        return None
-    return payload[5:]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
 
-__all__ = ["MessageFramer", "MessageSink"]
+__all__ = ["MessageFramer", "MessageSink", "whole_message"]
 
 _PREFIX = 5
 
@@ -91,3 +91,12 @@ class MessageFramer:
             )
         self._compressed = prefix[0] == 1
         self._length = length
+
+
+def whole_message(payload: memoryview) -> memoryview | None:
+    """The message when ``payload`` is exactly one uncompressed length-prefixed message; None
+    for anything else (a compressed message inflates in its call)."""
+    size = len(payload) - _PREFIX
+    if size < 0 or payload[0] != 0 or int.from_bytes(payload[1:_PREFIX], "big") != size:
+        return None
+    return payload[_PREFIX:]

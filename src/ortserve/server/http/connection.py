@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 from urllib.parse import unquote
 
 import httptools
@@ -30,6 +29,7 @@ from ortserve.protocol.http_codec import encode_error
 from ortserve.server.connections import ByteBudget, ConnectionSet, peer_address
 from ortserve.server.http.deadlines import ARRIVING, BODY, BUSY, HEAD, IDLE, ConnectionLimits, Deadlines
 from ortserve.server.http.messages import HttpRequest, HttpResponse
+from ortserve.server.http.plain_post import TargetScreen, screen_whole
 from ortserve.server.http.responder import Handler
 from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http.wire import CannedResponse
@@ -41,15 +41,6 @@ logger = logging.getLogger(__name__)
 
 Admission = Callable[[bytes, bytes, dict[bytes, bytes]], "CannedResponse | None"]
 """``(method, url, headers) -> a refusal`` asked once the headers are in (None: go on)."""
-
-
-class TargetScreen(Protocol):
-    """Refuses a plain POST from its target alone, before the connection parses it
-    (:meth:`~ortserve.server.http.admission.EarlyRefusal.refuse_target`)."""
-
-    def __call__(self, url: bytes, *, again: bool = False) -> CannedResponse | bool:
-        """The refusal to write, True (admitted: not asked again), or False (ask with the headers)."""
-        ...
 
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -219,55 +210,19 @@ class HttpConnection(Deadlines):
             self._intake.admit_more(self)
 
     def _refuse_whole(self, data: bytes) -> bytes:
-        """Refuse the whole plain POSTs at the start of ``data`` from their bytes alone, without
-        the parser or a request object, all their answers in one write; the rest of ``data``
-        (from the first request not refused, or not plain, or not whole) is for the parser.
-
-        Only a request whose framing leaves no doubt is taken (``_plain_post``: HTTP/1.1, one
-        Content-Length, no Transfer-Encoding, Expect, Upgrade, request id or closing
-        Connection, no bare LF or folded line); anything else is parsed as before.
-        """
-        screen = self._screen
-        assert screen is not None
-        limits = self._limits
-        answers: list[bytes] = []
-        start, size = 0, len(data)
-        while True:
-            end = data.find(b"\r\n\r\n", start, start + limits.max_header_bytes)
-            if end < 0:
-                break
-            head = data[start:end]
-            framing = _PLAIN_HEADS.get(head)
-            if framing is not None and framing[1] > limits.max_body_bytes:
-                break  # kept under another listener's limits
-            if framing is None:
-                framing = _plain_post(head, limits)
-                if framing is None:
-                    break
-                if len(head) <= _MAX_KEPT_HEAD:
-                    if len(_PLAIN_HEADS) >= _MAX_KEPT_HEADS:
-                        _PLAIN_HEADS.clear()
-                    _PLAIN_HEADS[head] = framing
-            url, length = framing
-            whole = end + 4 + length
-            if whole > size:
-                break
-            verdict = screen(url)
-            if verdict is True:
-                self._screened = True  # the parser's on_headers_complete need not ask again
-                break
-            if verdict is False:
-                break
-            answers.append(verdict.wire(True))
-            start = whole
-            if data[start : start + 5] != b"POST ":
-                break
-        if not answers:
+        """Refuse the whole plain POSTs at the start of ``data`` from their bytes alone
+        (:func:`~ortserve.server.http.plain_post.screen_whole`), all their answers in one
+        write; the rest of ``data`` is for the parser."""
+        assert self._screen is not None
+        screened = screen_whole(data, self._screen, self._limits)
+        if screened.admitted:
+            self._screened = True  # the parser's on_headers_complete need not ask again
+        if not screened.answers:
             return data
         assert self._transport is not None
-        self._transport.write(answers[0] if len(answers) == 1 else b"".join(answers))
+        self._transport.write(screened.answers)
         self._to_idle()
-        return data[start:]
+        return data[screened.rest :]
 
     # -- httptools callbacks ----------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -472,61 +427,3 @@ class HttpConnection(Deadlines):
         self._discard_left -= received
         if self._discard_left <= 0 or self._discard_left > _MAX_DISCARD:
             self._close()
-
-
-_MAX_KEPT_HEADS = 256
-_MAX_KEPT_HEAD = 2048
-_PLAIN_HEADS: dict[bytes, tuple[bytes, int]] = {}
-"""Heads found plain, by their bytes: a client sends the same head again and again, so the
-checks of ``_plain_post`` run once per distinct head (the limits are the server's, one per
-process; a head kept is within them)."""
-
-_REFUSED_FIELDS = (b"\r\ntransfer-encoding:", b"\r\nexpect:", b"\r\nupgrade:", b"\r\nx-request-id:")
-
-
-def _plain_post(head: bytes, limits: ConnectionLimits) -> tuple[bytes, int] | None:
-    """``(url, content length)`` of a request head (without its blank line) whose framing
-    leaves no doubt, else None (the parser takes it).
-
-    The request line is ``POST <target> HTTP/1.1``; the fields hold exactly one
-    Content-Length of digits within the body limit, no Transfer-Encoding (the two together
-    are a smuggling attempt the parser answers 400), no Expect (the client waits for 100
-    Continue), no Upgrade, no X-Request-ID (echoed: the headers path answers it), a
-    Connection field only of ``keep-alive``, no bare LF, no folded line and no space before
-    a colon (llhttp rejects those, and a refusal must not read a length the parser would not).
-    """
-    line_end = head.find(b"\r\n")
-    if line_end < 0:
-        return None
-    parts = head[:line_end].split(b" ")
-    if len(parts) != 3 or parts[2] != b"HTTP/1.1":
-        return None
-    fields = head[line_end:].lower()
-    if (
-        fields.count(b"\n") != fields.count(b"\r\n")
-        or fields.count(b"\r\n") > limits.max_headers
-        or b"\r\n " in fields
-        or b"\r\n\t" in fields
-        or b" :" in fields
-        or b"\t:" in fields
-    ):
-        return None
-    for name in _REFUSED_FIELDS:
-        if name in fields:
-            return None
-    at = fields.find(b"\r\nconnection:")
-    if at >= 0:
-        stop = fields.find(b"\r\n", at + 2)
-        if fields[at + 13 : stop if stop >= 0 else len(fields)].strip(b" \t") != b"keep-alive":
-            return None
-    at = fields.find(b"\r\ncontent-length:")
-    if at < 0 or fields.find(b"\r\ncontent-length:", at + 2) >= 0:
-        return None
-    stop = fields.find(b"\r\n", at + 2)
-    value = fields[at + 17 : stop if stop >= 0 else len(fields)].strip(b" \t")
-    if not value.isdigit() or len(value) > 12:
-        return None
-    length = int(value)
-    if length > limits.max_body_bytes:
-        return None
-    return parts[1], length
