@@ -7,7 +7,9 @@ Per server (pinned to CPU 0; ortserve with one ONNX Runtime thread, llama-server
 three times, the median), a closed loop of 16 streams (prompts 16-512, outputs 16-256 tokens,
 ``ignore_eos``, greedy; the first ``--warmup`` seconds not counted), then open loops at 1.3x
 and 2x the closed loop's requests/s (arrivals for ``--duration`` s, the first ``--open-warmup``
-not counted, then a drain of at most ``--drain`` s). Reported against the targets:
+not counted, then a drain of at most ``--drain`` s), and with ``--closed-after`` a second
+closed loop (the open loops are then compared with the mean of the two). Reported against the
+targets:
 
 - output tokens/s of each open loop against the closed loop's (>= 0.95);
 - admitted requests' TTFT p99 against ``max_queue_wait_s`` + one prefill at the engine's calm
@@ -96,6 +98,22 @@ def measure(url: str, pid: int, args: argparse.Namespace, log: Callable[[str], N
         opened["of_closed"] = opened["output_tokens_per_s"] / max(closed["output_tokens_per_s"], 1e-9)
         log(f"  open x{multiple}: {json.dumps({k: round(v, 2) for k, v in opened.items()})}")
         phases[f"open_x{multiple}"] = opened
+    if args.closed_after:
+        # The machine's speed drifts by 10% within minutes: a second closed loop after the open
+        # ones makes the reference the capacity at their middle (the mean of the two), and the
+        # two apart say how far it drifted during the run.
+        sampler = Sampler(url, pid)
+        sampler.start()
+        run, start, stop = asyncio.run(closed_loop(url, 16, args.duration, 1, args.warmup))
+        after = summary(run, start, stop) | _per_cpu(run, sampler, start, stop) | sampler.medians()
+        log(f"  closed 16 after: {json.dumps({k: round(v, 1) for k, v in after.items()})}")
+        phases["closed_after"] = after
+        reference = (closed["output_tokens_per_s"] + after["output_tokens_per_s"]) / 2
+        for multiple in (1.3, 2.0):
+            phase = phases[f"open_x{multiple}"]
+            assert isinstance(phase, dict)
+            phase["of_closed_first"] = phase["of_closed"]
+            phase["of_closed"] = phase["output_tokens_per_s"] / max(reference, 1e-9)
     return phases
 
 
@@ -105,7 +123,13 @@ def verdict(name: str, phases: dict[str, object], itl_target: float, bound: floa
         f = phases[key]
         assert isinstance(f, dict)
         row = (
-            f"{name} {key}: tokens/s {f['output_tokens_per_s']:.1f} = {f['of_closed']:.2f} of closed (>= 0.95); "
+            f"{name} {key}: tokens/s {f['output_tokens_per_s']:.1f} = {f['of_closed']:.2f} of closed"
+            + (
+                f" (before and after; before alone {f['of_closed_first']:.2f})"
+                if "of_closed_first" in f
+                else ""
+            )
+            + " (>= 0.95); "
             f"TTFT p99 {f['ttft_p99_ms'] / 1e3:.2f} s"
             + (f" (<= {bound:.2f} s)" if bound else "")
             + f"; ITL p50/p99 {f['itl_p50_ms']:.0f}/{f['itl_p99_ms']:.0f} ms"
@@ -134,6 +158,11 @@ def main() -> None:
         type=float,
         default=0.0,
         help="ortserve's max_itl_ms (0: the engine's measured default)",
+    )
+    parser.add_argument(
+        "--closed-after",
+        action="store_true",
+        help="a second closed loop after the open ones; the open loops' ratio is to the mean of both",
     )
     parser.add_argument("--smoke", action="store_true", help="a few seconds per phase: does it run")
     args = parser.parse_args()
@@ -200,7 +229,9 @@ def main() -> None:
             document[name] = found
             lines += verdict(name, found, 0.0, None)
             lines.append(f"greedy text equal ({name}): {document[f'text_equal_{name}']}")
-            for key in ("closed", "open_x1.3", "open_x2.0"):
+            for key in ("closed", "open_x1.3", "open_x2.0", "closed_after"):
+                if key not in phases:
+                    continue
                 ours, theirs = phases[key], found[key]
                 assert isinstance(ours, dict) and isinstance(theirs, dict)
                 ratio = (
