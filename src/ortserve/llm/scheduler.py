@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -132,6 +133,15 @@ class _Waiting:
     sequence: Sequence = field(compare=False)
 
 
+RATE_SIGMAS = 2.0
+"""How far below the measured finish rate a newcomer's wait is priced, in standard errors of
+the finishes counted. The fake clock (per-step noise only) held the admitted TTFT p99 within
+30 s plus one prefill at 1.3 (a 12% margin: 30.7-30.9 s against 31.0, 5 seeds x 600 s); served,
+where the core's speed also drifts by about 10% within minutes, an 80-second run at 2x capacity
+admitted a p99 of 32.6 s against 30.35 with it."""
+_MIN_RATE_SHARE = 0.5
+
+
 class WaitingQueue:
     """Waiting sequences, highest priority first, then first come first served."""
 
@@ -225,11 +235,12 @@ class WaitingQueue:
         first = self._finishes[0][0]
         span = max(now, self._finishes[-1][0]) - first
         counted = self._finished_in_window - self._finishes[0][1]
+        if span <= 0 or counted <= 0:
+            return 0.0
         # The admitted are those whose estimate fell under the bound, so its errors are not
-        # even: a margin of 12%, about 1.3 standard errors of a count of 128. With 9% (one)
-        # the admitted TTFT p99 was 31.8-32.2 s against 30 s + one prefill (31.0) on the fake
-        # clock, 5 seeds x 600 s; with 12%, 30.7-30.9 s for 1% more 429s.
-        return 0.88 * counted / span if span > 0 else 0.0
+        # even: the rate is taken at its lower bound, RATE_SIGMAS standard errors of the count
+        # below the count (18% under at the window's 128 finishes; wider while few are counted).
+        return max(_MIN_RATE_SHARE, 1.0 - RATE_SIGMAS / math.sqrt(counted)) * counted / span
 
     def expected_wait(
         self, ahead: int, prompt_tokens: int, full: bool, prefill_s: float, now: float
