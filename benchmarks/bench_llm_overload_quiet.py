@@ -196,9 +196,8 @@ def main() -> None:
             text = greedy_text(server.http_url)
             target = _itl_target(server.http_url)
             phases = measure(server.http_url, server.process.pid, args, log)
-            # The server's own view over the whole run (warm-ups included; gaps as its loop wrote
-            # them): a share past the target far below the clients' says the tail is after the
-            # server's writes (the network, the client's reading).
+            # The engine's own view over the whole run (warm-ups included): a share of gaps past
+            # the target far below the clients' says the tail is in the delivery.
             seen = _metric(server.http_url, "ortserve_llm_engine_itl_gaps_total")
             past = _metric(server.http_url, "ortserve_llm_engine_itl_gaps_over_target_total")
             phases["engine_gaps_over_target_share"] = past / seen if seen else 0.0

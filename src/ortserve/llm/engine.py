@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from ortserve.errors import Overloaded
 from ortserve.llm.forks import start_forks
-from ortserve.llm.itl_guard import DeliveredGaps, ItlGuard
+from ortserve.llm.itl_guard import ItlGuard
 from ortserve.llm.kv_backend import DecoderSession, KvBackend, KvFull, fusing, make_backend
 from ortserve.llm.kv_reuse import remember
 from ortserve.llm.limits import MIN_CHUNK_TOKENS, PREFILL_SHARE, EngineLimits
@@ -95,8 +95,7 @@ class GenerationEngine:
         self.planner = PrefillPlanner(limits)
         self.guard = ItlGuard()
         """Scales the target each step's prefill aims at, from the gaps streams saw."""
-        self.delivery = DeliveredGaps(clock)
-        """When each step's events reached the sockets: the gaps the guard watches."""
+        self._last_emit: float | None = None
         self.running = 0
         self.steps = 0
         self.kv_bytes = 0
@@ -257,10 +256,12 @@ class GenerationEngine:
             # the cost on the prefill term under overload and predicted 50 rows as cheap as 20; a
             # riding step's run less a chunk price measured at load erred with the chunk's size.
             self.cost.observe(decoded, held, 0, decode_s)
-        if self._emit(events):
-            # What a running stream saw: the previous step's events to this step's, as written.
-            for gap in self.delivery.emitted(self._clock(), bool(decoded)):
-                self.guard.observe(gap, self.itl_target_s())
+        self._emit(events)
+        ended = self._clock()
+        if decoded and self._last_emit is not None:
+            # What a running stream saw: the previous step's events to this step's.
+            self.guard.observe(ended - self._last_emit, self.itl_target_s())
+        self._last_emit = ended
         self.steps += 1
         self.step_seconds += elapsed
         self._account()
@@ -439,11 +440,10 @@ class GenerationEngine:
         with self._wake:
             self._waiting.push(sequence, front=True)
 
-    def _emit(self, pairs: Events) -> bool:
+    def _emit(self, pairs: Events) -> None:
         events = [(s, e) for s, e in pairs if e is not None]
         if events:
             self._sink(events)
-        return bool(events)
 
     def _remember(self, sequence: Sequence, length: int) -> None:
         remember(self.cache, self.backend, sequence, length)

@@ -13,19 +13,17 @@ target on every step (prompts waiting, open loop) about half the steps overran: 
 step's) and scales the target the plan aims at so that a small share of gaps exceed the real
 target: each gap over it takes ``down`` off the scale, each gap within adds back the amount
 that balances at ``over`` of the gaps (a quantile tracker). It follows the machine: noise that
-goes away lets the scale climb back to 1. The gaps are taken where the event loop has written a
-step's events (:class:`DeliveredGaps`), not where the engine hands them out; a gap counts as
-beyond once it passes the target less ``margin``, what the network and the client's own reading
-add (served, a guard on the whole target gave ITL p99 63.8 ms against 62.5 at 1.3x capacity).
+goes away lets the scale climb back to 1. A gap counts as beyond once it passes the target less
+``margin``: the engine sees when it hands a step's events out, a client when the event loop has
+written them, a few milliseconds later and not always by the same amount (served, a guard on the
+whole target gave ITL p99 63.8 ms against 62.5 at 1.3x capacity).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable
 
-__all__ = ["DeliveredGaps", "ItlGuard"]
+__all__ = ["ItlGuard"]
 
 
 class ItlGuard:
@@ -68,61 +66,3 @@ class ItlGuard:
             self.scale = max(self.floor, self.scale * math.exp(self._down))
         else:
             self.scale = min(1.0, self.scale * math.exp(self._up))
-
-
-class DeliveredGaps:
-    """The gaps a running stream's client sees: from one decode step's events written to the
-    sockets to the next step's, rather than from one hand-off by the engine to the next.
-
-    The event loop writes a step's events while the engine runs the next step on the same core,
-    so how long it takes varies with the streams it writes and with what else the loop runs.
-    Measured at the engine's hand-off, the guard held the engine's own p99 under the target
-    while clients saw ITL p99 7-10% over it in 3 of 10 served runs at 1.3x capacity (23-30
-    streams). The server's loop tells when it has written each step's events
-    (:meth:`delivered`, once per step handed to it, in order); the engine pairs them with its
-    steps in order (:meth:`emitted`). Without a loop attached (the engine alone, fake-clock
-    tests), the hand-off times are the gaps.
-    """
-
-    _MAX_PENDING = 1024
-    """Steps handed out and not yet written past which the pairing is given up (a loop that
-    stopped answering): the gaps then come from the hand-off again."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-        self._attached = False
-        self._emitted: deque[bool] = deque()
-        self._written: deque[float] = deque()  # appended by the loop's thread
-        self._last: float | None = None
-
-    def attach(self) -> None:
-        """An event loop writes the steps' events from now on (before the engine's thread runs)."""
-        self._attached = True
-        self._emitted.clear()
-        self._written.clear()
-        self._last = None
-
-    def delivered(self) -> None:
-        """The loop has written the events of the oldest step handed to it (the loop's thread)."""
-        if self._attached:
-            self._written.append(self.clock())
-
-    def emitted(self, at: float, decoded: bool) -> list[float]:
-        """A step handed out its events at ``at`` (``decoded``: it decoded running rows): the
-        gaps of the steps whose writing is now known (the engine's thread)."""
-        if not self._attached:
-            return self._gap(at, decoded)
-        self._emitted.append(decoded)
-        if len(self._emitted) > self._MAX_PENDING:
-            self._attached = False
-            self._emitted.clear()
-            self._last = None
-            return []
-        gaps: list[float] = []
-        while self._emitted and self._written:
-            gaps += self._gap(self._written.popleft(), self._emitted.popleft())
-        return gaps
-
-    def _gap(self, at: float, decoded: bool) -> list[float]:
-        last, self._last = self._last, at
-        return [at - last] if decoded and last is not None else []

@@ -156,7 +156,6 @@ async def load_llm_version(
     )
     served.cache_salt_header = llm.cache_salt_header.lower() if llm.cache_salt_header else None
     holder.append(weakref.ref(served))
-    engine.delivery.attach()  # the guard watches the gaps as written by this loop from now on
     engine.start(f"{name}-{version}")
     logger.info(
         "loaded llm %s version %d: %d layers, %d kv heads x %d, context %d, max_num_seqs %d, "

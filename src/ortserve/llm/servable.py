@@ -102,11 +102,6 @@ class GenerationStream:
         return merged
 
 
-_WRITE_TURNS = 3
-"""Turns of the event loop from a step's hand-out to its chunks written: a stream's iterator
-takes its event, the choices' merge wakes, then the responder writes (``openai_answers``)."""
-
-
 class LlmVersion:
     """One served LLM version: tokenizer, engine and its statistics.
 
@@ -205,20 +200,6 @@ class LlmVersion:
         self._loop.call_soon_threadsafe(self._dispatch, events)
 
     def _dispatch(self, events: list[tuple[Sequence, GenerationEvent]]) -> None:
-        try:
-            self._hand_out(events)
-        finally:
-            self._loop.call_soon(self._written, _WRITE_TURNS)
-
-    def _written(self, turns: int) -> None:
-        """Tell the engine its step reached the sockets, ``turns`` turns of the loop after the
-        hand-out (each turn runs after the callbacks the previous one made ready)."""
-        if turns > 1:
-            self._loop.call_soon(self._written, turns - 1)
-        else:
-            self.engine.delivery.delivered()
-
-    def _hand_out(self, events: list[tuple[Sequence, GenerationEvent]]) -> None:
         now = self._loop.time()
         for sequence, event in events:
             stream = self._streams.get(sequence)

@@ -142,7 +142,7 @@ class LlmCollector(Collector):
         timing = [s.engine_seconds for _, s in rows]
         gaps = [s.engine_gaps for _, s in rows]
         counters += (
-            ("engine_itl_gaps", "Running streams' gaps between tokens, as the server's event loop wrote them",
+            ("engine_itl_gaps", "Running streams' gaps between tokens, as the engine hands them out",
              [g[0] for g in gaps]),
             ("engine_itl_gaps_over_target", "Of those, gaps longer than the ITL target",
              [g[1] for g in gaps]),
