@@ -92,6 +92,10 @@ def _framing(head: bytes, limits: ConnectionLimits) -> tuple[bytes, int] | None:
     return framing
 
 
+_TOKEN = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+"""A field name's bytes, lower case (RFC 9110 5.6.2: tchar)."""
+_CONTROL = bytes(c for c in range(32) if c != 9) + b"\x7f"
+"""Bytes no field value holds (a bare CR or LF among them; a tab is allowed)."""
 _REFUSED_FIELDS = (b"\r\ntransfer-encoding:", b"\r\nexpect:", b"\r\nupgrade:", b"\r\nx-request-id:")
 
 
@@ -99,29 +103,34 @@ def plain_post(head: bytes, limits: ConnectionLimits) -> tuple[bytes, int] | Non
     """``(url, content length)`` of a request head (without its blank line) whose framing
     leaves no doubt, else None (the parser takes it).
 
-    The request line is ``POST <target> HTTP/1.1``; the fields hold exactly one
+    The request line is ``POST <target> HTTP/1.1`` (no control byte in the target); the fields hold exactly one
     Content-Length of digits within the body limit, no Transfer-Encoding (the two together
     are a smuggling attempt the parser answers 400), no Expect (the client waits for 100
     Continue), no Upgrade, no X-Request-ID (echoed: the headers path answers it), a
-    Connection field only of ``keep-alive``, no bare LF, no folded line and no space before
-    a colon (llhttp rejects those, and a refusal must not read a length the parser would not).
+    Connection field only of ``keep-alive``, every field name a token (no folded line, no
+    space before a colon) and no control byte in a value, a bare LF included: llhttp rejects
+    those, and a refusal must not read a length, or keep a connection, the parser would not.
     """
     line_end = head.find(b"\r\n")
     if line_end < 0:
         return None
     parts = head[:line_end].split(b" ")
-    if len(parts) != 3 or parts[2] != b"HTTP/1.1":
+    if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
+        return None
+    if not parts[1] or len(parts[1].translate(None, _CONTROL)) != len(parts[1]):
         return None
     fields = head[line_end:].lower()
-    if (
-        fields.count(b"\n") != fields.count(b"\r\n")
-        or fields.count(b"\r\n") > limits.max_headers
-        or b"\r\n " in fields
-        or b"\r\n\t" in fields
-        or b" :" in fields
-        or b"\t:" in fields
-    ):
+    if fields.count(b"\r\n") > limits.max_headers:
         return None
+    for line in fields[2:].split(b"\r\n"):
+        name, colon, value = line.partition(b":")
+        if (
+            not colon
+            or not name
+            or name.translate(None, _TOKEN)
+            or len(value.translate(None, _CONTROL)) != len(value)
+        ):
+            return None  # not a token before the colon (a folded line, a space), or a control byte
     for name in _REFUSED_FIELDS:
         if name in fields:
             return None
