@@ -21,7 +21,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["ConnectionLimit", "Evictable", "peer_address"]
+__all__ = ["ARRIVING", "AT_REST", "SERVING", "ConnectionLimit", "Evictable", "peer_address"]
+
+# What a connection last told the limit (a transport keeps it, so it tells only a change).
+AT_REST = 0
+ARRIVING = 1
+SERVING = 2
 
 _SAMPLE = 8
 """Receiving connections compared for each eviction, oldest first: finding the least progress
@@ -128,6 +133,16 @@ class ConnectionLimit:
         """``connection`` is serving a whole request: never closed for a new one."""
         if self._idle.pop(connection, None) is None:
             self._receiving.pop(connection, None)
+
+    def tell(self, connection: Evictable, standing: int) -> None:
+        """:meth:`idle`, :meth:`receiving` or :meth:`busy` by ``standing`` (``AT_REST``,
+        ``ARRIVING`` or ``SERVING``)."""
+        if standing == AT_REST:
+            self.idle(connection)
+        elif standing == SERVING:
+            self.busy(connection)
+        else:
+            self.receiving(connection)
 
     def join_peer(self, connection: object, peer: str) -> bool:
         """Count ``connection`` against its peer address; False: the peer holds its share

@@ -42,6 +42,7 @@ import time
 from collections.abc import Mapping
 from typing import TypeAlias
 
+from ortserve.server.connection_limit import ARRIVING, AT_REST, SERVING
 from ortserve.server.connections import ByteBudget, ConnectionSet
 from ortserve.server.grpc.call import GrpcCall
 from ortserve.server.grpc.errors import GrpcAbort, StatusCode
@@ -61,7 +62,13 @@ from ortserve.server.grpc.read_gate import ReadGate
 from ortserve.server.grpc.rpc import Rpc
 from ortserve.server.http.run_queue import RunQueue
 from ortserve.server.http2.engine import Http2Engine
-from ortserve.server.http2.events import ConnectionEnded, DataReceived, Event, RequestReceived, StreamReset
+from ortserve.server.http2.events import (
+    ConnectionEnded,
+    DataReceived,
+    RequestReceived,
+    StreamReset,
+    reset_by_peer,
+)
 from ortserve.server.http2.frames import ErrorCode
 from ortserve.server.read_lag import read_lag_of
 
@@ -70,10 +77,6 @@ __all__ = ["Http2Connection"]
 logger = logging.getLogger(__name__)
 
 _EMPTY = memoryview(b"")
-# What the connection cap was last told (ConnectionLimit: idle, receiving, busy).
-_AT_REST = 0
-_ARRIVING = 1
-_SERVING = 2
 
 _Head: TypeAlias = tuple[RequestHead, Rpc]
 """A unary call with an edge refusal whose message has not arrived: no GrpcCall yet."""
@@ -114,7 +117,7 @@ class Http2Connection(ReadGate):
         self._inflater = inflater
         self._settings = settings
         self._connections = connections
-        self._told = _SERVING  # the gate in front of it tells the cap until the first bytes
+        self._told = SERVING  # the gate in front of it tells the cap until the first bytes
         self._streaming = 0  # streaming calls among self._calls
         self._received = 0  # bytes read (the connection cap ranks progress by it)
         config = settings.engine()
@@ -164,7 +167,7 @@ class Http2Connection(ReadGate):
         try:
             events = engine.receive_data(data)
             # Streams this read opens and the client also reset in it are never started.
-            gone = _reset_in(events) if engine.peer_resets != resets else _NONE_GONE
+            gone = reset_by_peer(events) if engine.peer_resets != resets else _NONE_GONE
             for event in events:
                 if type(event) is DataReceived:
                     stream_id = event.stream_id
@@ -367,22 +370,16 @@ class Http2Connection(ReadGate):
         if not self._received:
             return
         if not engine.open_streams:
-            told = _AT_REST
+            told = AT_REST
         elif len(self._calls) + len(self._admitted) > self._streaming + len(engine.awaiting):
             # A unary call whose request is whole: the calls still arriving are the streams the
             # engine times, a call answered and waiting for window is no longer a call.
-            told = _SERVING
+            told = SERVING
         else:
-            told = _ARRIVING
+            told = ARRIVING
         if told != self._told:
             self._told = told
-            limit = self._connections.limit
-            if told == _AT_REST:
-                limit.idle(self)
-            elif told == _SERVING:
-                limit.busy(self)
-            else:
-                limit.receiving(self)
+            self._connections.limit.tell(self, told)
 
     @property
     def received(self) -> int:
@@ -451,8 +448,3 @@ class Http2Connection(ReadGate):
 
 
 _NONE_GONE: frozenset[int] = frozenset()
-
-
-def _reset_in(events: list[Event[RequestHead]]) -> frozenset[int]:
-    """The streams the peer reset in one read's events."""
-    return frozenset(e.stream_id for e in events if type(e) is StreamReset and e.remote)

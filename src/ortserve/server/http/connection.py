@@ -26,8 +26,9 @@ from urllib.parse import unquote
 import httptools
 
 from ortserve.protocol.http_codec import encode_error
+from ortserve.server.connection_limit import ARRIVING
 from ortserve.server.connections import ByteBudget, ConnectionSet, peer_address
-from ortserve.server.http.deadlines import ARRIVING, BODY, BUSY, HEAD, IDLE, ConnectionLimits, Deadlines
+from ortserve.server.http.deadlines import BODY, BUSY, HEAD, IDLE, ConnectionLimits, Deadlines
 from ortserve.server.http.messages import HttpRequest, HttpResponse
 from ortserve.server.http.plain_post import TargetScreen, screen_whole
 from ortserve.server.http.responder import Handler

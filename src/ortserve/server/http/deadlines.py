@@ -18,10 +18,10 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from ortserve.server.connection_limit import ConnectionLimit
+from ortserve.server.connection_limit import ARRIVING, AT_REST, SERVING, ConnectionLimit
 from ortserve.server.http.responder import Responder
 
-__all__ = ["ARRIVING", "BODY", "BUSY", "HEAD", "IDLE", "ConnectionLimits", "Deadlines"]
+__all__ = ["BODY", "BUSY", "HEAD", "IDLE", "ConnectionLimits", "Deadlines"]
 
 _RESET = struct.pack("ii", 1, 0)
 """SO_LINGER on with a zero timeout: closing the socket resets it and drops what it holds."""
@@ -31,11 +31,6 @@ IDLE = 0  # the next request head: close quietly at the deadline
 HEAD = 1  # the rest of a request head: 408 at the deadline
 BODY = 2  # the rest of a request body: 408 at the deadline
 BUSY = 3  # our answer: no deadline
-
-# What the connection limit was last told (ConnectionLimit: idle, receiving, busy).
-AT_REST = 0
-ARRIVING = 1
-SERVING = 2
 
 
 @dataclass(frozen=True, slots=True)

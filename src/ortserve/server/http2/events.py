@@ -10,7 +10,7 @@ from typing import Generic, TypeAlias, TypeVar
 
 from ortserve.server.http2.frames import ErrorCode
 
-__all__ = ["ConnectionEnded", "DataReceived", "Event", "RequestReceived", "StreamReset"]
+__all__ = ["ConnectionEnded", "DataReceived", "Event", "RequestReceived", "StreamReset", "reset_by_peer"]
 
 _H = TypeVar("_H")
 
@@ -79,3 +79,8 @@ class ConnectionEnded:
 
 
 Event: TypeAlias = "RequestReceived[_H] | DataReceived | StreamReset | ConnectionEnded"
+
+
+def reset_by_peer(events: list[Event[_H]]) -> frozenset[int]:
+    """The streams the peer reset among one read's events."""
+    return frozenset(e.stream_id for e in events if type(e) is StreamReset and e.remote)
